@@ -1,0 +1,222 @@
+//! The backend trait every lock store implements, and the types that cross it.
+//!
+//! One trait, one semantics: the conformance suite in `tests/conformance.rs` runs the same
+//! behavioural tests against every implementation.
+//!
+//! * A lease belongs to an *owner id* and carries a *fencing token* that is strictly
+//!   increasing per key, for every acquisition, and never reset.
+//! * Acquiring a key already held by one of `reenter` owners re-enters it: the depth goes
+//!   up, the owner and token stay the same, and only the matching number of releases frees it.
+//! * Waiting is the backend's job, because only it knows how to be told of a release
+//!   (Redis pub/sub, kernel file locks) instead of polling.
+
+pub mod local;
+pub mod redis;
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::BackendSpec;
+use crate::error::Result;
+
+/// Who holds (or waits for) a lock, shown by `status` and by the waiting line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub host: String,
+    pub pid: u32,
+    pub user: String,
+    /// The protected command line (exec), or `dlock lock`. Never dlock's own argv,
+    /// which may carry a backend password.
+    pub command: String,
+    /// Wall-clock time of acquisition, milliseconds since the Unix epoch.
+    pub acquired_at_ms: u64,
+}
+
+/// What `acquire` needs to know.
+#[derive(Debug, Clone)]
+pub struct AcquireRequest {
+    pub key: String,
+    /// The owner id to use for a fresh acquisition.
+    pub owner: String,
+    /// Owners this caller acts for (from `DLOCK_OWNER`/`DLOCK_OWNERS`): if one of them holds
+    /// the key, the call re-enters instead of waiting.
+    pub reenter: Vec<String>,
+    pub ttl: Duration,
+    pub holder: Holder,
+    /// The lease must outlive this process (`dlock lock`): it ends by unlock or TTL only.
+    /// When false (`exec`), a backend may also end it the moment this process dies.
+    pub detached: bool,
+    /// Serve waiters in arrival order (default). False lets any waiter take a freed lock.
+    pub fair: bool,
+}
+
+/// A callback told of a waiter's progress.
+pub type ProgressFn = Arc<dyn Fn(&WaitInfo) + Send + Sync>;
+
+/// How long and how to wait in `acquire`.
+#[derive(Clone)]
+pub struct WaitOptions {
+    /// `None`: wait forever. A deadline in the past: try once (`--no-wait`).
+    pub deadline: Option<Instant>,
+    /// Cancelled on a signal: the backend must leave nothing held or queued and return
+    /// `Error::Cancelled(_, 0)`; the caller, who knows the signal, fills in its number.
+    pub cancel: CancellationToken,
+    /// Called whenever the backend learns something new about the wait (holder, position).
+    pub progress: Option<ProgressFn>,
+}
+
+impl WaitOptions {
+    /// Wait until `deadline` (or forever), never cancelled, no progress report.
+    pub fn until(deadline: Option<Instant>) -> WaitOptions {
+        WaitOptions {
+            deadline,
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+
+    /// Reports progress, if anyone listens.
+    pub fn report(&self, info: &WaitInfo) {
+        if let Some(p) = &self.progress {
+            p(info);
+        }
+    }
+
+    /// True when the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// What a waiter knows while it waits.
+#[derive(Debug, Clone, Default)]
+pub struct WaitInfo {
+    /// The current holder, when known.
+    pub holder: Option<LockInfo>,
+    /// 1-based position among the waiters, when the backend keeps a queue.
+    pub position: Option<u64>,
+    /// Number of waiters, when known.
+    pub waiters: Option<u64>,
+}
+
+/// A lease as granted.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub key: String,
+    pub owner: String,
+    pub fencing_token: u64,
+    pub ttl: Duration,
+    /// True when this acquisition re-entered a lease the caller's tree already held.
+    pub reentered: bool,
+    /// Monotonic time at which the granting request was sent: the lease is valid at most
+    /// until `sent_at + ttl` (see [`crate::lease`] for the safety margins).
+    pub sent_at: Instant,
+    /// Wall-clock expiry, milliseconds since the Unix epoch (for `--json` output).
+    pub expires_at_ms: u64,
+}
+
+/// A granted lease plus whatever the backend must keep alive while it is held
+/// (the local store's file lock). Drop the guard only after releasing.
+pub struct Acquired {
+    pub lease: Lease,
+    pub guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// How `release` treats the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseMode {
+    /// Undo one acquisition: lower the depth, free the key when it reaches zero.
+    One,
+    /// Free the key whatever the depth (the outermost `exec` ending).
+    All,
+    /// Free the key whoever holds it (`unlock --force`); the owner is not checked.
+    Force,
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// The owner the lease had (useful with `Force`), `None` when the key was free.
+    pub previous_owner: Option<String>,
+    /// True when the key is still held (depth was above one).
+    pub still_held: bool,
+}
+
+/// One held lock as seen by `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockInfo {
+    pub key: String,
+    pub owner: String,
+    pub fencing_token: u64,
+    #[serde(flatten)]
+    pub holder: Holder,
+    /// Time left on the lease; `None` when the lease lives as long as its holder process
+    /// (the local store's `exec` leases).
+    pub ttl_left_ms: Option<u64>,
+    /// How many nested acquisitions the owner holds.
+    pub depth: u32,
+}
+
+/// One waiter as seen by `status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaiterInfo {
+    pub id: String,
+    #[serde(flatten)]
+    pub holder: Holder,
+}
+
+/// The state of one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeyStatus {
+    pub key: String,
+    /// `None` when the key is free.
+    pub lock: Option<LockInfo>,
+    /// Waiters in queue order; `None` when the backend cannot tell.
+    pub waiters: Option<Vec<WaiterInfo>>,
+}
+
+/// A lock store. Implementations are cheap to share behind an `Arc`.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// A short description for messages, e.g. `redis://127.0.0.1:6379` (never a password).
+    fn describe(&self) -> String;
+
+    /// Acquires `req.key`, waiting as `wait` says. Errors: `NotObtained` when the deadline
+    /// passes, `Cancelled` when `wait.cancel` fires, `Unavailable` when the store fails.
+    async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired>;
+
+    /// Extends the lease of `owner` on `key` to `ttl` from now. `NotOwner` when the lease is
+    /// gone or held by someone else (then nothing changes).
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease>;
+
+    /// Releases as `mode` says. `NotOwner` when `owner` does not hold it (except `Force`).
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released>;
+
+    /// The state of the named keys, in order; with no key, every held lock.
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>>;
+}
+
+/// Opens the backend a spec names. Connecting may fail with `Unavailable`.
+pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
+    match spec {
+        BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
+        BackendSpec::Redis(url) => Ok(Arc::new(redis::RedisBackend::connect(url).await?)),
+        BackendSpec::Redlock(urls) => Err(crate::error::Error::Usage(format!(
+            "Redlock over {} servers is not supported yet",
+            urls.len()
+        ))),
+    }
+}
+
+/// Milliseconds since the Unix epoch, for stored timestamps.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,254 @@
+//! The command line, defined once with clap's derive API.
+//!
+//! This definition is the single source of `--help`, `dlock completions SHELL`, and the
+//! checked-in files in `completions/` and `man/` (see [`crate::generate`]).
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::parse_duration;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0        success (exec: the command's own code is passed through)
+  1        status: a named key is free
+  2        usage error or invalid value
+  69       backend unavailable (cannot connect, authentication refused)
+  70       internal error
+  75       lock not obtained (held with --no-wait, or --timeout elapsed); see -E
+  77       unlock/renew refused: not the owner, or the lease is gone
+  79       exec: the lease was lost while the command ran; it was terminated
+  126/127  the command is not executable / not found
+  128+N    the command was killed by signal N";
+
+/// Distributed locks for cron jobs and CI pipelines.
+///
+/// Run a command while holding a lease on KEY, so that it never runs twice at once, on one
+/// host (embedded local store, the default) or across machines (Redis, Redlock).
+#[derive(Debug, Parser)]
+#[command(name = "dlock", version, about, long_about, after_long_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR.
+    /// Repeat it (or separate with commas) for a Redlock quorum of Redis servers.
+    /// Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock.
+    #[arg(
+        short = 'u',
+        long = "url",
+        env = "DLOCK_URL",
+        value_delimiter = ',',
+        hide_env_values = true,
+        global = true,
+        value_name = "URL"
+    )]
+    pub urls: Vec<String>,
+
+    /// Machine-readable output on stdout (one JSON object, or one per line for lists).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Say less on stderr (no waiting line, no notes).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Say more on stderr (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Exec(ExecArgs),
+    Lock(LockArgs),
+    Unlock(UnlockArgs),
+    Renew(RenewArgs),
+    Status(StatusArgs),
+    Completions(CompletionsArgs),
+}
+
+/// How to acquire: shared by `exec` and `lock`.
+#[derive(Debug, Clone, Args)]
+pub struct AcquireOpts {
+    /// Lease length; exec renews it every TTL/3 while the command runs.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever.
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// Fail at once if the lock is held.
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "nonblock",
+        conflicts_with = "timeout"
+    )]
+    pub no_wait: bool,
+
+    /// Exit code when the lock was not obtained (0-255).
+    #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::NOT_OBTAINED)]
+    pub conflict_exit_code: u8,
+
+    /// Let any waiter take a freed lock instead of serving waiters in arrival order.
+    #[arg(long)]
+    pub no_fair: bool,
+}
+
+/// Run CMD while holding KEY.
+///
+/// Acquires KEY (waiting as told), runs CMD with DLOCK_KEY, DLOCK_OWNER and
+/// DLOCK_FENCING_TOKEN in its environment, renews the lease in the background, forwards
+/// signals, and releases KEY when CMD ends, exiting with CMD's code. If the lease cannot be
+/// renewed, CMD's process group gets SIGTERM, then SIGKILL, before the lease can expire, and
+/// dlock exits 79. Inside CMD, a nested `dlock exec KEY` re-enters instead of deadlocking.
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct ExecArgs {
+    /// The lock key.
+    pub key: String,
+
+    #[command(flatten)]
+    pub acquire: AcquireOpts,
+
+    /// The command to run, after `--`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD", num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+/// Acquire KEY and leave it held until `unlock` or the TTL ends.
+///
+/// Prints the owner id alone on stdout (pass it to `unlock`/`renew` with --owner or
+/// DLOCK_OWNER); --json prints key, owner, fencing_token, ttl_ms and expires_at; --export
+/// prints shell assignments for `eval`.
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct LockArgs {
+    /// The lock key.
+    pub key: String,
+
+    #[command(flatten)]
+    pub acquire: AcquireOpts,
+
+    /// Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval`.
+    #[arg(long, conflicts_with = "json")]
+    pub export: bool,
+}
+
+/// Release KEY.
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct UnlockArgs {
+    /// The lock key.
+    pub key: String,
+
+    /// The owner id printed by `lock` (default: $DLOCK_OWNER).
+    #[arg(long, env = "DLOCK_OWNER", hide_env_values = true, value_name = "ID")]
+    pub owner: Option<String>,
+
+    /// Release whoever holds it (says so on stderr).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Extend a held lease.
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct RenewArgs {
+    /// The lock key.
+    pub key: String,
+
+    /// The owner id printed by `lock` (default: $DLOCK_OWNER).
+    #[arg(long, env = "DLOCK_OWNER", hide_env_values = true, value_name = "ID")]
+    pub owner: Option<String>,
+
+    /// New lease length, from now.
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+}
+
+/// Show who holds what (every held lock when no key is given).
+///
+/// Exits 0 when every named key is held, 1 when one is free.
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct StatusArgs {
+    /// Keys to show; none shows every held lock.
+    pub keys: Vec<String>,
+}
+
+/// Print a shell completion script.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: Shell,
+}
+
+/// Shells we generate completions for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Shell {
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
+}
+
+impl Shell {
+    /// Every shell, for generating the checked-in files.
+    pub const ALL: [Shell; 5] = [
+        Shell::Bash,
+        Shell::Zsh,
+        Shell::Fish,
+        Shell::Elvish,
+        Shell::Powershell,
+    ];
+}
+
+/// The clap command, for generators.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn definition_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn exec_takes_the_command_after_dashes() {
+        let cli =
+            Cli::try_parse_from(["dlock", "exec", "k", "--ttl", "5", "--", "echo", "-n", "hi"])
+                .unwrap();
+        let Command::Exec(e) = cli.command else {
+            panic!("not exec")
+        };
+        assert_eq!(e.command, ["echo", "-n", "hi"]);
+        assert_eq!(e.acquire.ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn nonblock_is_an_alias() {
+        let cli = Cli::try_parse_from(["dlock", "lock", "k", "--nonblock"]).unwrap();
+        let Command::Lock(l) = cli.command else {
+            panic!("not lock")
+        };
+        assert!(l.acquire.no_wait);
+    }
+}

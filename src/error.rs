@@ -1,0 +1,56 @@
+//! The one error type of dlock, and how each kind maps to an exit code.
+//!
+//! Every message is meant to be printed as one line after `dlock: `, and names the key and
+//! the backend where it knows them. Backend descriptions are always redacted (see
+//! [`crate::config::redact_url`]), so no password ever reaches an error.
+
+use crate::exit;
+
+/// What went wrong, classified by what the user can do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad command line or value: exit 2.
+    #[error("{0}")]
+    Usage(String),
+    /// The backend cannot be reached or refused us: exit 69.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug, or state we cannot trust (corrupt file): exit 70.
+    #[error("{0}")]
+    Internal(String),
+    /// The lock was not obtained in time: exit 75 (or `-E N`).
+    #[error("{0}")]
+    NotObtained(String),
+    /// `renew`/`unlock` by someone who does not hold the lease: exit 77.
+    #[error("{0}")]
+    NotOwner(String),
+    /// The lease was lost while the command ran: exit 79.
+    #[error("{0}")]
+    LeaseLost(String),
+    /// A wait was cancelled by signal N: exit 128+N.
+    #[error("{0}")]
+    Cancelled(String, i32),
+}
+
+impl Error {
+    /// The documented exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => exit::USAGE,
+            Error::Unavailable(_) => exit::UNAVAILABLE,
+            Error::Internal(_) => exit::INTERNAL,
+            Error::NotObtained(_) => exit::NOT_OBTAINED,
+            Error::NotOwner(_) => exit::NOT_OWNER,
+            Error::LeaseLost(_) => exit::LEASE_LOST,
+            Error::Cancelled(_, signo) => exit::for_signal(*signo),
+        }
+    }
+
+    /// True when retrying the same operation later may succeed (network trouble).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
+    }
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,67 @@
+//! Who we are: the metadata stored with a lease so that `status` can say who holds what.
+
+use crate::backend::{now_ms, Holder};
+
+/// The longest command line we store; status lines stay readable and keys stay small.
+const MAX_COMMAND: usize = 256;
+
+/// This process as a holder of a lease protecting `command`.
+pub fn current(command: &[String]) -> Holder {
+    Holder {
+        host: hostname(),
+        pid: std::process::id(),
+        user: username(),
+        command: shorten(&command.join(" ")),
+        acquired_at_ms: now_ms(),
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn username() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(u)) => u.name,
+        _ => uid.to_string(),
+    }
+}
+
+fn shorten(s: &str) -> String {
+    if s.len() <= MAX_COMMAND {
+        return s.to_string();
+    }
+    let mut end = MAX_COMMAND;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A fresh owner id: 16 random hex digits, safe in environment variables and shells.
+pub fn new_owner_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_commands_are_cut_on_char_boundaries() {
+        let long = "é".repeat(300);
+        let h = current(&[long]);
+        assert!(h.command.len() <= MAX_COMMAND + "…".len());
+        assert!(h.command.ends_with('…'));
+    }
+
+    #[test]
+    fn owner_ids_differ() {
+        assert_ne!(new_owner_id(), new_owner_id());
+        assert_eq!(new_owner_id().len(), 16);
+    }
+}

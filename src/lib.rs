@@ -1,0 +1,35 @@
+//! dlock: distributed locks for cron jobs and CI pipelines.
+//!
+//! `dlock exec KEY -- CMD` acquires a lease on KEY, runs CMD while renewing the lease in the
+//! background, exports a fencing token, forwards signals, kills CMD before the lease can
+//! expire if renewal fails, and releases KEY when CMD ends.
+//!
+//! # Layout
+//!
+//! * [`cli`]: the clap definition, the single source of `--help`, completions and man pages.
+//! * [`generate`]: completions and man pages from [`cli`] (checked in under `completions/`
+//!   and `man/`; `tests/generated.rs` fails when they are stale).
+//! * [`config`]: checked values (durations, keys, backend URLs, redaction of passwords).
+//! * [`error`] and [`exit`]: one error type, and every exit code in one place.
+//! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
+//! * [`backend`]: the [`backend::Backend`] trait and one file per store: [`backend::local`]
+//!   (embedded, the default) and [`backend::redis`].
+//! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
+//!   killing it when the lease is lost, and mapping its status to an exit code.
+//! * [`cmd`]: one file per subcommand.
+//! * [`output`]: human and JSON output.
+//! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
+
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod cli;
+pub mod cmd;
+pub mod config;
+pub mod error;
+pub mod exit;
+pub mod generate;
+pub mod holder;
+pub mod lease;
+pub mod output;
+pub mod supervisor;

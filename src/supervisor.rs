@@ -1,0 +1,162 @@
+//! The child: spawned in its own process group, signals forwarded to that group, killed
+//! when the lease is in danger, and its end mapped to an exit code.
+//!
+//! The child must never outlive a dead dlock unprotected: it gets `PR_SET_PDEATHSIG`
+//! (SIGKILL) before `exec`. That is the crate's single `unsafe` block: a `pre_exec` hook
+//! runs between fork and exec, where only async-signal-safe calls are allowed, and we make
+//! exactly two (`prctl`, `getppid`).
+//!
+//! The parent-death signal fires when the *thread* that forked exits, so [`spawn`] must be
+//! called from a thread that lives as long as dlock: the main thread, which is where the
+//! current-thread runtime of [`crate::cmd`] runs.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::error::Error;
+use crate::exit;
+
+/// A spawned child and its process group.
+pub struct Supervised {
+    pub child: Child,
+    pub pgid: Pid,
+}
+
+/// Why a command could not be started, with the shell's exit code for it.
+#[derive(Debug)]
+pub struct SpawnError {
+    pub code: u8,
+    pub message: String,
+}
+
+/// Spawns `argv` with extra `env`, in a new process group, with a parent-death signal.
+pub fn spawn(argv: &[String], env: &[(&str, String)]) -> Result<Supervised, SpawnError> {
+    let (program, args) = argv.split_first().ok_or_else(|| SpawnError {
+        code: exit::USAGE,
+        message: "no command given".into(),
+    })?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .process_group(0);
+    die_with_parent(&mut cmd);
+    let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+    let pid = child.id().ok_or_else(|| SpawnError {
+        code: exit::INTERNAL,
+        message: format!("{program}: exited before it could be watched"),
+    })?;
+    Ok(Supervised {
+        child,
+        pgid: Pid::from_raw(pid as i32),
+    })
+}
+
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the hook runs in the forked child before exec and only calls prctl(2) and
+    // getppid(2), both async-signal-safe; it touches no memory shared with the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // dlock died between fork and prctl: the signal will never come, so give up.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+fn spawn_error(program: &str, e: &io::Error) -> SpawnError {
+    let code = match e.kind() {
+        io::ErrorKind::NotFound => exit::COMMAND_NOT_FOUND,
+        _ => exit::CANNOT_EXECUTE,
+    };
+    let what = match code {
+        exit::COMMAND_NOT_FOUND => "command not found".to_string(),
+        _ => format!("cannot execute: {e}"),
+    };
+    SpawnError {
+        code,
+        message: format!("{program}: {what}"),
+    }
+}
+
+/// The exit code for a finished child: its own code, or 128+N when killed by signal N.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(signo)) => exit::for_signal(signo),
+        (None, None) => exit::INTERNAL,
+    }
+}
+
+/// Sends `sig` to the whole process group; a group that is already gone is fine.
+pub fn signal_group(pgid: Pid, sig: Signal) {
+    let _ = killpg(pgid, sig);
+}
+
+/// The signals dlock forwards to the child (and that cancel a wait).
+pub struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+/// Signals forwarded to the child, as the contract lists them.
+pub const FORWARDED: [Signal; 6] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+impl Signals {
+    /// Starts catching the forwarded signals (from now on they no longer kill dlock).
+    pub fn catch() -> Result<Signals, Error> {
+        let streams = FORWARDED
+            .iter()
+            .map(|&s| {
+                signal(SignalKind::from_raw(s as i32))
+                    .map(|stream| (s, stream))
+                    .map_err(|e| Error::Internal(format!("cannot catch {s}: {e}")))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Signals { streams })
+    }
+
+    /// The next caught signal. Cancel-safe: a signal is never lost between calls.
+    pub async fn recv(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGINT)), 130);
+    }
+}
