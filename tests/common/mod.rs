@@ -1,0 +1,176 @@
+//! Test harness shared by the integration tests: real `redis-server` processes on free
+//! loopback ports, and helpers to run the `dlock` binary.
+//!
+//! Every server gets its own port and directory, so tests run in parallel safely.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A redis-server started for one test; killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free loopback port.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for _ in 0..20 {
+            server.port = free_port();
+            if server.try_spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    fn try_spawn(&mut self) -> bool {
+        let mut child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return false; // port taken by someone else: try another
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                self.child = Some(child);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        false
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it; its data is lost.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty, as there is no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.try_spawn() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Runs `redis-cli` against this server and returns its stdout, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill(); // SIGKILL works on a paused server too.
+    }
+}
+
+/// A port that was free a moment ago (the kernel picks it; we release it at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The dlock binary built for these tests.
+pub fn dlock_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_dlock"))
+}
+
+/// A `dlock` command with a clean environment for dlock's own variables.
+pub fn dlock() -> Command {
+    let mut c = Command::new(dlock_bin());
+    for v in [
+        "DLOCK_URL",
+        "DLOCK_OWNER",
+        "DLOCK_OWNERS",
+        "DLOCK_KEY",
+        "DLOCK_FENCING_TOKEN",
+        "DLOCK_DIR",
+        "REDISCLI_AUTH",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// Polls `cond` every millisecond until it holds or `limit` passes; returns whether it held.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
