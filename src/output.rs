@@ -1,1 +1,295 @@
-//! Output (stub).
+//! What dlock prints: JSON shapes, the status table, shell assignments, the waiting line.
+
+use std::io::IsTerminal;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use crate::backend::{now_ms, KeyStatus, Lease, LockInfo, ProgressFn, WaitInfo, WaiterInfo};
+use crate::cli::Global;
+
+/// Prints one JSON object on its own line.
+pub fn print_json<T: Serialize>(value: &T) {
+    match serde_json::to_string(value) {
+        Ok(line) => println!("{line}"),
+        Err(e) => eprintln!("dlock: cannot encode JSON: {e}"),
+    }
+}
+
+/// RFC 3339 (UTC, milliseconds) for a time in milliseconds since the epoch.
+pub fn rfc3339_ms(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// `lock --json` and `renew --json`.
+#[derive(Debug, Serialize)]
+pub struct LeaseJson {
+    pub key: String,
+    pub owner: String,
+    pub fencing_token: u64,
+    pub ttl_ms: u64,
+    pub expires_at: String,
+    pub reentered: bool,
+}
+
+impl From<&Lease> for LeaseJson {
+    fn from(l: &Lease) -> Self {
+        LeaseJson {
+            key: l.key.clone(),
+            owner: l.owner.clone(),
+            fencing_token: l.fencing_token,
+            ttl_ms: l.ttl.as_millis() as u64,
+            expires_at: rfc3339_ms(l.expires_at_ms),
+            reentered: l.reentered,
+        }
+    }
+}
+
+/// One line of `status --json`.
+#[derive(Debug, Serialize)]
+pub struct StatusJson<'a> {
+    pub key: &'a str,
+    pub held: bool,
+    #[serde(flatten)]
+    pub lock: Option<&'a LockInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acquired_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_for_ms: Option<u64>,
+    pub waiters: Option<&'a Vec<WaiterInfo>>,
+    pub backend: &'a str,
+}
+
+impl<'a> StatusJson<'a> {
+    pub fn new(s: &'a KeyStatus, backend: &'a str) -> Self {
+        StatusJson {
+            key: &s.key,
+            held: s.lock.is_some(),
+            lock: s.lock.as_ref(),
+            acquired_at: s.lock.as_ref().map(|l| rfc3339_ms(l.holder.acquired_at_ms)),
+            held_for_ms: s
+                .lock
+                .as_ref()
+                .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms)),
+            waiters: s.waiters.as_ref(),
+            backend,
+        }
+    }
+}
+
+/// The human `status` table.
+pub fn print_status_table(states: &[KeyStatus], backend: &str) {
+    if states.is_empty() {
+        println!("no locks held on {backend}");
+        return;
+    }
+    let header = [
+        "KEY", "OWNER", "TOKEN", "HOST", "PID", "USER", "HELD FOR", "TTL LEFT", "WAITERS",
+        "COMMAND",
+    ];
+    let rows: Vec<Vec<String>> = states.iter().map(status_row).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let last = cells.len() - 1;
+        let padded: Vec<String> = cells
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i == last {
+                    c
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.iter().map(|s| s.to_string()).collect());
+    for row in rows {
+        line(row);
+    }
+    println!("backend: {backend}");
+}
+
+fn status_row(s: &KeyStatus) -> Vec<String> {
+    let waiters = s
+        .waiters
+        .as_ref()
+        .map_or("?".to_string(), |w| w.len().to_string());
+    let Some(l) = &s.lock else {
+        let mut row = vec![s.key.clone(), "(free)".into()];
+        row.extend(std::iter::repeat_n("-".to_string(), 6));
+        row.extend([waiters, "-".into()]);
+        return row;
+    };
+    vec![
+        s.key.clone(),
+        l.owner.clone(),
+        l.fencing_token.to_string(),
+        l.holder.host.clone(),
+        l.holder.pid.to_string(),
+        l.holder.user.clone(),
+        short_duration(now_ms().saturating_sub(l.holder.acquired_at_ms)),
+        l.ttl_left_ms.map_or("while alive".into(), short_duration),
+        waiters,
+        l.holder.command.clone(),
+    ]
+}
+
+/// `1h02m`, `5m03s`, `4.2s`, `350ms`: compact and readable.
+pub fn short_duration(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+/// Quotes `s` for a POSIX shell (single quotes; `'` becomes `'\''`).
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The waiting line on stderr: on a terminal one status line redrawn in place; elsewhere a
+/// line when waiting starts and every [`WaitLine::LOG_EVERY`] after. Silent with `-q`.
+pub struct WaitLine {
+    state: Arc<Mutex<LineState>>,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+struct LineState {
+    key: String,
+    backend: String,
+    started: Instant,
+    info: WaitInfo,
+    tty: bool,
+    frame: usize,
+    last_log: Option<Instant>,
+    drawn: bool,
+}
+
+impl WaitLine {
+    /// How often a non-terminal waiter says it is still waiting.
+    pub const LOG_EVERY: Duration = Duration::from_secs(30);
+    /// Nothing is shown for waits shorter than this (a quick hand-off is not news).
+    const QUIET_FOR: Duration = Duration::from_millis(300);
+
+    /// Starts the line for `key`, or returns `None` under `-q`.
+    pub fn start(global: &Global, key: &str, backend: &str) -> Option<WaitLine> {
+        if global.quiet {
+            return None;
+        }
+        let tty = std::io::stderr().is_terminal();
+        let state = Arc::new(Mutex::new(LineState {
+            key: key.to_string(),
+            backend: backend.to_string(),
+            started: Instant::now(),
+            info: WaitInfo::default(),
+            tty,
+            frame: 0,
+            last_log: None,
+            drawn: false,
+        }));
+        let ticking = Arc::clone(&state);
+        let ticker = tokio::spawn(async move {
+            let mut every =
+                tokio::time::interval(Duration::from_millis(if tty { 120 } else { 1000 }));
+            loop {
+                every.tick().await;
+                ticking.lock().unwrap_or_else(|e| e.into_inner()).tick();
+            }
+        });
+        Some(WaitLine {
+            state,
+            ticker: Some(ticker),
+        })
+    }
+
+    /// The callback the backend calls with news about the wait.
+    pub fn progress(&self) -> ProgressFn {
+        let state = Arc::clone(&self.state);
+        Arc::new(move |info: &WaitInfo| {
+            state.lock().unwrap_or_else(|e| e.into_inner()).info = info.clone();
+        })
+    }
+}
+
+impl Drop for WaitLine {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.tty && state.drawn {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+impl LineState {
+    fn tick(&mut self) {
+        let waited = self.started.elapsed();
+        if waited < WaitLine::QUIET_FOR {
+            return;
+        }
+        if self.tty {
+            const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+            self.frame = (self.frame + 1) % SPINNER.len();
+            eprint!("\r\x1b[2K{} {}", SPINNER[self.frame], self.describe(waited));
+            self.drawn = true;
+        } else if self
+            .last_log
+            .is_none_or(|t| t.elapsed() >= WaitLine::LOG_EVERY)
+        {
+            eprintln!("dlock: {}", self.describe(waited));
+            self.last_log = Some(Instant::now());
+        }
+    }
+
+    fn describe(&self, waited: Duration) -> String {
+        let mut s = format!("waiting for '{}' on {}", self.key, self.backend);
+        if let Some(h) = &self.info.holder {
+            let held = now_ms().saturating_sub(h.holder.acquired_at_ms);
+            s += &format!(
+                ", held by {}@{} pid {} ({}) for {}",
+                h.holder.user,
+                h.holder.host,
+                h.holder.pid,
+                h.holder.command,
+                short_duration(held)
+            );
+        }
+        match (self.info.position, self.info.waiters) {
+            (Some(p), Some(n)) => s += &format!(", position {p} of {n}"),
+            (Some(p), None) => s += &format!(", position {p}"),
+            _ => {}
+        }
+        s + &format!(", waited {}", short_duration(waited.as_millis() as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(short_duration(350), "350ms");
+        assert_eq!(short_duration(4_200), "4.2s");
+        assert_eq!(short_duration(303_000), "5m03s");
+        assert_eq!(short_duration(3_720_000), "1h02m");
+    }
+}

@@ -1,0 +1,121 @@
+//! What `exec` and `lock` share: building the request, waiting with signals, and turning
+//! "not obtained" into the `-E` exit code.
+
+use std::time::Instant;
+
+use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions};
+use crate::cli::{AcquireOpts, Global};
+use crate::config::check_ttl;
+use crate::error::{Error, Result};
+use crate::holder;
+use crate::output::WaitLine;
+use crate::supervisor::Signals;
+
+/// Environment variable holding the owner id of the innermost lease.
+pub const OWNER_ENV: &str = "DLOCK_OWNER";
+/// Environment variable listing every owner id of the enclosing leases (comma-separated),
+/// so that a nested `dlock exec` re-enters a key held by any ancestor, not only the nearest.
+pub const OWNERS_ENV: &str = "DLOCK_OWNERS";
+/// Most owner ids kept in [`OWNERS_ENV`]; deeper nesting than this is not sensible.
+const MAX_OWNERS: usize = 16;
+
+/// Builds the request for `key`, with a fresh owner id and the inherited ones for re-entry.
+pub fn request(
+    key: &str,
+    opts: &AcquireOpts,
+    command: &[String],
+    detached: bool,
+) -> Result<AcquireRequest> {
+    Ok(AcquireRequest {
+        key: key.to_string(),
+        owner: holder::new_owner_id(),
+        reenter: inherited_owners(),
+        ttl: check_ttl(opts.ttl)?,
+        holder: holder::current(command),
+        detached,
+        fair: !opts.no_fair,
+    })
+}
+
+/// The owner ids this process acts for, from `DLOCK_OWNER` and `DLOCK_OWNERS`.
+pub fn inherited_owners() -> Vec<String> {
+    let mut owners: Vec<String> = Vec::new();
+    let vars = [OWNER_ENV, OWNERS_ENV].map(|v| std::env::var(v).unwrap_or_default());
+    for id in vars.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if !id.is_empty() && !owners.iter().any(|o| o == id) {
+            owners.push(id.to_string());
+        }
+    }
+    owners
+}
+
+/// The value of `DLOCK_OWNERS` for a child of the holder of `owner`.
+pub fn owners_for_child(owner: &str) -> String {
+    let mut all = vec![owner.to_string()];
+    all.extend(inherited_owners().into_iter().filter(|o| o != owner));
+    all.truncate(MAX_OWNERS);
+    all.join(",")
+}
+
+/// When to stop waiting: now for `--no-wait`, after `--timeout`, or never.
+pub fn deadline(opts: &AcquireOpts) -> Option<Instant> {
+    if opts.no_wait {
+        Some(Instant::now())
+    } else {
+        opts.timeout.map(|t| Instant::now() + t)
+    }
+}
+
+/// Acquires while watching for signals: a signal cancels the wait and leaves nothing held.
+pub async fn acquire(
+    global: &Global,
+    backend: &dyn Backend,
+    req: &AcquireRequest,
+    opts: &AcquireOpts,
+    signals: &mut Signals,
+) -> Result<Acquired> {
+    let line = WaitLine::start(global, &req.key, &backend.describe());
+    let wait = WaitOptions {
+        progress: line.as_ref().map(WaitLine::progress),
+        ..WaitOptions::until(deadline(opts))
+    };
+    let attempt = backend.acquire(req, &wait);
+    tokio::pin!(attempt);
+    let signo = tokio::select! {
+        result = &mut attempt => {
+            drop(line);
+            return result;
+        }
+        sig = signals.recv() => sig,
+    };
+    drop(line);
+    wait.cancel.cancel();
+    if let Ok(won) = attempt.await {
+        // The grant raced the signal: give it back at once.
+        let _ = backend
+            .release(&req.key, &won.lease.owner, ReleaseMode::One)
+            .await;
+    }
+    Err(Error::Cancelled(
+        format!(
+            "waiting for '{}' on {} cancelled by {signo}",
+            req.key,
+            backend.describe()
+        ),
+        signo as i32,
+    ))
+}
+
+/// Turns "not obtained" into the `-E` exit code (printing the reason unless `-q`), and
+/// passes every other outcome through.
+pub fn conflict_code(global: &Global, opts: &AcquireOpts, err: Error) -> Result<u8> {
+    match err {
+        Error::NotObtained(msg) => {
+            if !global.quiet {
+                eprintln!("dlock: {msg}");
+            }
+            Ok(opts.conflict_exit_code)
+        }
+        other => Err(other),
+    }
+}

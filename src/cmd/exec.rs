@@ -1,0 +1,195 @@
+//! `dlock exec KEY -- CMD`: run CMD while holding KEY.
+//!
+//! The sequence: catch signals, connect, acquire (a signal cancels the wait), spawn CMD in
+//! its own process group, keep the lease alive in the background while forwarding signals,
+//! and when CMD ends release the lease and exit with CMD's code. If the lease cannot be
+//! kept, CMD's group is terminated before the lease can expire and we exit 79.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use nix::sys::signal::Signal;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, timeout_at};
+
+use super::acquire;
+use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
+use crate::cli::{ExecArgs, Global};
+use crate::error::{Error, Result};
+use crate::lease::Schedule;
+use crate::supervisor::{self, Signals, Supervised};
+
+/// What the keeper tells the supervisor when the lease is in danger.
+#[derive(Debug)]
+enum Doom {
+    /// Renewal kept failing: SIGTERM now, SIGKILL follows.
+    Term(String),
+    /// The lease is (about to be) gone: SIGKILL now.
+    Kill(String),
+}
+
+/// Runs the whole `exec` sequence and returns dlock's exit code.
+pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
+    let mut signals = Signals::catch()?;
+    let req = acquire::request(&args.key, &args.acquire, &args.command, false)?;
+    let backend = tokio::select! {
+        opened = super::open(global, Some(&args.key)) => opened?.1,
+        sig = signals.recv() => return Err(Error::Cancelled(format!("cancelled by {sig} while connecting"), sig as i32)),
+    };
+    let acquired =
+        match acquire::acquire(global, &*backend, &req, &args.acquire, &mut signals).await {
+            Ok(a) => a,
+            Err(e) => return acquire::conflict_code(global, &args.acquire, e),
+        };
+    let outcome = run_child(
+        global,
+        &backend,
+        &acquired.lease,
+        &args.command,
+        &mut signals,
+    )
+    .await;
+    let warn = !global.quiet && !matches!(outcome, Err(Error::LeaseLost(_)));
+    release(warn, &*backend, acquired).await;
+    outcome
+}
+
+/// Spawns CMD and supervises it until it ends; the lease is still held on return.
+async fn run_child(
+    global: &Global,
+    backend: &Arc<dyn Backend>,
+    lease: &Lease,
+    command: &[String],
+    signals: &mut Signals,
+) -> Result<u8> {
+    let env = child_env(global, lease);
+    let child = match supervisor::spawn(command, &env) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("dlock: {}", e.message);
+            return Ok(e.code);
+        }
+    };
+    let (tx, rx) = mpsc::channel(2);
+    let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
+    let result = supervise(child, signals, rx).await;
+    keeper.abort();
+    match result? {
+        (code, None) => Ok(code),
+        (_, Some(why)) => Err(Error::LeaseLost(format!(
+            "lost the lease on '{}' ({}): {why}; the command was terminated",
+            lease.key,
+            backend.describe()
+        ))),
+    }
+}
+
+/// The variables CMD gets: the contract's three, the ancestry for re-entry, and the
+/// backend so that nested `dlock` calls talk to the same store.
+fn child_env(global: &Global, lease: &Lease) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("DLOCK_KEY", lease.key.clone()),
+        ("DLOCK_FENCING_TOKEN", lease.fencing_token.to_string()),
+        (acquire::OWNER_ENV, lease.owner.clone()),
+        (acquire::OWNERS_ENV, acquire::owners_for_child(&lease.owner)),
+    ];
+    if !global.urls.is_empty() {
+        env.push(("DLOCK_URL", global.urls.join(",")));
+    }
+    env
+}
+
+/// Forwards signals and acts on lease trouble until the child ends. Returns the child's
+/// exit code and, if the lease was lost, why.
+async fn supervise(
+    mut sup: Supervised,
+    signals: &mut Signals,
+    mut doom: mpsc::Receiver<Doom>,
+) -> Result<(u8, Option<String>)> {
+    let mut lost = None;
+    loop {
+        tokio::select! {
+            status = sup.child.wait() => {
+                let status = status.map_err(|e| Error::Internal(format!("waiting for the command: {e}")))?;
+                if lost.is_some() {
+                    // Leave nothing of the group running on a lease we no longer hold.
+                    supervisor::signal_group(sup.pgid, Signal::SIGKILL);
+                }
+                return Ok((supervisor::exit_code(status), lost));
+            }
+            sig = signals.recv() => supervisor::signal_group(sup.pgid, sig),
+            Some(d) = doom.recv() => {
+                let (sig, why) = match d {
+                    Doom::Term(why) => (Signal::SIGTERM, why),
+                    Doom::Kill(why) => (Signal::SIGKILL, why),
+                };
+                supervisor::signal_group(sup.pgid, sig);
+                lost.get_or_insert(why);
+            }
+        }
+    }
+}
+
+/// Renews the lease every TTL/3. When renewal keeps failing, sends `Term` in time for the
+/// child to be dead (`Kill`) before the lease may expire; when the backend says the lease
+/// is gone, sends `Kill` at once.
+async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Doom>) {
+    let plan = Schedule::for_ttl(lease.ttl);
+    let mut last_ok = lease.sent_at;
+    let mut next = last_ok + plan.renew_every;
+    let mut last_error = String::new();
+    loop {
+        let term_at = plan.term_at(last_ok, lease.ttl);
+        if next >= term_at {
+            break;
+        }
+        sleep_until(next.into()).await;
+        let sent = Instant::now();
+        let limit = (sent + plan.request_timeout()).min(term_at);
+        match timeout_at(
+            limit.into(),
+            backend.renew(&lease.key, &lease.owner, lease.ttl),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                last_ok = sent;
+                next = sent + plan.renew_every;
+            }
+            Ok(Err(e)) if !e.is_transient() => {
+                let _ = tx.send(Doom::Kill(e.to_string())).await;
+                return;
+            }
+            Ok(Err(e)) => {
+                last_error = e.to_string();
+                next = Instant::now() + plan.retry_every;
+            }
+            Err(_) => {
+                last_error = "renewal timed out".into();
+                next = Instant::now() + plan.retry_every;
+            }
+        }
+    }
+    let why = format!("renewal kept failing ({last_error})");
+    sleep_until(plan.term_at(last_ok, lease.ttl).into()).await;
+    let _ = tx.send(Doom::Term(why.clone())).await;
+    sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
+    let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// Releases the lease (one level when we re-entered it, entirely otherwise). A failure
+/// only warns: the command already ran, and the lease will expire by itself.
+async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
+    let lease = &acquired.lease;
+    let mode = if lease.reentered {
+        ReleaseMode::One
+    } else {
+        ReleaseMode::All
+    };
+    if let Err(e) = backend.release(&lease.key, &lease.owner, mode).await {
+        if warn {
+            eprintln!("dlock: warning: could not release '{}': {e}", lease.key);
+        }
+    }
+    drop(acquired);
+}
