@@ -141,8 +141,9 @@ pub struct LockArgs {
     #[command(flatten)]
     pub acquire: AcquireOpts,
 
-    /// Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval`.
-    #[arg(long, conflicts_with = "json")]
+    /// Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval`
+    /// (--json wins when both are given).
+    #[arg(long)]
     pub export: bool,
 }
 

@@ -41,9 +41,10 @@ pub fn all_files() -> Vec<(String, Vec<u8>)> {
         .iter()
         .map(|&s| (format!("completions/{}", completion_file(s)), completion(s)))
         .collect();
-    let root = command();
+    let mut root = command();
+    root.build(); // propagates the global options into every subcommand's page
     files.push(("man/dlock.1".into(), render_man(root.clone())));
-    for sub in root.get_subcommands() {
+    for sub in root.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("dlock-{}", sub.get_name());
         let page = sub
             .clone()

@@ -1,0 +1,174 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'dlock'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'dlock' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Run CMD while holding KEY')
+            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'Acquire KEY and leave it held until `unlock` or the TTL ends')
+            [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'Release KEY')
+            [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'dlock;exec' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;lock' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order')
+            [CompletionResult]::new('--export', '--export', [CompletionResultType]::ParameterName, 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;unlock' {
+            [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'The owner id printed by `lock` (default: $DLOCK_OWNER)')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Release whoever holds it (says so on stderr)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;renew' {
+            [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'The owner id printed by `lock` (default: $DLOCK_OWNER)')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease length, from now')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;status' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;completions' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr (repeat for more)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'dlock;help' {
+            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Run CMD while holding KEY')
+            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'Acquire KEY and leave it held until `unlock` or the TTL ends')
+            [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'Release KEY')
+            [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'dlock;help;exec' {
+            break
+        }
+        'dlock;help;lock' {
+            break
+        }
+        'dlock;help;unlock' {
+            break
+        }
+        'dlock;help;renew' {
+            break
+        }
+        'dlock;help;status' {
+            break
+        }
+        'dlock;help;completions' {
+            break
+        }
+        'dlock;help;help' {
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}

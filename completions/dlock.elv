@@ -1,0 +1,154 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[dlock] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'dlock'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'dlock'= {
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand exec 'Run CMD while holding KEY'
+            cand lock 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+            cand unlock 'Release KEY'
+            cand renew 'Extend a held lease'
+            cand status 'Show who holds what (every held lock when no key is given)'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'dlock;exec'= {
+            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs'
+            cand -w 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand -E 'Exit code when the lock was not obtained (0-255)'
+            cand --conflict-exit-code 'Exit code when the lock was not obtained (0-255)'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -n 'Fail at once if the lock is held'
+            cand --no-wait 'Fail at once if the lock is held'
+            cand --nonblock 'Fail at once if the lock is held'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;lock'= {
+            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs'
+            cand -w 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand -E 'Exit code when the lock was not obtained (0-255)'
+            cand --conflict-exit-code 'Exit code when the lock was not obtained (0-255)'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -n 'Fail at once if the lock is held'
+            cand --no-wait 'Fail at once if the lock is held'
+            cand --nonblock 'Fail at once if the lock is held'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order'
+            cand --export 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;unlock'= {
+            cand --owner 'The owner id printed by `lock` (default: $DLOCK_OWNER)'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --force 'Release whoever holds it (says so on stderr)'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;renew'= {
+            cand --owner 'The owner id printed by `lock` (default: $DLOCK_OWNER)'
+            cand --ttl 'New lease length, from now'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;status'= {
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;completions'= {
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr (repeat for more)'
+            cand --verbose 'Say more on stderr (repeat for more)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'dlock;help'= {
+            cand exec 'Run CMD while holding KEY'
+            cand lock 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+            cand unlock 'Release KEY'
+            cand renew 'Extend a held lease'
+            cand status 'Show who holds what (every held lock when no key is given)'
+            cand completions 'Print a shell completion script'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'dlock;help;exec'= {
+        }
+        &'dlock;help;lock'= {
+        }
+        &'dlock;help;unlock'= {
+        }
+        &'dlock;help;renew'= {
+        }
+        &'dlock;help;status'= {
+        }
+        &'dlock;help;completions'= {
+        }
+        &'dlock;help;help'= {
+        }
+    ]
+    $completions[$command]
+}
