@@ -7,14 +7,13 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = match dlock::cli::Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print(); // --help, --version: stdout, exit 0
+            return ExitCode::from(dlock::exit::OK);
+        }
         Err(e) => {
-            // clap prints help/version on stdout (exit 0) and errors on stderr (exit 2).
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                dlock::exit::USAGE
-            } else {
-                dlock::exit::OK
-            });
+            eprintln!("dlock: {}", usage_line(&e));
+            return ExitCode::from(dlock::exit::USAGE);
         }
     };
     match dlock::cmd::run(cli) {
@@ -24,4 +23,17 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// clap's error as one line: its first paragraph without the `error: ` prefix, plus a hint.
+fn usage_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let paragraph: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let joined = paragraph.join(" ");
+    let message = joined.strip_prefix("error: ").unwrap_or(&joined);
+    format!("{message} (see dlock --help)")
 }

@@ -175,3 +175,86 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// Where a CLI test keeps its locks: a fresh local store directory or a fresh Redis server.
+pub enum Store {
+    Local(tempfile::TempDir),
+    Redis(RedisServer),
+}
+
+impl Store {
+    /// A local store in a new temporary directory.
+    pub fn local() -> Store {
+        Store::Local(tempfile::tempdir().expect("temp dir"))
+    }
+
+    /// A new redis-server.
+    pub fn redis() -> Store {
+        Store::Redis(RedisServer::start())
+    }
+
+    /// A `dlock` command pointed at this store (through the environment, as users do).
+    pub fn dlock(&self) -> Command {
+        let mut c = dlock();
+        match self {
+            Store::Local(dir) => c.env("DLOCK_DIR", dir.path()),
+            Store::Redis(server) => c.env("DLOCK_URL", server.url()),
+        };
+        c
+    }
+
+    /// The Redis server, for fault injection.
+    pub fn server(&mut self) -> &mut RedisServer {
+        match self {
+            Store::Redis(s) => s,
+            Store::Local(_) => panic!("not a Redis store"),
+        }
+    }
+}
+
+/// Waits up to `limit` for `child` to exit.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// True while a process with this pid exists (and is not a zombie we could reap).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Sends a signal (by name, e.g. "INT") to a process.
+pub fn send_signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+/// Reads a file that a child writes, once it exists and is non-empty.
+pub fn read_when_ready(path: &std::path::Path, limit: Duration) -> String {
+    let mut text = String::new();
+    let ready = wait_for(limit, || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    assert!(ready, "{} was not written within {limit:?}", path.display());
+    text.trim().to_string()
+}

@@ -1,0 +1,374 @@
+//! `dlock exec` end to end, through the real binary, on every backend: exclusion, exit
+//! codes, environment, signals, renewal, and bad input.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
+
+/// Runs each test body once per backend, as `local::name` and `redis::name`.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $( #[test] fn $name() { super::$name(super::Store::local()); } )*
+        }
+        mod redis {
+            $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
+        }
+    };
+}
+
+on_every_backend!(
+    runs_the_command_with_the_lease_in_its_environment,
+    passes_exit_codes_through,
+    missing_and_unexecutable_commands_release_the_lock,
+    no_wait_on_a_held_key_gives_the_conflict_code,
+    timeout_gives_up_in_time,
+    concurrent_execs_never_overlap_and_tokens_increase,
+    forwards_signals_to_the_command,
+    signal_while_waiting_cancels_cleanly,
+    sigkill_of_dlock_kills_the_command,
+    renewal_keeps_a_short_lease_alive,
+    nested_exec_reenters,
+    bad_input_is_one_line_and_exit_2,
+);
+
+fn sh(store: &Store, key: &str, script: &str) -> Command {
+    let mut c = store.dlock();
+    c.args(["exec", key, "--", "sh", "-c", script]);
+    c
+}
+
+/// Starts `dlock exec KEY -- sh -c 'echo $$ > ready; exec sleep 60'` and waits until the
+/// command runs; returns the dlock child and the command's pid.
+fn hold(
+    store: &Store,
+    key: &str,
+    dir: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, u32) {
+    let ready = dir.join(format!("ready-{key}"));
+    let mut c = store.dlock();
+    c.args(["exec", key]).args(extra).args(["--", "sh", "-c"]);
+    c.arg(format!("echo $$ > '{}'; exec sleep 60", ready.display()));
+    let child = c.stdin(Stdio::null()).spawn().unwrap();
+    let pid: u32 = read_when_ready(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+fn runs_the_command_with_the_lease_in_its_environment(store: Store) {
+    let out = sh(
+        &store,
+        "env-key",
+        "echo $DLOCK_KEY $DLOCK_FENCING_TOKEN $DLOCK_OWNER",
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{text}");
+    assert_eq!(fields[0], "env-key");
+    let first: u64 = fields[1].parse().unwrap();
+    assert_eq!(fields[2].len(), 16, "owner id: {}", fields[2]);
+    let again = sh(&store, "env-key", "echo $DLOCK_FENCING_TOKEN")
+        .output()
+        .unwrap();
+    let second: u64 = String::from_utf8(again.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        second > first,
+        "tokens must increase: {first} then {second}"
+    );
+}
+
+fn passes_exit_codes_through(store: Store) {
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 3", 3),
+        ("exit 255", 255),
+        ("kill -9 $$", 137),
+        ("kill -TERM $$", 143),
+    ] {
+        let status = sh(&store, "codes", script).status().unwrap();
+        assert_eq!(status.code(), Some(code), "{script}");
+    }
+}
+
+fn missing_and_unexecutable_commands_release_the_lock(store: Store) {
+    let out = store
+        .dlock()
+        .args(["exec", "missing", "--", "/no/such/cmd"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not found"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap(); // not executable
+    let status = store
+        .dlock()
+        .args(["exec", "missing", "--"])
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(126));
+    let status = store
+        .dlock()
+        .args(["exec", "missing", "-n", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "the lock must have been released");
+}
+
+fn no_wait_on_a_held_key_gives_the_conflict_code(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "busy", dir.path(), &[]);
+    let started = Instant::now();
+    let out = store
+        .dlock()
+        .args(["exec", "busy", "-n", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "--no-wait must not wait"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("busy"), "names the key: {err}");
+    let status = store
+        .dlock()
+        .args(["exec", "busy", "--nonblock", "-E", "9", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(9));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+fn timeout_gives_up_in_time(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "slow", dir.path(), &[]);
+    let started = Instant::now();
+    let status = store
+        .dlock()
+        .args(["exec", "slow", "-q", "--timeout", "400ms", "--", "true"])
+        .status()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(75));
+    assert!(
+        took >= Duration::from_millis(400),
+        "gave up early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "gave up late: {took:?}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
+
+fn concurrent_execs_never_overlap_and_tokens_increase(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo start $DLOCK_FENCING_TOKEN >> '{0}'; sleep 0.01; echo end $DLOCK_FENCING_TOKEN >> '{0}'",
+        log.display()
+    );
+    let procs = 8;
+    let rounds = 4;
+    let children: Vec<_> = (0..procs)
+        .map(|_| {
+            let loop_script = format!(
+                "for i in $(seq {rounds}); do {} exec contended -- sh -c \"{}\" || exit 1; done",
+                common::dlock_bin().display(),
+                script.replace('"', "\\\"").replace('$', "\\$")
+            );
+            let mut c = Command::new("sh");
+            c.args(["-c", &loop_script]);
+            for (k, v) in store.dlock().get_envs() {
+                match v {
+                    Some(v) => c.env(k, v),
+                    None => c.env_remove(k),
+                };
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), procs * rounds * 2);
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let (s, e) = (pair[0], pair[1]);
+        let token: u64 = s
+            .strip_prefix("start ")
+            .expect("a start line")
+            .parse()
+            .unwrap();
+        assert_eq!(e, format!("end {token}"), "overlap: {s} followed by {e}");
+        assert!(
+            token > last,
+            "tokens must increase in acquisition order: {last} then {token}"
+        );
+        last = token;
+    }
+}
+
+fn forwards_signals_to_the_command(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    for (sig, code) in [("USR1", 41), ("TERM", 42), ("INT", 43), ("HUP", 44)] {
+        let _ = std::fs::remove_file(&ready);
+        let script = format!(
+            "trap 'exit {code}' {sig}; echo $$ > '{}'; while :; do sleep 0.01; done",
+            ready.display()
+        );
+        let mut child = sh(&store, "signals", &script).spawn().unwrap();
+        read_when_ready(&ready, Duration::from_secs(10));
+        send_signal(child.id(), sig);
+        let status = wait_exit(&mut child, Duration::from_secs(5)).expect("dlock should exit");
+        assert_eq!(
+            status.code(),
+            Some(code),
+            "SIG{sig} forwarded and the code passed through"
+        );
+    }
+    let status = store
+        .dlock()
+        .args(["exec", "signals", "-n", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "released after the forwarded signal"
+    );
+}
+
+fn signal_while_waiting_cancels_cleanly(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "queue", dir.path(), &[]);
+    let marker = dir.path().join("ran");
+    let mut waiter = store
+        .dlock()
+        .args(["exec", "queue", "-q", "--", "touch"])
+        .arg(&marker)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200)); // let it start waiting; nothing to await
+    send_signal(waiter.id(), "INT");
+    let status = wait_exit(&mut waiter, Duration::from_secs(5)).expect("cancelled wait must end");
+    assert_eq!(status.code(), Some(130));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Nothing left held or queued: a no-wait acquisition succeeds at once, and the
+    // cancelled command never ran.
+    let status = store
+        .dlock()
+        .args(["exec", "queue", "-n", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!marker.exists());
+}
+
+fn sigkill_of_dlock_kills_the_command(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, pid) = hold(&store, "killed", dir.path(), &["--ttl", "1s"]);
+    assert!(alive(pid));
+    holder.kill().unwrap(); // SIGKILL
+    holder.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(2), || !alive(pid)),
+        "the command outlived dlock"
+    );
+    // The lease is left to expire (Redis) or freed at once (local): either way it comes back.
+    let status = store
+        .dlock()
+        .args(["exec", "killed", "-w", "5s", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+fn renewal_keeps_a_short_lease_alive(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "renewed", dir.path(), &["--ttl", "300ms"]);
+    // Well past several TTLs, the lease is still held.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(200));
+        let status = store
+            .dlock()
+            .args(["exec", "renewed", "-n", "-q", "--", "true"])
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(75), "the lease expired despite renewal");
+    }
+    assert!(holder.try_wait().unwrap().is_none(), "holder still running");
+    send_signal(holder.id(), "TERM");
+    let status = wait_exit(&mut holder, Duration::from_secs(5)).unwrap();
+    assert_eq!(status.code(), Some(143));
+}
+
+fn nested_exec_reenters(store: Store) {
+    let bin = common::dlock_bin();
+    let script = format!(
+        "outer=$DLOCK_FENCING_TOKEN; {} exec nest -n -- sh -c 'echo $DLOCK_FENCING_TOKEN' > inner.txt || exit 9; \
+         [ \"$(cat inner.txt)\" = \"$outer\" ] || exit 8; {} exec other -n -- true || exit 7",
+        bin.display(),
+        bin.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let status = sh(&store, "nest", &script)
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "nested exec re-enters with the same token"
+    );
+    let status = store
+        .dlock()
+        .args(["exec", "nest", "-n", "--", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "released after the outer exec ended"
+    );
+}
+
+fn bad_input_is_one_line_and_exit_2(store: Store) {
+    let cases: &[&[&str]] = &[
+        &["exec", "", "--", "true"],
+        &["exec", "k", "--ttl", "soon", "--", "true"],
+        &["exec", "k", "--ttl", "0", "--", "true"],
+        &["exec", "k", "--ttl", "1000y", "--", "true"],
+        &["exec", "k", "--timeout", "-1", "--", "true"],
+        &["exec", "k", "-E", "300", "--", "true"],
+        &["exec", "k"],
+        &["lock", "k", "--bogus"],
+    ];
+    for args in cases {
+        let out = store.dlock().args(*args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line, not {err}");
+        assert!(err.starts_with("dlock: "), "{args:?}: {err}");
+    }
+}

@@ -1,0 +1,183 @@
+//! `dlock exec` on Redis when things fail: lost leases, dead or paused servers, bad
+//! credentials. The command must be dead before the lease can expire, and every error is
+//! one line that names the server and never the password.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{alive, free_port, read_when_ready, wait_exit, RedisServer, Store};
+
+/// Holds `key` with `ttl` on `store`; returns dlock and the command's pid.
+fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
+    let ready = dir.join("ready");
+    let child = store
+        .dlock()
+        .args(["exec", key, "--ttl", ttl, "--", "sh", "-c"])
+        .arg(format!("echo $$ > '{}'; exec sleep 60", ready.display()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = read_when_ready(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+fn stderr_of(child: std::process::Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn paused_server_kills_the_command_before_the_lease_expires() {
+    let mut store = Store::redis();
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_millis(900);
+    let (mut dlock, pid) = hold(&store, "paused", "900ms", dir.path());
+    store.server().pause();
+    // The last renewal was sent before the pause, so the lease expires at most one TTL from now.
+    let paused_at = Instant::now();
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
+    let took = paused_at.elapsed();
+    store.server().resume();
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid), "the command must be dead");
+    assert!(
+        took < ttl,
+        "the command must die before the lease can expire: took {took:?} for a {ttl:?} lease"
+    );
+    let err = stderr_of(dlock);
+    assert!(
+        err.contains("paused") && err.contains("lost the lease"),
+        "{err}"
+    );
+}
+
+#[test]
+fn killed_server_kills_the_command() {
+    let mut store = Store::redis();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = hold(&store, "dead", "600ms", dir.path());
+    let killed_at = Instant::now();
+    store.server().kill();
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid));
+    assert!(killed_at.elapsed() < Duration::from_millis(600));
+}
+
+#[test]
+fn restarted_server_means_the_lease_is_lost() {
+    let mut store = Store::redis();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = hold(&store, "restarted", "600ms", dir.path());
+    store.server().restart(); // empty: the lease is gone, renewal says "not the owner"
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid));
+}
+
+#[test]
+fn unreachable_server_is_exit_69_in_one_line() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let started = Instant::now();
+    let out = common::dlock()
+        .args(["exec", "k", "-u", &url, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&url), "names the server: {err}");
+}
+
+#[test]
+fn wrong_password_is_exit_69_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right-secret"]);
+    let url = format!("redis://:wrong-secret@127.0.0.1:{}", server.port);
+    let out = common::dlock()
+        .args(["exec", "k", "--", "true"])
+        .env("DLOCK_URL", &url)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        !err.contains("wrong-secret") && !err.contains("right-secret"),
+        "leaks: {err}"
+    );
+    assert!(
+        err.contains(&server.port.to_string()),
+        "names the server: {err}"
+    );
+    // No password at all: refused the same way.
+    let out = common::dlock()
+        .args(["exec", "k", "-u", &server.url(), "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+}
+
+#[test]
+fn password_from_url_or_rediscli_auth_works_and_stays_out_of_argv() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}", server.port);
+    let out = common::dlock()
+        .args([
+            "exec",
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "cat /proc/$$/cmdline; echo; cat /proc/$PPID/cmdline",
+        ])
+        .env("DLOCK_URL", &url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret"));
+    let status = common::dlock()
+        .args(["exec", "k", "-u", &server.url(), "--", "true"])
+        .env("REDISCLI_AUTH", "s3cret")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn status_and_errors_never_show_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "hunter2"]);
+    let url = format!("redis://:hunter2@127.0.0.1:{}", server.port);
+    let lock = common::dlock()
+        .args(["lock", "shown", "--ttl", "1m"])
+        .env("DLOCK_URL", &url)
+        .output()
+        .unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["status", "shown"],
+        &["exec", "shown", "-n", "--", "true"],
+    ] {
+        let out = common::dlock()
+            .args(args)
+            .env("DLOCK_URL", &url)
+            .output()
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!all.contains("hunter2"), "{args:?} leaks: {all}");
+        assert!(
+            all.contains(&server.port.to_string()),
+            "{args:?} names the server: {all}"
+        );
+    }
+}
