@@ -100,6 +100,56 @@ pub fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// While alive, the child's process group owns the terminal (so an interactive command can
+/// read it, and Ctrl-C reaches it directly, as under a shell); dropping hands it back.
+pub struct Foreground {
+    ours: Pid,
+}
+
+impl Foreground {
+    /// Gives the terminal on stdin to `pgid` if dlock is in the foreground of one; otherwise
+    /// (cron, CI, pipes, background jobs) does nothing.
+    pub fn give(pgid: Pid) -> Option<Foreground> {
+        let stdin = std::io::stdin();
+        let ours = nix::unistd::getpgrp();
+        if nix::unistd::tcgetpgrp(&stdin).ok()? != ours {
+            return None;
+        }
+        with_sigttou_blocked(|| nix::unistd::tcsetpgrp(&stdin, pgid)).ok()?;
+        // The child may have touched the terminal before it was its own, and stopped.
+        signal_group(pgid, Signal::SIGCONT);
+        Some(Foreground { ours })
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = with_sigttou_blocked(|| nix::unistd::tcsetpgrp(std::io::stdin(), self.ours));
+    }
+}
+
+/// Runs `f` with SIGTTOU blocked: a background process group may then take the terminal.
+fn with_sigttou_blocked<T>(f: impl FnOnce() -> T) -> T {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(Signal::SIGTTOU);
+    let mut old = nix::sys::signal::SigSet::empty();
+    let blocked = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&set),
+        Some(&mut old),
+    )
+    .is_ok();
+    let out = f();
+    if blocked {
+        let _ = nix::sys::signal::pthread_sigmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&old),
+            None,
+        );
+    }
+    out
+}
+
 /// Sends `sig` to the whole process group; a group that is already gone is fine.
 pub fn signal_group(pgid: Pid, sig: Signal) {
     let _ = killpg(pgid, sig);

@@ -193,15 +193,7 @@ fn concurrent_execs_never_overlap_and_tokens_increase(store: Store) {
                 common::dlock_bin().display(),
                 script.replace('"', "\\\"").replace('$', "\\$")
             );
-            let mut c = Command::new("sh");
-            c.args(["-c", &loop_script]);
-            for (k, v) in store.dlock().get_envs() {
-                match v {
-                    Some(v) => c.env(k, v),
-                    None => c.env_remove(k),
-                };
-            }
-            c.spawn().unwrap()
+            store.shell(&loop_script).spawn().unwrap()
         })
         .collect();
     for mut child in children {

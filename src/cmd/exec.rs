@@ -107,6 +107,7 @@ async fn supervise(
     mut doom: mpsc::Receiver<Doom>,
 ) -> Result<(u8, Option<String>)> {
     let mut lost = None;
+    let _terminal = supervisor::Foreground::give(sup.pgid);
     loop {
         tokio::select! {
             status = sup.child.wait() => {

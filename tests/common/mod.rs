@@ -203,6 +203,20 @@ impl Store {
         c
     }
 
+    /// `sh -c SCRIPT` with the same environment as [`Store::dlock`], for scripts that call
+    /// dlock themselves (through [`dlock_bin`]).
+    pub fn shell(&self, script: &str) -> Command {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", script]);
+        for (k, v) in self.dlock().get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        sh
+    }
+
     /// The Redis server, for fault injection.
     pub fn server(&mut self) -> &mut RedisServer {
         match self {
