@@ -2058,17 +2058,22 @@ fn suite(o: Opts) -> i32 {
     });
     let stamped = out_dir.join(format!("results-{}.json", stamp.replace([':', '-'], "")));
     let text = serde_json::to_string_pretty(&results).unwrap_or_default() + "\n";
+    // An interrupted run is kept, but does not replace the latest complete one.
     let written = std::fs::create_dir_all(&out_dir)
         .and_then(|_| std::fs::write(&stamped, &text))
-        .and_then(|_| std::fs::write(&latest, &text));
+        .and_then(|_| match interrupted() {
+            true => Ok(()),
+            false => std::fs::write(&latest, &text),
+        });
     match written {
+        Ok(()) if interrupted() => println!("\nresults (interrupted): {}", stamped.display()),
         Ok(()) => println!(
             "\nresults: {} (and {}); {:.0} s",
             latest.display(),
             stamped.display(),
             started.elapsed().as_secs_f64()
         ),
-        Err(e) => eprintln!("suite: cannot write {}: {e}", latest.display()),
+        Err(e) => eprintln!("suite: cannot write {}: {e}", stamped.display()),
     }
     drop(ctx); // servers killed, temp dirs removed
     if interrupted() {
