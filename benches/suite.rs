@@ -647,10 +647,19 @@ impl Goal {
 
     fn text(self, unit: &str) -> String {
         match self {
-            Goal::AtMost(g) => format!("<= {g}{unit}"),
-            Goal::AtLeast(g) => format!(">= {g}{unit}"),
-            Goal::Below(g) => format!("< {g}{unit}"),
+            Goal::AtMost(g) => format!("<= {g}{}", spaced(unit)),
+            Goal::AtLeast(g) => format!(">= {g}{}", spaced(unit)),
+            Goal::Below(g) => format!("< {g}{}", spaced(unit)),
         }
+    }
+}
+
+/// `x` sticks to its number (1.3x); other units are spaced (2 ms).
+fn spaced(unit: &str) -> String {
+    if unit == "x" {
+        unit.to_string()
+    } else {
+        format!(" {unit}")
     }
 }
 
@@ -1388,6 +1397,9 @@ async fn throughput(backends: Vec<Arc<dyn Backend>>, tag: &str, secs: f64) -> Re
             while !stop.load(Ordering::Relaxed) && !interrupted() {
                 cycle(b.as_ref(), &holder, &key).await?;
                 count.fetch_add(1, Ordering::Relaxed);
+                // A backend whose calls complete without ever waiting would otherwise keep
+                // the workers busy, and the timers (the measurement's end) would never fire.
+                tokio::task::yield_now().await;
             }
             Ok(())
         });
@@ -1486,6 +1498,7 @@ fn section_throughput(ctx: &mut Ctx) {
             "one shared open()"
         };
         let what = format!("dlock lock+unlock ({label}, {sharing})");
+        eprintln!("   {what}, clients: {clients}");
         let r = match &store {
             Ok(store) => ctx.rt.block_on(with_timeout(limit, async {
                 let mut backends = Vec::with_capacity(clients);
@@ -1752,6 +1765,7 @@ async fn fill(b: Arc<dyn Backend>, n: usize, tasks: usize) -> Result<(), String>
                     .await
                     .map_err(|e| format!("acquire {key}: {e}"))?;
                 drop(acq);
+                tokio::task::yield_now().await;
             }
         });
     }
@@ -1904,7 +1918,7 @@ fn report_targets(targets: &[Target], previous: &BTreeMap<String, f64>) -> Value
                 table.row(vec![
                     t.name.clone(),
                     fmt_value(*v, t.unit),
-                    t.goal.text(if t.unit == "x" { "x" } else { t.unit }),
+                    t.goal.text(t.unit),
                     if pass { "PASS" } else { "FAIL" }.into(),
                     prev,
                 ]);
