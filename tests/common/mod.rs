@@ -65,6 +65,7 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(5));
         }
         let _ = child.kill();
+        let _ = child.wait();
         false
     }
 
