@@ -161,12 +161,12 @@ impl Server {
     }
 
     fn unavailable(&self, what: &str, e: &RedisError) -> Error {
-        Error::Unavailable(self.line(format!("{what} on {}: {e}", self.url)))
+        Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
     }
 
     fn timed_out(&self, what: &str, limit: Duration) -> Error {
         Error::Unavailable(self.line(format!(
-            "{what} on {}: timed out after {} (server not answering)",
+            "{}: {what}: timed out after {} (server not answering)",
             self.url,
             humantime::format_duration(limit)
         )))
@@ -497,17 +497,25 @@ impl RedisBackend {
         Ok(backend)
     }
 
-    /// Loads every script in one round trip, so that each later call is one `EVALSHA`.
-    /// Also the first real command: a missing or wrong password fails here.
+    /// Checks that the server answers us (a missing or wrong password fails here) and
+    /// loads every script, so that each later call is one `EVALSHA`. Both go out at once:
+    /// one round trip; the `PING` gives the clearer error.
     async fn load_scripts(&self) -> Result<()> {
         let mut pipe = redis::pipe();
         for source in &self.scripts.sources {
             pipe.cmd("SCRIPT").arg("LOAD").arg(source);
         }
-        let mut conn = self.conn().await?;
-        let _: Vec<String> = self
-            .call("cannot connect", pipe.query_async(&mut conn))
-            .await?;
+        let (mut ping_conn, mut load_conn) = (self.conn().await?, self.conn().await?);
+        let ping = redis::cmd("PING");
+        let (pong, loaded) = tokio::join!(
+            self.call("cannot connect", ping.query_async::<String>(&mut ping_conn)),
+            self.call(
+                "cannot connect",
+                pipe.query_async::<Vec<String>>(&mut load_conn)
+            ),
+        );
+        pong?;
+        loaded?;
         Ok(())
     }
 
