@@ -761,3 +761,55 @@ async fn reconnects_after_a_server_restart() {
     }
     assert_eq!(last.as_deref(), Some("o2"));
 }
+
+/// A self-signed certificate and key for 127.0.0.1 in `dir`, or `None` without openssl.
+fn self_signed(dir: &std::path::Path) -> Option<(String, String)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    made.success().then(|| {
+        let s = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
+        (s(cert), s(key))
+    })
+}
+
+#[tokio::test]
+async fn locks_work_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((cert, key)) = self_signed(dir.path()) else {
+        println!("skipped: openssl is not installed");
+        return;
+    };
+    let tls_port = common::free_port().to_string();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    // `#insecure`: the certificate is self-signed; the connection is still TLS.
+    let url = format!("rediss://127.0.0.1:{tls_port}/#insecure");
+    let b = RedisBackend::connect(&url).await.expect("TLS connect");
+    assert_eq!(take(&b, "secure", "o").await.lease.owner, "o");
+    assert_eq!(server.cli(&["HGET", "dlock:{secure}:lease", "owner"]), "o");
+    b.release("secure", "o", ReleaseMode::All).await.unwrap();
+}
