@@ -35,7 +35,14 @@
 //!   lock) prunes the dead and publishes to the live head only: no thundering herd.
 //! * Cancel, timeout, or an error leave the queue (a dropped future leaves it from a spawned
 //!   task); a waiter killed outright drops out when its liveness deadline passes.
-//! * Leases live by TTL only: `detached` makes no difference here.
+//! * renew only extends (`PEXPIRE max(PTTL, ttl)`): a nested holder with a shorter TTL
+//!   must not cut short the lease its parent's renewal schedule relies on.
+//! * release deletes at depth 0 (or at once with `All`/`Force`) and wakes the head.
+//! * status with no key: `SCAN MATCH` (never `KEYS`) finds leases and queues in one pass,
+//!   and the leases are read by `HMGET` + `PTTL` pipelines while the scan goes on.
+//! * Leases live by TTL only: `detached` makes no difference here. A connection that broke
+//!   is reopened on the next call; every request has a timeout. The key layout is ready for
+//!   Redis Cluster, but the client talks to one node.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
