@@ -28,9 +28,7 @@ pub async fn local_factory() -> (Arc<dyn Backend>, Guard) {
     (Arc::new(backend), Box::new(dir))
 }
 
-/// A single Redis server on a free port. Enable the `conformance_suite!(redis, …)` line
-/// below once the Redis backend is implemented.
-#[allow(dead_code)]
+/// A single Redis server on a free port.
 pub async fn redis_factory() -> (Arc<dyn Backend>, Guard) {
     let server = common::RedisServer::start();
     let backend = dlock::backend::redis::RedisBackend::connect(&server.url())
@@ -69,7 +67,7 @@ macro_rules! conformance_suite {
 }
 
 conformance_suite!(local, crate::local_factory);
-// conformance_suite!(redis, crate::redis_factory);
+conformance_suite!(redis, crate::redis_factory);
 
 pub mod suite {
     use super::*;
