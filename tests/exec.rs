@@ -264,8 +264,8 @@ fn signal_while_waiting_cancels_cleanly(store: Store) {
     send_signal(waiter.id(), "INT");
     let status = wait_exit(&mut waiter, Duration::from_secs(5)).expect("cancelled wait must end");
     assert_eq!(status.code(), Some(130));
-    holder.kill().unwrap();
-    holder.wait().unwrap();
+    send_signal(holder.id(), "TERM"); // forwarded: the holder ends and releases
+    wait_exit(&mut holder, Duration::from_secs(5)).expect("holder ends");
     // Nothing left held or queued: a no-wait acquisition succeeds at once, and the
     // cancelled command never ran.
     let status = store

@@ -1,44 +1,538 @@
-//! The embedded local store (stub; being written).
+//! The embedded local store: locks for the processes and users of one host, kept in a
+//! directory (default `/var/tmp/dlock`, or `DLOCK_DIR`, or `file://DIR`), with no daemon.
+//!
+//! # Files
+//!
+//! One file per key, `<name>.dlock`, where the name is the key with every byte outside
+//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see [`names`]). Each file holds
+//! (see [`record`]) two copies ("slots") of a small JSON record: the key, the fencing
+//! counter, its durable ceiling, the boot id, the ticket counter and the lease (owner, token,
+//! depth, expiry, holder host/pid/user/command); after them, the list of waiters shown by
+//! `status`. Files are created whole and atomically (temporary file, fsync, `link`, fsync of
+//! the directory) and never deleted: deleting one would restart that key's fencing counter.
+//! Stray `.*.tmp` files are left only by a crash during creation and can be removed.
+//!
+//! # Locks
+//!
+//! Every lock is an open-file-description byte-range lock on the key file ([`locks`]): owned
+//! by one `open()`, released by the kernel when it is closed, which includes the death of
+//! the process, even by SIGKILL. Descriptors are `O_CLOEXEC`, so children never hold them.
+//!
+//! * the *state mutex* (byte 0) is held for the few microseconds of each read-modify-write
+//!   of the record (shared for `status`);
+//! * a *waiting lock* per queued waiter (`WAIT_BASE + ticket`), held for the whole wait;
+//! * a *holding lock* per bound lease (`HOLD_BASE + ticket`), held by the `exec` process for
+//!   as long as it holds the key. It is returned to the caller inside `Acquired.guard`.
+//!
+//! # Leases
+//!
+//! A lease taken with `detached == false` (`exec`) is *bound*: it lives exactly as long as
+//! its holding lock, so it ends the moment the holder process dies, whatever its TTL. Its TTL
+//! is not enforced while the holder lives (it is alive and renews anyway; a *stopped* holder
+//! keeps the lock, as with flock(1)); `status` shows no TTL for it (`ttl_left_ms: None`),
+//! and renewing it only checks that it is still there. A record claiming a bound lease whose
+//! holding lock is free is stale: its holder died or dropped the guard, and the key is free.
+//!
+//! A detached lease (`dlock lock`) has no process: it ends by release or at its expiry,
+//! measured on CLOCK_BOOTTIME (immune to wall-clock steps; carried across a reboot by wall
+//! clock).
+//!
+//! # Waiting and hand-off: a FIFO of kernel locks
+//!
+//! A waiter takes a ticket (under the mutex) and holds its waiting lock while it waits. It
+//! sleeps in the kernel (`F_OFD_SETLKW`, on its own thread) on the lock of whoever is just
+//! ahead of it: the nearest waiter with a lower ticket (found by bisection with
+//! `F_OFD_GETLK`), or, at the head of the queue, the holding lock of the bound holder. When
+//! that lock is released (release, exit, crash), exactly that one waiter wakes, takes the
+//! mutex, and takes the key: hand-off costs one kernel wake-up, with no polling and no
+//! thundering herd. A waiter that gives up releases its waiting lock and its successor
+//! re-targets the next one ahead. New arrivals do not overtake queued waiters when
+//! `req.fair` (the default); with `fair == false` an arrival may take a free key at once.
+//!
+//! Only two cases have no lock to sleep on, and wake by other means: the head of the queue
+//! behind a *detached* lease waits for a write to the file (inotify; polling from 1 to 20 ms
+//! when inotify is unavailable) or the lease's expiry; and a waiter rechecks now and then
+//! (every 250 ms at the head, 1 s behind it) so that `unlock --force` of a bound lease, whose
+//! holder process still holds its lock until it notices, does not stall the queue.
+//!
+//! # Fencing tokens and crash safety
+//!
+//! Tokens must never repeat, even after a power loss, yet an fsync per acquisition would
+//! cost more than the rest of the acquisition together. So the record carries a *ceiling*:
+//! before the counter passes it, the ceiling is raised by [`store::CEILING_BLOCK`] and both
+//! slots are written and `fdatasync`ed, before the token is handed out. Every token ever
+//! handed out is therefore at most a ceiling that reached the disk. Other writes are not
+//! synced: they reach the page cache, which every process sees at once, and survive any
+//! crash of processes. Only a crash of the kernel (or power) can lose them, and that means
+//! a new boot, with a new boot id. A record whose boot id is not the current one, or whose
+//! other slot is damaged (a torn write), may be missing writes: its counter is moved up to
+//! its ceiling before use, so the next token is above anything handed out before the crash.
+//! Tokens may jump by up to a block after a crash; they never go back. (When the boot id
+//! cannot be read, every token is synced.)
+//!
+//! Writes alternate between the two slots, each with a sequence number and a checksum, so
+//! one torn write always leaves the previous record intact. A file shorter than both
+//! slots, or with both slots damaged, is refused with an internal error naming the file:
+//! starting its counter over would hand out tokens again. Not covered: deleting or
+//! restoring key files, a store on tmpfs (wiped at boot) or on NFS (the locks are local).
+//!
+//! # Sharing and trust
+//!
+//! When dlock creates the default directory it makes it mode 1777, like `/tmp`, and every
+//! key file is created mode 0666 whatever the umask, so that all users of the host can
+//! lock the same keys. (A directory given with `DLOCK_DIR` or `file://` is created with
+//! the usual permissions; make it 1777 yourself to share it.) The store is for cooperating
+//! users: anyone who can write a key file can forge or break its locks, exactly as anyone
+//! can with a flock(1) lock file in `/tmp`. Keep private locks in a private directory.
+
+mod locks;
+mod names;
+mod record;
+mod store;
+mod wait;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
+use self::locks::{hold_lock, wait_lock, Kind};
+use self::store::{Attempt, Ctx, KeyFile, Step, Target};
+use self::wait::{Abort, LockWait, Outcome, Watch};
 use super::{
-    AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,
+    AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo, ReleaseMode, Released, WaitInfo,
+    WaitOptions,
 };
+use crate::config::{check_key, DEFAULT_DIR};
 use crate::error::{Error, Result};
+
+/// How often the head of the queue rechecks a bound lease (see the module doc).
+const RECHECK_HEAD: Duration = Duration::from_millis(250);
+/// How often a waiter behind the head rechecks.
+const RECHECK: Duration = Duration::from_secs(1);
+/// Longest owner id we store.
+const MAX_OWNER: usize = 256;
 
 /// Locks kept in a directory on this host.
 pub struct LocalBackend {
-    dir: PathBuf,
+    ctx: Arc<Ctx>,
 }
 
 impl LocalBackend {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<LocalBackend> {
+        Self::open_with_boot_id(dir, store::read_boot_id())
+    }
+
+    /// Opens the store as if the kernel's boot id were `boot_id`: tests use it to simulate
+    /// a reboot. Not for production use.
+    #[doc(hidden)]
+    pub fn open_with_boot_id(dir: &Path, boot_id: String) -> Result<LocalBackend> {
+        ensure_dir(dir)?;
         Ok(LocalBackend {
-            dir: dir.to_path_buf(),
+            ctx: Arc::new(Ctx {
+                dir: dir.to_path_buf(),
+                boot_id,
+                describe: format!("file://{}", dir.display()),
+            }),
         })
+    }
+
+    /// The path of `key`'s file (which may not exist yet).
+    pub fn key_path(&self, key: &str) -> PathBuf {
+        self.ctx.dir.join(names::file_name(key))
+    }
+
+    fn key_file(&self, key: &str, create: bool) -> Result<Option<Arc<KeyFile>>> {
+        Ok(KeyFile::open(&self.ctx, key, create)?.map(Arc::new))
+    }
+
+    fn cancelled(&self, key: &str) -> Error {
+        Error::Cancelled(
+            format!("cancelled while waiting for {key} ({})", self.ctx.describe),
+            0,
+        )
+    }
+
+    fn not_obtained(
+        &self,
+        key: &str,
+        holder: Option<&LockInfo>,
+        waited: Option<Duration>,
+    ) -> Error {
+        let by = match holder {
+            Some(h) => format!(
+                "held by owner {} (host {}, pid {}, command `{}`)",
+                h.owner, h.holder.host, h.holder.pid, h.holder.command
+            ),
+            None => "being handed to a queued waiter".to_string(),
+        };
+        let backend = &self.ctx.describe;
+        Error::NotObtained(match waited {
+            Some(d) => format!(
+                "timed out after {} waiting for {key}: {by} ({backend})",
+                humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+            ),
+            None => format!("{key} is {by} ({backend})"),
+        })
+    }
+
+    /// Gives back a lease granted while the wait was being cancelled.
+    async fn undo(&self, acquired: Acquired) {
+        let lease = &acquired.lease;
+        let _ = self
+            .release(&lease.key, &lease.owner, ReleaseMode::One)
+            .await;
+        drop(acquired.guard);
+    }
+
+    /// Leaves the queue after giving up: the waiting lock goes at once (that alone takes
+    /// us out of the queue); the waiter list is tidied if the mutex is free right now, and
+    /// otherwise by the next writer (readers skip dead entries anyway). This uses a fresh
+    /// open, as `kf` may still have a thread waiting for the mutex.
+    fn leave(&self, kf: &KeyFile, ticket: Option<u64>) {
+        let Some(t) = ticket else { return };
+        let _ = locks::unlock(&kf.file, wait_lock(t));
+        let Ok(fresh) = KeyFile::open_path(&kf.path, kf.key.as_deref()) else {
+            return;
+        };
+        if let Ok(true) = locks::try_lock(&fresh.file, locks::MUTEX, Kind::Exclusive) {
+            if let Ok(mut s) = store::Session::load(&fresh, &self.ctx) {
+                s.leave_queue(t);
+            }
+            let _ = locks::unlock(&fresh.file, locks::MUTEX);
+        }
+    }
+}
+
+/// Creates the store directory if missing. The default directory is shared by all users of
+/// the host, so it gets mode 1777 (sticky, like /tmp).
+fn ensure_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let fail = |e: std::io::Error| {
+        Error::Unavailable(format!(
+            "cannot create lock directory {}: {e}",
+            dir.display()
+        ))
+    };
+    match std::fs::create_dir(dir) {
+        Ok(()) => {
+            if dir == Path::new(DEFAULT_DIR) {
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
+                    .map_err(fail)?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if dir.is_dir() {
+                Ok(())
+            } else {
+                Err(Error::Unavailable(format!(
+                    "lock directory {} is not a directory",
+                    dir.display()
+                )))
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            match parent {
+                Some(p) => std::fs::create_dir_all(p).map_err(fail)?,
+                None => return Err(fail(e)),
+            }
+            match std::fs::create_dir(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(fail(e)),
+                _ => ensure_dir(dir),
+            }
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// Checks what the CLI already checks, for library callers.
+fn check_request(req: &AcquireRequest) -> Result<()> {
+    check_key(&req.key)?;
+    if req.owner.is_empty() || req.owner.len() > MAX_OWNER {
+        return Err(Error::Usage(format!(
+            "the owner id must be 1 to {MAX_OWNER} bytes long"
+        )));
+    }
+    Ok(())
+}
+
+/// The guard of a bound lease: its holding lock. Dropping it ends the lease (for waiters,
+/// at once) if it was not released before. The lock is dropped explicitly, not by closing
+/// the file: an old waker thread may still have the same open file.
+struct HoldGuard {
+    kf: Arc<KeyFile>,
+    ticket: u64,
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        let _ = locks::unlock(&self.kf.file, hold_lock(self.ticket));
+    }
+}
+
+/// What an acquisition in progress keeps between attempts.
+#[derive(Default)]
+struct Waiting {
+    ticket: Option<u64>,
+    lock_wait: Option<LockWait>,
+    watch: Option<Watch>,
+    holder: Option<LockInfo>,
+    reported: Option<Reported>,
+}
+
+/// What the progress listener was last told: holder (owner, token), position, waiters.
+type Reported = (Option<(String, u64)>, Option<u64>, Option<u64>);
+
+/// Why the waiting loop goes around again, or stops.
+enum Wake {
+    Again,
+    Abort(Abort),
+}
+
+impl Waiting {
+    /// Tells the progress listener, when what we know changed.
+    fn report(&mut self, wait: &WaitOptions, info: &WaitInfo) {
+        let now = (
+            info.holder
+                .as_ref()
+                .map(|h| (h.owner.clone(), h.fencing_token)),
+            info.position,
+            info.waiters,
+        );
+        if self.reported.as_ref() != Some(&now) {
+            wait.report(info);
+            self.reported = Some(now);
+        }
+    }
+
+    /// Sleeps until `target` says the situation may have changed, or the wait ends.
+    async fn sleep(
+        &mut self,
+        kf: &Arc<KeyFile>,
+        target: Target,
+        wait: &WaitOptions,
+    ) -> Result<Wake> {
+        if wait.cancel.is_cancelled() {
+            return Ok(Wake::Abort(Abort::Cancelled));
+        }
+        if wait.expired() {
+            return Ok(Wake::Abort(Abort::Deadline));
+        }
+        match target {
+            Target::Again => Ok(Wake::Again),
+            Target::Lock { at, head } => {
+                if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
+                    self.lock_wait = Some(LockWait::start(kf, at)?);
+                }
+                let lw = self.lock_wait.as_mut().expect("started");
+                let recheck = if head { RECHECK_HEAD } else { RECHECK };
+                let released = tokio::select! {
+                    why = wait::aborted(wait, Duration::ZERO) => return Ok(Wake::Abort(why)),
+                    r = lw.released() => Some(r),
+                    _ = tokio::time::sleep(recheck) => None,
+                };
+                if let Some(r) = released {
+                    self.lock_wait = None;
+                    r.map_err(|e| store::io_err("cannot wait for a lock on", &kf.path, e))?;
+                }
+                Ok(Wake::Again)
+            }
+            Target::Expiry(left) => {
+                let Some(watch) = self.watch.as_mut() else {
+                    // Watch first, then look again: no change can slip in between.
+                    self.watch = Some(Watch::new(&kf.path));
+                    return Ok(Wake::Again);
+                };
+                let nap = left.min(RECHECK) + Duration::from_millis(1);
+                tokio::select! {
+                    why = wait::aborted(wait, Duration::ZERO) => return Ok(Wake::Abort(why)),
+                    _ = watch.changed() => {}
+                    _ = tokio::time::sleep(nap) => {}
+                }
+                Ok(Wake::Again)
+            }
+        }
     }
 }
 
 #[async_trait]
 impl Backend for LocalBackend {
     fn describe(&self) -> String {
-        format!("file://{}", self.dir.display())
+        self.ctx.describe.clone()
     }
-    async fn acquire(&self, _req: &AcquireRequest, _wait: &WaitOptions) -> Result<Acquired> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
+        check_request(req)?;
+        let sent_at = Instant::now();
+        let nowait = wait.deadline.is_some_and(|d| d <= sent_at);
+        let kf = self
+            .key_file(&req.key, true)?
+            .expect("created when missing");
+        let req = Arc::new(req.clone());
+        let mut w = Waiting::default();
+        loop {
+            let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
+            let out = wait::locked(&self.ctx, &kf, Kind::Exclusive, Some(wait), move |s| {
+                s.attempt(&Attempt {
+                    req: &r,
+                    me,
+                    nowait,
+                    sent_at,
+                    want_position: want,
+                })
+            })
+            .await;
+            let step = match out {
+                Ok(Outcome::Done(step)) => step,
+                Ok(Outcome::Abandoned(why)) => {
+                    self.leave(&kf, w.ticket);
+                    return Err(match why {
+                        Abort::Cancelled => self.cancelled(&req.key),
+                        Abort::Deadline => {
+                            self.not_obtained(&req.key, w.holder.as_ref(), Some(sent_at.elapsed()))
+                        }
+                    });
+                }
+                Err(e) => {
+                    self.leave(&kf, w.ticket);
+                    return Err(e);
+                }
+            };
+            match step {
+                Step::Granted { lease, hold } => {
+                    let guard = hold.map(|ticket| {
+                        Box::new(HoldGuard {
+                            kf: kf.clone(),
+                            ticket,
+                        }) as Box<dyn std::any::Any + Send + Sync>
+                    });
+                    let acquired = Acquired { lease, guard };
+                    if wait.cancel.is_cancelled() {
+                        self.undo(acquired).await;
+                        return Err(self.cancelled(&req.key));
+                    }
+                    return Ok(acquired);
+                }
+                Step::Busy { holder } => {
+                    return Err(self.not_obtained(&req.key, holder.as_ref(), None));
+                }
+                Step::Queued {
+                    ticket,
+                    target,
+                    info,
+                } => {
+                    w.ticket = Some(ticket);
+                    w.report(wait, &info);
+                    w.holder = info.holder;
+                    let wake = match w.sleep(&kf, target, wait).await {
+                        Ok(wake) => wake,
+                        Err(e) => {
+                            self.leave(&kf, w.ticket);
+                            return Err(e);
+                        }
+                    };
+                    if let Wake::Abort(why) = wake {
+                        self.leave(&kf, w.ticket);
+                        return Err(match why {
+                            Abort::Cancelled => self.cancelled(&req.key),
+                            Abort::Deadline => self.not_obtained(
+                                &req.key,
+                                w.holder.as_ref(),
+                                Some(sent_at.elapsed()),
+                            ),
+                        });
+                    }
+                }
+            }
+        }
     }
-    async fn renew(&self, _key: &str, _owner: &str, _ttl: Duration) -> Result<Lease> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        check_key(key)?;
+        let sent_at = Instant::now();
+        let Some(kf) = self.key_file(key, false)? else {
+            return Err(Error::NotOwner(format!(
+                "cannot renew {key} as owner {owner}: it is not held ({})",
+                self.ctx.describe
+            )));
+        };
+        let owner = owner.to_string();
+        wait::locked_now(&self.ctx, &kf, Kind::Exclusive, move |s| {
+            s.renew(&owner, ttl, sent_at)
+        })
+        .await
     }
-    async fn release(&self, _key: &str, _owner: &str, _mode: ReleaseMode) -> Result<Released> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        check_key(key)?;
+        let Some(kf) = self.key_file(key, false)? else {
+            return match mode {
+                ReleaseMode::Force => Ok(Released {
+                    previous_owner: None,
+                    still_held: false,
+                }),
+                _ => Err(Error::NotOwner(format!(
+                    "cannot release {key} as owner {owner}: it is not held ({})",
+                    self.ctx.describe
+                ))),
+            };
+        };
+        let owner = owner.to_string();
+        wait::locked_now(&self.ctx, &kf, Kind::Exclusive, move |s| {
+            s.release(&owner, mode)
+        })
+        .await
     }
-    async fn status(&self, _keys: &[String]) -> Result<Vec<KeyStatus>> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        if keys.is_empty() {
+            return self.status_all().await;
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            check_key(key)?;
+            let st = match self.key_file(key, false)? {
+                Some(kf) => wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?,
+                None => KeyStatus {
+                    key: key.clone(),
+                    lock: None,
+                    waiters: Some(Vec::new()),
+                },
+            };
+            out.push(st);
+        }
+        Ok(out)
+    }
+}
+
+impl LocalBackend {
+    /// Every held key in the directory, sorted by key.
+    async fn status_all(&self) -> Result<Vec<KeyStatus>> {
+        let dir = &self.ctx.dir;
+        let entries = std::fs::read_dir(dir).map_err(|e| {
+            Error::Unavailable(format!("cannot list lock directory {}: {e}", dir.display()))
+        })?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !name.to_str().is_some_and(names::is_key_file) {
+                continue;
+            }
+            let kf = match KeyFile::open_path(&entry.path(), None) {
+                Ok(kf) => Arc::new(kf),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(store::io_err("cannot open lock file", &entry.path(), e)),
+            };
+            let st = wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?;
+            if st.lock.is_some() {
+                out.push(st);
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }

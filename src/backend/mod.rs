@@ -150,6 +150,8 @@ pub struct Released {
 /// One held lock as seen by `status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LockInfo {
+    /// Not serialized: the JSON line that carries a `LockInfo` names the key itself.
+    #[serde(skip_serializing)]
     pub key: String,
     pub owner: String,
     pub fencing_token: u64,

@@ -1,43 +1,1072 @@
-//! The Redis backend (stub; being written).
+//! The Redis backend: one server, atomic Lua scripts, pub/sub wake-ups, FIFO waiters.
+//!
+//! # Key layout
+//!
+//! For lock key `K`; the hash tag `{K}` puts every key of one lock in one Redis Cluster slot,
+//! so each script touches a single slot.
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `dlock:{K}:lease` | HASH | owner, token, depth, host, pid, user, command, acquired_ms, ttl_ms; `PEXPIRE` = TTL |
+//! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
+//! | `dlock:{K}:queue` | ZSET | waiter id → arrival ticket (last ticket + 1): the FIFO line |
+//! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
+//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`] as JSON, for `status` |
+//!
+//! The three queue keys get a TTL of twice the liveness window on every refresh, so they
+//! vanish on their own when every waiter has died. Channels (not keys):
+//! `dlock:{K}:wake:<waiter id>` wakes one fair waiter; `dlock:{K}:released` wakes unfair ones.
+//!
+//! # Algorithm
+//!
+//! * acquire, renew, release and leave are each one Lua script (`EVALSHA`, falling back to
+//!   `EVAL` on `NOSCRIPT`; all are loaded at connect, so each is one round trip). Scripts
+//!   read the server's `TIME`, so all clients share one clock.
+//! * acquire: if one of the caller's `reenter` owners holds the lease, the depth goes up.
+//!   Otherwise dead waiters are pruned (liveness deadline passed), and the lease is granted
+//!   when it is free and, if fair, the queue is empty or the caller is its head. If not, a
+//!   fair caller joins the queue (or refreshes its liveness there) and learns its position.
+//!   A `--no-wait` attempt never joins, and still cannot overtake a live queue.
+//! * Waiting: after the first refusal the waiter subscribes on a separate pub/sub connection
+//!   (its own wake channel when fair, the released channel when not) and tries again at
+//!   once, so no release can slip between the refusal and the subscription. Then it sleeps
+//!   until a message, or until the lease or a stale head may have expired, or at most one
+//!   heartbeat; every retry refreshes its liveness. A release (and a waiter leaving a free
+//!   lock) prunes the dead and publishes to the live head only: no thundering herd.
+//! * Cancel, timeout, or an error leave the queue (a dropped future leaves it from a spawned
+//!   task); a waiter killed outright drops out when its liveness deadline passes.
+//! * renew only extends (`PEXPIRE max(PTTL, ttl)`): a nested holder with a shorter TTL
+//!   must not cut short the lease its parent's renewal schedule relies on.
+//! * release deletes at depth 0 (or at once with `All`/`Force`) and wakes the head.
+//! * status with no key: `SCAN MATCH` (never `KEYS`) finds leases and queues in one pass,
+//!   and the leases are read by `HMGET` + `PTTL` pipelines while the scan goes on.
+//! * Leases live by TTL only: `detached` makes no difference here. A connection that broke
+//!   is reopened on the next call; every request has a timeout. The key layout is ready for
+//!   Redis Cluster, but the client talks to one node.
 
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionInfo, FromRedisValue, IntoConnectionInfo, RedisError,
+    Script, Value,
+};
+use tokio_util::sync::CancellationToken;
 
 use super::{
-    AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,
+    AcquireRequest, Acquired, Backend, Holder, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
+    WaitInfo, WaitOptions, WaiterInfo,
 };
+use crate::config::redact_url;
 use crate::error::{Error, Result};
+
+/// Read for a password when the URL has none, as `redis-cli` does.
+pub const AUTH_ENV: &str = "REDISCLI_AUTH";
+
+const COMMON_LUA: &str = include_str!("redis/common.lua");
+const ACQUIRE_LUA: &str = include_str!("redis/acquire.lua");
+const RENEW_LUA: &str = include_str!("redis/renew.lua");
+const RELEASE_LUA: &str = include_str!("redis/release.lua");
+const LEAVE_LUA: &str = include_str!("redis/leave.lua");
+
+/// The lease hash fields read back, in this order (see [`lock_info`]).
+const LEASE_FIELDS: [&str; 8] = [
+    "owner",
+    "token",
+    "depth",
+    "host",
+    "pid",
+    "user",
+    "command",
+    "acquired_ms",
+];
+
+/// One SCAN finds both `dlock:{K}:lease` and `dlock:{K}:queue`, and no other key of ours,
+/// so listing walks the keyspace once.
+const SCAN_PATTERN: &str = "dlock:*:[lq][eu][ae][su]e";
+/// Keys asked per SCAN call: large, so 100,000 locks take few round trips.
+const SCAN_COUNT: u64 = 10_000;
+/// Locks read per status pipeline.
+const STATUS_CHUNK: usize = 2000;
+
+/// Timing knobs. The defaults suit production; tests shrink them.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Longest wait to connect (TCP, TLS, authentication).
+    pub connect_timeout: Duration,
+    /// Longest wait for any one request: a paused server must not hang us.
+    pub op_timeout: Duration,
+    /// A waiter looks again (and refreshes its place in the queue) at least this often.
+    pub heartbeat: Duration,
+    /// A waiter that has not refreshed its place for this long is dropped from the queue.
+    pub liveness: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(1),
+            liveness: Duration::from_secs(4),
+        }
+    }
+}
+
+/// Parses a `redis://` or `rediss://` URL; when it carries no password, `env_password`
+/// (the value of [`AUTH_ENV`]) is used. Pure, so it is testable without touching the
+/// process environment.
+pub fn connection_info(url: &str, env_password: Option<String>) -> Result<ConnectionInfo> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
+    let has_password = info
+        .redis_settings()
+        .password()
+        .is_some_and(|p| !p.is_empty());
+    match env_password.filter(|p| !p.is_empty()) {
+        Some(password) if !has_password => {
+            let settings = info.redis_settings().clone().set_password(password);
+            Ok(info.set_redis_settings(settings))
+        }
+        _ => Ok(info),
+    }
+}
+
+/// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Fails only when another part of the program installed one first: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The server as named in messages, and how long we wait for it.
+#[derive(Clone)]
+struct Server {
+    /// The redacted URL.
+    url: String,
+    /// The password, scrubbed from any message as a last line of defence.
+    secret: Option<String>,
+    tuning: Tuning,
+}
+
+impl Server {
+    /// One line naming what failed and the server, never the password.
+    fn line(&self, msg: String) -> String {
+        let mut msg = msg.replace(['\r', '\n'], " ");
+        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
+            msg = msg.replace(secret, "***");
+        }
+        msg
+    }
+
+    fn unavailable(&self, what: &str, e: &RedisError) -> Error {
+        Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
+    }
+
+    fn timed_out(&self, what: &str, limit: Duration) -> Error {
+        Error::Unavailable(self.line(format!(
+            "{}: {what}: timed out after {} (server not answering)",
+            self.url,
+            humantime::format_duration(limit)
+        )))
+    }
+
+    /// Runs one request within `limit`, mapping every failure to `Unavailable`.
+    async fn within<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.unavailable(what, &e)),
+            Err(_) => Err(self.timed_out(what, limit)),
+        }
+    }
+
+    /// Opens a multiplexed connection.
+    async fn open(&self, client: &Client) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.tuning.connect_timeout))
+            .set_response_timeout(None); // we time every request ourselves
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        self.within(self.tuning.connect_timeout, "cannot connect", connecting)
+            .await
+    }
+}
+
+/// The scripts, and their sources for loading them all in one round trip at connect.
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+    leave: Script,
+    sources: Vec<String>,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        let sources: Vec<String> = [ACQUIRE_LUA, RENEW_LUA, RELEASE_LUA, LEAVE_LUA]
+            .iter()
+            .map(|body| format!("{COMMON_LUA}\n{body}"))
+            .collect();
+        Scripts {
+            acquire: Script::new(&sources[0]),
+            renew: Script::new(&sources[1]),
+            release: Script::new(&sources[2]),
+            leave: Script::new(&sources[3]),
+            sources,
+        }
+    }
+}
+
+/// The Redis names of one lock's keys and channels.
+#[derive(Debug, Clone)]
+struct Keys {
+    lease: String,
+    fence: String,
+    queue: String,
+    alive: String,
+    info: String,
+    wake_prefix: String,
+    released: String,
+}
+
+impl Keys {
+    fn new(key: &str) -> Keys {
+        let base = format!("dlock:{{{key}}}");
+        Keys {
+            lease: lease_key(key),
+            fence: format!("{base}:fence"),
+            queue: format!("{base}:queue"),
+            alive: format!("{base}:alive"),
+            info: format!("{base}:info"),
+            wake_prefix: format!("{base}:wake:"),
+            released: format!("{base}:released"),
+        }
+    }
+}
+
+/// The lock key `K` of a Redis key `dlock:{K}<suffix>`, e.g. suffix `:lease`.
+fn lock_name<'a>(redis_key: &'a str, suffix: &str) -> Option<&'a str> {
+    redis_key
+        .strip_prefix("dlock:{")?
+        .strip_suffix(suffix)?
+        .strip_suffix('}')
+}
+
+/// The lease key of lock `key` (see [`Keys`]; cheaper when listing many locks).
+fn lease_key(key: &str) -> String {
+    format!("dlock:{{{key}}}:lease")
+}
+
+/// Milliseconds for a script argument; at least 1, as Redis rejects a zero expiry.
+fn millis(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+/// A script or pipeline reply, read front to back.
+struct Reply<'a> {
+    items: std::vec::IntoIter<Value>,
+    url: &'a str,
+}
+
+impl<'a> Reply<'a> {
+    fn new(reply: Value, url: &'a str) -> Result<Reply<'a>> {
+        match reply {
+            Value::Array(items) => Ok(Reply {
+                items: items.into_iter(),
+                url,
+            }),
+            other => Err(Error::Internal(format!(
+                "unexpected reply from {url}: {other:?}"
+            ))),
+        }
+    }
+
+    fn next<T: FromRedisValue>(&mut self) -> Result<T> {
+        let value = self.items.next().unwrap_or(Value::Nil);
+        redis::from_redis_value(value)
+            .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.url)))
+    }
+
+    /// The lease fields that follow (see [`LEASE_FIELDS`]).
+    fn lease_fields(&mut self) -> Result<Vec<Option<String>>> {
+        (0..LEASE_FIELDS.len()).map(|_| self.next()).collect()
+    }
+}
+
+/// A lock's state from its lease fields (in [`LEASE_FIELDS`] order) and PTTL; `None` when
+/// free.
+fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockInfo> {
+    let [owner, token, depth, host, pid, user, command, acquired]: [Option<String>; 8] =
+        fields.try_into().ok()?;
+    let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    Some(LockInfo {
+        key: key.to_string(),
+        owner: owner?,
+        fencing_token: num(token),
+        depth: num(depth) as u32,
+        holder: Holder {
+            host: host.unwrap_or_default(),
+            pid: num(pid) as u32,
+            user: user.unwrap_or_default(),
+            command: command.unwrap_or_default(),
+            acquired_at_ms: num(acquired),
+        },
+        ttl_left_ms: u64::try_from(pttl).ok(),
+    })
+}
+
+/// `OWNER (host pid N: command)`, for messages.
+fn describe_holder(lock: &LockInfo) -> String {
+    let h = &lock.holder;
+    let command = if h.command.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", h.command)
+    };
+    format!("{} ({} pid {}{command})", lock.owner, h.host, h.pid)
+}
+
+/// What one acquire attempt found when it was refused.
+#[derive(Debug)]
+struct Busy {
+    /// `None` when the lock is free but reserved for the head of the queue.
+    holder: Option<LockInfo>,
+    /// 1-based place in the queue; 0 when not queued.
+    position: u64,
+    waiters: u64,
+    /// When the lease (or a stale head's liveness) may expire, if it can.
+    retry: Option<Duration>,
+}
+
+impl Busy {
+    fn info(&self) -> WaitInfo {
+        WaitInfo {
+            holder: self.holder.clone(),
+            position: (self.position > 0).then_some(self.position),
+            waiters: Some(self.waiters),
+        }
+    }
+
+    /// What a progress report is about; a report is sent only when this changes.
+    fn gist(&self) -> (Option<(String, u64)>, u64, u64) {
+        let holder = self
+            .holder
+            .as_ref()
+            .map(|h| (h.owner.clone(), h.fencing_token));
+        (holder, self.position, self.waiters)
+    }
+
+    fn describe(&self) -> String {
+        match &self.holder {
+            Some(lock) => format!("held by {}", describe_holder(lock)),
+            None => format!(
+                "free but promised to the first of {} queued waiter(s)",
+                self.waiters
+            ),
+        }
+    }
+}
+
+enum Attempt {
+    Granted(Lease),
+    Busy(Busy),
+}
+
+/// Why a waiter stopped sleeping.
+enum Wake {
+    Message,
+    Timeout,
+    Closed,
+    Cancelled,
+}
+
+/// The pub/sub connection a waiter sleeps on.
+struct Wakeups {
+    pubsub: PubSub,
+}
+
+impl Wakeups {
+    async fn wait(&mut self, pause: Duration, cancel: &CancellationToken) -> Wake {
+        let mut messages = self.pubsub.on_message();
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Wake::Cancelled,
+            m = messages.next() => if m.is_some() { Wake::Message } else { Wake::Closed },
+            _ = tokio::time::sleep(pause) => Wake::Timeout,
+        }
+    }
+}
+
+/// One waiting acquisition: its id in the queue, and the duty to leave the queue.
+/// Dropped while queued (the acquire future was dropped), it leaves from a spawned task.
+struct Waiter {
+    id: String,
+    keys: Keys,
+    /// The holder JSON stored for `status`.
+    json: String,
+    /// True when we may be in the queue.
+    queued: bool,
+    conn: MultiplexedConnection,
+    scripts: Arc<Scripts>,
+    limit: Duration,
+}
+
+impl Waiter {
+    /// Leaves the queue, best effort: if this fails, liveness expiry removes us.
+    async fn leave(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            let request = leave_queue(self.conn.clone(), &self.scripts, &self.keys, &self.id);
+            let _ = tokio::time::timeout(self.limit, request).await;
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if !self.queued {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (conn, scripts, keys) = (self.conn.clone(), self.scripts.clone(), self.keys.clone());
+        let (id, limit) = (std::mem::take(&mut self.id), self.limit);
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(limit, leave_queue(conn, &scripts, &keys, &id)).await;
+        });
+    }
+}
+
+/// Runs the leave script for waiter `id`.
+async fn leave_queue(
+    mut conn: MultiplexedConnection,
+    scripts: &Scripts,
+    keys: &Keys,
+    id: &str,
+) -> redis::RedisResult<i64> {
+    let mut invocation = scripts.leave.prepare_invoke();
+    invocation
+        .key(&keys.queue)
+        .key(&keys.alive)
+        .key(&keys.info)
+        .key(&keys.lease)
+        .arg(id)
+        .arg(&keys.wake_prefix);
+    invocation.invoke_async(&mut conn).await
+}
 
 /// Locks kept in one Redis server.
 pub struct RedisBackend {
-    url: String,
+    client: Client,
+    /// The shared multiplexed connection; `None` after it broke, reopened on next use.
+    conn: Mutex<Option<MultiplexedConnection>>,
+    server: Server,
+    scripts: Arc<Scripts>,
 }
 
 impl RedisBackend {
-    /// Connects to the server at `url`.
+    /// Connects to the server at `url` with the default [`Tuning`].
     pub async fn connect(url: &str) -> Result<RedisBackend> {
-        Ok(RedisBackend {
-            url: crate::config::redact_url(url),
+        Self::connect_with(url, Tuning::default()).await
+    }
+
+    /// Connects to the server at `url`, failing fast (`Unavailable`) when it cannot be
+    /// reached or refuses our credentials.
+    pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
+        install_crypto_provider();
+        let info = connection_info(url, std::env::var(AUTH_ENV).ok())?;
+        let server = Server {
+            url: redact_url(url),
+            secret: info.redis_settings().password().map(String::from),
+            tuning,
+        };
+        let client = Client::open(info).map_err(|e| server.unavailable("cannot connect", &e))?;
+        let conn = server.open(&client).await?;
+        let backend = RedisBackend {
+            client,
+            conn: Mutex::new(Some(conn)),
+            server,
+            scripts: Arc::new(Scripts::new()),
+        };
+        backend.load_scripts().await?;
+        Ok(backend)
+    }
+
+    /// Checks that the server answers us (a missing or wrong password fails here) and
+    /// loads every script, so that each later call is one `EVALSHA`. Both go out at once:
+    /// one round trip; the `PING` gives the clearer error.
+    async fn load_scripts(&self) -> Result<()> {
+        let mut pipe = redis::pipe();
+        for source in &self.scripts.sources {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+        }
+        let (mut ping_conn, mut load_conn) = (self.conn().await?, self.conn().await?);
+        let ping = redis::cmd("PING");
+        let (pong, loaded) = tokio::join!(
+            self.call("cannot connect", ping.query_async::<String>(&mut ping_conn)),
+            self.call(
+                "cannot connect",
+                pipe.query_async::<Vec<String>>(&mut load_conn)
+            ),
+        );
+        pong?;
+        loaded?;
+        Ok(())
+    }
+
+    /// The shared connection, reopened if it broke.
+    async fn conn(&self) -> Result<MultiplexedConnection> {
+        if let Some(conn) = self.lock_conn().clone() {
+            return Ok(conn);
+        }
+        let conn = self.server.open(&self.client).await?;
+        *self.lock_conn() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs one request with the operation timeout; a broken connection is dropped so that
+    /// the next request reconnects (e.g. after a server restart).
+    async fn call<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let limit = self.server.tuning.op_timeout;
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_unrecoverable_error() || e.is_connection_dropped() {
+                    *self.lock_conn() = None;
+                }
+                Err(self.server.unavailable(what, &e))
+            }
+            Err(_) => Err(self.server.timed_out(what, limit)),
+        }
+    }
+
+    /// Runs a script with `keys` and `args` and returns its raw reply.
+    async fn eval(
+        &self,
+        what: &str,
+        script: &Script,
+        keys: &[&str],
+        args: &[String],
+    ) -> Result<Value> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut conn = self.conn().await?;
+        self.call(what, invocation.invoke_async(&mut conn)).await
+    }
+
+    fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
+        Waiter {
+            id: format!("{:016x}", rand::random::<u64>()),
+            keys: Keys::new(&req.key),
+            json: serde_json::to_string(&req.holder).unwrap_or_default(),
+            queued: false,
+            conn,
+            scripts: self.scripts.clone(),
+            limit: self.server.tuning.op_timeout,
+        }
+    }
+
+    /// One acquire attempt: one round trip.
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        waiter: &Waiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        let k = &waiter.keys;
+        let h = &req.holder;
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        let mut args = vec![
+            req.owner.clone(),
+            millis(req.ttl).to_string(),
+            waiter.id.clone(),
+            flag(req.fair),
+            flag(enqueue),
+            millis(self.server.tuning.liveness).to_string(),
+            k.wake_prefix.clone(),
+            waiter.json.clone(),
+            h.host.clone(),
+            h.pid.to_string(),
+            h.user.clone(),
+            h.command.clone(),
+        ];
+        args.extend(req.reenter.iter().cloned());
+        let keys = [&*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info];
+        let what = format!("cannot acquire lock '{}'", req.key);
+        let sent_at = Instant::now();
+        let reply = self
+            .eval(&what, &self.scripts.acquire, &keys, &args)
+            .await?;
+        self.parse_attempt(req, sent_at, reply)
+    }
+
+    fn parse_attempt(
+        &self,
+        req: &AcquireRequest,
+        sent_at: Instant,
+        reply: Value,
+    ) -> Result<Attempt> {
+        let mut r = Reply::new(reply, &self.server.url)?;
+        if r.next::<i64>()? == 1 {
+            let owner: String = r.next()?;
+            let fencing_token: u64 = r.next()?;
+            let _depth: u64 = r.next()?;
+            let reentered = r.next::<i64>()? == 1;
+            let now_ms: u64 = r.next()?;
+            let pttl: u64 = r.next()?;
+            return Ok(Attempt::Granted(Lease {
+                key: req.key.clone(),
+                owner,
+                fencing_token,
+                ttl: req.ttl,
+                reentered,
+                sent_at,
+                expires_at_ms: now_ms + pttl,
+            }));
+        }
+        let position: u64 = r.next()?;
+        let waiters: u64 = r.next()?;
+        let retry: i64 = r.next()?;
+        let pttl: i64 = r.next()?;
+        let holder = lock_info(&req.key, r.lease_fields()?, pttl);
+        Ok(Attempt::Busy(Busy {
+            holder,
+            position,
+            waiters,
+            retry: u64::try_from(retry).ok().map(Duration::from_millis),
+        }))
+    }
+
+    /// Tries, then waits for wake-ups and tries again, until granted, out of time, or
+    /// cancelled. The caller leaves the queue on the way out.
+    async fn acquire_loop(
+        &self,
+        req: &AcquireRequest,
+        wait: &WaitOptions,
+        waiter: &mut Waiter,
+    ) -> Result<Acquired> {
+        let started = Instant::now();
+        let no_wait = wait.expired();
+        let mut wakeups: Option<Wakeups> = None;
+        let mut last_gist = None;
+        loop {
+            let enqueue = req.fair && !wait.expired();
+            waiter.queued |= enqueue;
+            waiter.conn = self.conn().await?; // the current one, should it have been reopened
+            let busy = match self.attempt(req, waiter, enqueue).await? {
+                Attempt::Granted(lease) => return self.granted(req, wait, waiter, lease).await,
+                Attempt::Busy(busy) => busy,
+            };
+            if last_gist.as_ref() != Some(&busy.gist()) {
+                last_gist = Some(busy.gist());
+                wait.report(&busy.info());
+            }
+            if wait.expired() {
+                let waited = (!no_wait).then(|| started.elapsed());
+                return Err(self.not_obtained(req, &busy, waited));
+            }
+            if wait.cancel.is_cancelled() {
+                return Err(self.cancelled(req));
+            }
+            let Some(sub) = wakeups.as_mut() else {
+                // Subscribe, then look again at once: a release that came before the
+                // subscription was complete cannot be missed.
+                wakeups = Some(self.subscribe(req, waiter).await?);
+                continue;
+            };
+            match sub.wait(self.pause(&busy, wait), &wait.cancel).await {
+                Wake::Cancelled => return Err(self.cancelled(req)),
+                Wake::Closed => wakeups = None,
+                Wake::Message | Wake::Timeout => {}
+            }
+        }
+    }
+
+    /// A grant; undone at once if a cancel came while it was in flight.
+    async fn granted(
+        &self,
+        req: &AcquireRequest,
+        wait: &WaitOptions,
+        waiter: &mut Waiter,
+        lease: Lease,
+    ) -> Result<Acquired> {
+        waiter.queued = false; // the script took us off the queue
+        if wait.cancel.is_cancelled() {
+            let _ = self.release(&req.key, &lease.owner, ReleaseMode::One).await;
+            return Err(self.cancelled(req));
+        }
+        Ok(Acquired { lease, guard: None })
+    }
+
+    /// Opens the pub/sub connection and subscribes to this waiter's wake-up channel.
+    async fn subscribe(&self, req: &AcquireRequest, waiter: &Waiter) -> Result<Wakeups> {
+        let channel = if req.fair {
+            format!("{}{}", waiter.keys.wake_prefix, waiter.id)
+        } else {
+            waiter.keys.released.clone()
+        };
+        let what = format!("cannot wait for lock '{}'", req.key);
+        let tuning = &self.server.tuning;
+        let connecting = self.client.get_async_pubsub();
+        let mut pubsub = self
+            .server
+            .within(tuning.connect_timeout, &what, connecting)
+            .await?;
+        self.server
+            .within(tuning.op_timeout, &what, pubsub.subscribe(&channel))
+            .await?;
+        Ok(Wakeups { pubsub })
+    }
+
+    /// How long to sleep when no message comes: until the lease (or a stale head) may have
+    /// expired, at most one heartbeat, and never past the deadline.
+    fn pause(&self, busy: &Busy, wait: &WaitOptions) -> Duration {
+        let heartbeat = self.server.tuning.heartbeat;
+        let mut pause = busy.retry.map_or(heartbeat, |r| r.min(heartbeat));
+        if let Some(deadline) = wait.deadline {
+            pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        pause
+    }
+
+    fn not_obtained(&self, req: &AcquireRequest, busy: &Busy, waited: Option<Duration>) -> Error {
+        let msg = format!(
+            "lock '{}' is {} on {}",
+            req.key,
+            busy.describe(),
+            self.server.url
+        );
+        Error::NotObtained(match waited {
+            None => msg,
+            Some(d) => {
+                let d = Duration::from_millis(d.as_millis() as u64);
+                format!("gave up after {}: {msg}", humantime::format_duration(d))
+            }
         })
+    }
+
+    fn cancelled(&self, req: &AcquireRequest) -> Error {
+        Error::Cancelled(
+            format!(
+                "cancelled while waiting for lock '{}' on {}",
+                req.key, self.server.url
+            ),
+            0,
+        )
+    }
+
+    /// `NotOwner` for `renew`/`release` by `owner`: the lease is gone, or someone else has it.
+    fn not_owner(&self, verb: &str, key: &str, owner: &str, gone: bool) -> Error {
+        let why = if gone {
+            "the lease is gone (expired or released)".to_string()
+        } else {
+            format!("it is held by another owner, not {owner}")
+        };
+        Error::NotOwner(format!(
+            "cannot {verb} lock '{key}' on {}: {why}",
+            self.server.url
+        ))
+    }
+
+    /// The lease of each key (`None` when free), read in pipelines.
+    async fn read_leases(&self, keys: &[String]) -> Result<Vec<Option<LockInfo>>> {
+        let mut locks = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(STATUS_CHUNK) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                let lease = lease_key(key);
+                pipe.cmd("HMGET").arg(&lease).arg(&LEASE_FIELDS[..]);
+                pipe.cmd("PTTL").arg(&lease);
+            }
+            let mut conn = self.conn().await?;
+            let reply: Value = self
+                .call("cannot read lock status", pipe.query_async(&mut conn))
+                .await?;
+            let mut r = Reply::new(reply, &self.server.url)?;
+            for key in chunk {
+                let fields: Vec<Option<String>> = r.next()?;
+                locks.push(lock_info(key, fields, r.next()?));
+            }
+        }
+        Ok(locks)
+    }
+
+    /// The live waiters of each key, in queue order, in one pipeline.
+    async fn read_waiters(&self, keys: &[String]) -> Result<Vec<Vec<WaiterInfo>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for key in keys {
+            let k = Keys::new(key);
+            pipe.cmd("ZRANGE").arg(&k.queue).arg(0).arg(-1);
+            pipe.cmd("ZRANGE")
+                .arg(&k.alive)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+            pipe.cmd("HGETALL").arg(&k.info);
+        }
+        let mut conn = self.conn().await?;
+        let reply: Value = self
+            .call("cannot read lock status", pipe.query_async(&mut conn))
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        let (secs, micros): (u64, u64) = r.next()?;
+        let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let mut all = Vec::with_capacity(keys.len());
+        for _ in keys {
+            let order: Vec<String> = r.next()?;
+            let alive: HashMap<String, f64> = r.next()?;
+            let mut info: HashMap<String, String> = r.next()?;
+            let live = |id: &String| alive.get(id).is_some_and(|deadline| *deadline > now_ms);
+            let waiters = order.into_iter().filter(live).map(|id| {
+                let holder = info
+                    .remove(&id)
+                    .and_then(|json| serde_json::from_str(&json).ok())
+                    .unwrap_or_default();
+                WaiterInfo { id, holder }
+            });
+            all.push(waiters.collect());
+        }
+        Ok(all)
+    }
+
+    /// One SCAN step: the next cursor, the locks with a lease, the locks with a queue.
+    async fn scan_step(&self, cursor: u64) -> Result<(u64, Vec<String>, Vec<String>)> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
+        scan.arg("COUNT").arg(SCAN_COUNT);
+        let mut conn = self.conn().await?;
+        let (next, batch): (u64, Vec<Vec<u8>>) = self
+            .call("cannot list locks", scan.query_async(&mut conn))
+            .await?;
+        let (mut held, mut queued) = (Vec::new(), Vec::new());
+        for name in batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok()) {
+            if let Some(key) = lock_name(name, ":lease") {
+                held.push(key.to_string());
+            } else if let Some(key) = lock_name(name, ":queue") {
+                queued.push(key.to_string());
+            }
+        }
+        Ok((next, held, queued))
+    }
+
+    /// Every held lock, and the names of locks with a queue, by one SCAN of the keyspace.
+    /// Scanning and reading the leases run side by side: while the server answers one, we
+    /// read the replies of the other.
+    async fn scan_locks(&self) -> Result<(Vec<LockInfo>, HashSet<String>)> {
+        let (found, mut batches) = tokio::sync::mpsc::channel::<Vec<String>>(2);
+        let scanning = async move {
+            let (mut cursor, mut queued) = (0, HashSet::new());
+            loop {
+                let (next, held, with_queue) = self.scan_step(cursor).await?;
+                queued.extend(with_queue);
+                if found.send(held).await.is_err() || next == 0 {
+                    return Ok::<_, Error>(queued);
+                }
+                cursor = next;
+            }
+        };
+        let reading = async {
+            let mut locks = Vec::new();
+            while let Some(keys) = batches.recv().await {
+                locks.extend(self.read_leases(&keys).await?.into_iter().flatten());
+            }
+            Ok(locks)
+        };
+        let (queued, locks) = tokio::try_join!(scanning, reading)?;
+        Ok((locks, queued))
+    }
+
+    /// `status` with no key: every held lock, sorted by key; waiters only where a queue is.
+    async fn list_held(&self) -> Result<Vec<KeyStatus>> {
+        let (mut held, queued) = self.scan_locks().await?;
+        held.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        held.dedup_by(|a, b| a.key == b.key); // SCAN may return a key twice
+        let with_queue: Vec<String> = held
+            .iter()
+            .map(|lock| &lock.key)
+            .filter(|key| queued.contains(*key))
+            .cloned()
+            .collect();
+        let waiters = self.read_waiters(&with_queue).await?;
+        let mut waiters: HashMap<String, Vec<WaiterInfo>> =
+            with_queue.into_iter().zip(waiters).collect();
+        let statuses = held.into_iter().map(|lock| KeyStatus {
+            key: lock.key.clone(),
+            waiters: Some(waiters.remove(&lock.key).unwrap_or_default()),
+            lock: Some(lock),
+        });
+        Ok(statuses.collect())
     }
 }
 
 #[async_trait]
 impl Backend for RedisBackend {
     fn describe(&self) -> String {
-        self.url.clone()
+        self.server.url.clone()
     }
-    async fn acquire(&self, _req: &AcquireRequest, _wait: &WaitOptions) -> Result<Acquired> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
+        if wait.cancel.is_cancelled() {
+            return Err(self.cancelled(req));
+        }
+        let mut waiter = self.waiter(req, self.conn().await?);
+        let result = self.acquire_loop(req, wait, &mut waiter).await;
+        if matches!(result, Err(Error::NotObtained(_) | Error::Cancelled(..))) {
+            waiter.leave().await;
+        }
+        // On `Unavailable` the server may not answer: the waiter's drop leaves in the
+        // background instead of making the caller wait for another timeout.
+        result
     }
-    async fn renew(&self, _key: &str, _owner: &str, _ttl: Duration) -> Result<Lease> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        let lease = Keys::new(key).lease;
+        let args = [owner.to_string(), millis(ttl).to_string()];
+        let what = format!("cannot renew lock '{key}'");
+        let sent_at = Instant::now();
+        let reply = self
+            .eval(&what, &self.scripts.renew, &[&lease], &args)
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        match r.next::<i64>()? {
+            1 => {
+                let fencing_token: u64 = r.next()?;
+                let now_ms: u64 = r.next()?;
+                let pttl: u64 = r.next()?;
+                Ok(Lease {
+                    key: key.to_string(),
+                    owner: owner.to_string(),
+                    fencing_token,
+                    ttl,
+                    reentered: false,
+                    sent_at,
+                    expires_at_ms: now_ms + pttl,
+                })
+            }
+            code => Err(self.not_owner("renew", key, owner, code == 0)),
+        }
     }
-    async fn release(&self, _key: &str, _owner: &str, _mode: ReleaseMode) -> Result<Released> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        let k = Keys::new(key);
+        let mode_arg = match mode {
+            ReleaseMode::One => "one",
+            ReleaseMode::All => "all",
+            ReleaseMode::Force => "force",
+        };
+        let args = [
+            owner.to_string(),
+            mode_arg.to_string(),
+            k.wake_prefix.clone(),
+            k.released.clone(),
+        ];
+        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info];
+        let what = format!("cannot release lock '{key}'");
+        let reply = self
+            .eval(&what, &self.scripts.release, &keys, &args)
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        match r.next::<i64>()? {
+            1 => Ok(Released {
+                previous_owner: Some(r.next()?),
+                still_held: r.next::<i64>()? == 1,
+            }),
+            0 => Ok(Released {
+                previous_owner: None,
+                still_held: false,
+            }),
+            code => Err(self.not_owner("release", key, owner, code == -1)),
+        }
     }
-    async fn status(&self, _keys: &[String]) -> Result<Vec<KeyStatus>> {
-        Err(Error::Internal("not yet".into()))
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        if keys.is_empty() {
+            return self.list_held().await;
+        }
+        let locks = self.read_leases(keys).await?;
+        let waiters = self.read_waiters(keys).await?;
+        let statuses = keys.iter().zip(locks).zip(waiters);
+        Ok(statuses
+            .map(|((key, lock), waiters)| KeyStatus {
+                key: key.clone(),
+                lock,
+                waiters: Some(waiters),
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_a_hash_tag() {
+        let k = Keys::new("deploy/prod");
+        for name in [&k.lease, &k.fence, &k.queue, &k.alive, &k.info] {
+            assert!(name.starts_with("dlock:{deploy/prod}:"), "{name}");
+        }
+    }
+
+    #[test]
+    fn lock_names_are_read_back() {
+        let k = Keys::new("a}:b{c");
+        assert_eq!(lock_name(&k.lease, ":lease"), Some("a}:b{c"));
+        assert_eq!(lock_name(&k.queue, ":queue"), Some("a}:b{c"));
+        assert_eq!(lock_name(&k.fence, ":lease"), None);
+    }
+
+    #[test]
+    fn lock_info_reads_fields() {
+        let f = |s: &str| Some(s.to_string());
+        let fields = vec![
+            f("o1"),
+            f("7"),
+            f("2"),
+            f("h"),
+            f("42"),
+            f("u"),
+            f("sleep 1"),
+            f("1000"),
+        ];
+        let info = lock_info("k", fields, 500).unwrap();
+        assert_eq!(info.owner, "o1");
+        assert_eq!(info.fencing_token, 7);
+        assert_eq!(info.depth, 2);
+        assert_eq!(info.holder.pid, 42);
+        assert_eq!(info.ttl_left_ms, Some(500));
+        assert_eq!(describe_holder(&info), "o1 (h pid 42: sleep 1)");
+        assert!(lock_info("k", vec![None; 8], -2).is_none());
     }
 }

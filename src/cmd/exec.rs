@@ -49,8 +49,10 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         &mut signals,
     )
     .await;
-    let warn = !global.quiet && !matches!(outcome, Err(Error::LeaseLost(_)));
-    release(warn, &*backend, acquired).await;
+    // A lost lease is not ours to release (and its server may be the one not answering).
+    if !matches!(outcome, Err(Error::LeaseLost(_))) {
+        release(!global.quiet, &*backend, acquired).await;
+    }
     outcome
 }
 

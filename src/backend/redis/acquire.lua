@@ -1,0 +1,88 @@
+-- Acquire, re-enter, or join the queue, in one round trip.
+-- KEYS: lease, fence, queue, alive, info
+-- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1), liveness_ms, wake_prefix,
+--       waiter_json, host, pid, user, command, reenter owners...
+-- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
+-- {0, position, waiters, retry_ms, pttl, owner, token, depth, host, pid, user, command,
+--  acquired_ms} (holder fields nil when the lock is free but reserved for the queue head).
+local lease, fence, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
+local wake_prefix, waiter_json = ARGV[7], ARGV[8]
+local FIRST_REENTER = 13
+local now = now_ms()
+local current = redis.call('HGET', lease, 'owner')
+
+-- Re-entry: one of the caller's owners holds it. The queue does not apply.
+if current then
+  for i = FIRST_REENTER, #ARGV do
+    if ARGV[i] == current then
+      local depth = redis.call('HINCRBY', lease, 'depth', 1)
+      local pttl = redis.call('PTTL', lease)
+      if pttl < ttl then
+        redis.call('PEXPIRE', lease, ttl)
+        pttl = ttl
+      end
+      leave_queue(queue, alive, info, waiter)
+      return {1, current, redis.call('HGET', lease, 'token'), depth, 1, now, pttl}
+    end
+  end
+end
+
+local head, dropped = prune(queue, alive, info, now)
+
+-- A fresh grant: the lock is free and, when fair, nobody live is ahead of the caller.
+if not current and (not fair or not head or head == waiter) then
+  local token = redis.call('INCR', fence)
+  redis.call('HSET', lease, 'owner', owner, 'token', token, 'depth', 1,
+    'host', ARGV[9], 'pid', ARGV[10], 'user', ARGV[11], 'command', ARGV[12],
+    'acquired_ms', now, 'ttl_ms', ttl)
+  redis.call('PEXPIRE', lease, ttl)
+  leave_queue(queue, alive, info, waiter)
+  return {1, owner, token, 1, 0, now, ttl}
+end
+
+-- Free but reserved for a head that took over from dropped waiters: it may be asleep.
+if not current and dropped > 0 then
+  wake(wake_prefix, head)
+end
+
+-- Not granted: join the line (or refresh our liveness in it).
+local position = 0
+if fair and enqueue then
+  if not redis.call('ZSCORE', queue, waiter) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    local ticket = 1
+    if last[2] then
+      ticket = tonumber(last[2]) + 1
+    end
+    redis.call('ZADD', queue, ticket, waiter)
+    redis.call('HSET', info, waiter, waiter_json)
+  end
+  redis.call('ZADD', alive, now + liveness, waiter)
+  -- The queue keys outlive their last waiter by a little, then vanish on their own.
+  for _, k in ipairs({queue, alive, info}) do
+    if redis.call('PTTL', k) < 2 * liveness then
+      redis.call('PEXPIRE', k, 2 * liveness)
+    end
+  end
+end
+local rank = redis.call('ZRANK', queue, waiter)
+if rank then
+  position = rank + 1
+end
+
+-- When to look again if no wake-up message comes: when the lease or the head may expire.
+local pttl, retry = -2, -1
+if current then
+  pttl = redis.call('PTTL', lease)
+  if pttl >= 0 then
+    retry = pttl + 1
+  end
+elseif head then
+  retry = tonumber(redis.call('ZSCORE', alive, head)) - now + 1
+end
+
+local fields = redis.call('HMGET', lease, 'owner', 'token', 'depth', 'host', 'pid', 'user',
+  'command', 'acquired_ms')
+return {0, position, redis.call('ZCARD', queue), retry, pttl, unpack(fields)}

@@ -1,0 +1,53 @@
+-- Helpers shared by every dlock script (prepended to each one).
+--
+-- A lock K owns these keys, all with the hash tag {K} so that they share one cluster slot:
+--   lease  HASH  owner, token, depth, host, pid, user, command, acquired_ms, ttl_ms (PEXPIRE ttl)
+--   fence  STRING  fencing counter (INCR), never deleted nor expired
+--   queue  ZSET  waiter id -> arrival ticket (FIFO order)
+--   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)
+--   info   HASH  waiter id -> holder JSON, for `status`
+
+-- Server time in milliseconds: one clock for every client. Scripts may read TIME because
+-- Redis (5+, and only this way in 7) replicates their effects, not the scripts.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Removes one waiter from the queue; returns 1 when it was queued.
+local function leave_queue(queue, alive, info, waiter)
+  local n = redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', alive, waiter)
+  redis.call('HDEL', info, waiter)
+  return n
+end
+
+-- Drops waiters that stopped refreshing their liveness (killed, partitioned), plus any queue
+-- entry without a liveness record, so a dead waiter never blocks the line.
+-- Returns the live head (or nil) and how many waiters were dropped.
+local function prune(queue, alive, info, now)
+  local dropped = 0
+  while true do
+    local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now, 'LIMIT', 0, 500)
+    if #dead == 0 then break end
+    redis.call('ZREM', queue, unpack(dead))
+    redis.call('ZREM', alive, unpack(dead))
+    redis.call('HDEL', info, unpack(dead))
+    dropped = dropped + #dead
+  end
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head or redis.call('ZSCORE', alive, head) then
+      return head, dropped
+    end
+    leave_queue(queue, alive, info, head)
+    dropped = dropped + 1
+  end
+end
+
+-- Tells the head waiter, and only it, that the lock may be free (no thundering herd).
+local function wake(wake_prefix, head)
+  if head then
+    redis.call('PUBLISH', wake_prefix .. head, 'free')
+  end
+end

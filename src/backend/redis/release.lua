@@ -1,0 +1,27 @@
+-- Release (one level, all levels, or by force), in one round trip. A deletion wakes the
+-- head waiter (fair waiters) and publishes on the released channel (unfair waiters).
+-- KEYS: lease, queue, alive, info
+-- ARGV: owner, mode (one/all/force), wake_prefix, released_channel
+-- Returns {1, previous_owner, still_held}, {0} when free (force), {-1} when the lease is
+-- gone, {-2} when another owner holds it.
+local lease, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, mode, wake_prefix, released = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local current = redis.call('HMGET', lease, 'owner', 'depth')
+if not current[1] then
+  if mode == 'force' then
+    return {0}
+  end
+  return {-1}
+end
+if mode ~= 'force' and current[1] ~= owner then
+  return {-2}
+end
+if mode == 'one' and tonumber(current[2]) > 1 then
+  redis.call('HINCRBY', lease, 'depth', -1)
+  return {1, current[1], 1}
+end
+redis.call('DEL', lease)
+local head = prune(queue, alive, info, now_ms())
+wake(wake_prefix, head)
+redis.call('PUBLISH', released, 'free')
+return {1, current[1], 0}

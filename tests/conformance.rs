@@ -1,0 +1,501 @@
+//! The conformance suite: behavioural tests written once, run against every backend.
+//!
+//! Each test is a generic async function in [`suite`] that takes a *factory*: an async fn
+//! returning a fresh backend and a guard that keeps whatever it needs alive (a temporary
+//! directory, a redis-server). `conformance_suite!(name, factory)` instantiates every test
+//! for one backend, so a new backend adds one factory and one line at the bottom.
+//!
+//! The tests only rely on the trait's documented semantics (no backend-specific details
+//! such as `ttl_left_ms` of bound leases), and each takes well under a second.
+
+mod common;
+
+use std::any::Any;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dlock::backend::local::LocalBackend;
+use dlock::backend::{Backend, ReleaseMode};
+
+/// Keeps a backend's resources alive for the duration of a test.
+pub type Guard = Box<dyn Any + Send>;
+
+/// The embedded local store, in a fresh temporary directory.
+pub async fn local_factory() -> (Arc<dyn Backend>, Guard) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let backend = LocalBackend::open(dir.path()).expect("open local store");
+    (Arc::new(backend), Box::new(dir))
+}
+
+/// A single Redis server on a free port.
+pub async fn redis_factory() -> (Arc<dyn Backend>, Guard) {
+    let server = common::RedisServer::start();
+    let backend = dlock::backend::redis::RedisBackend::connect(&server.url())
+        .await
+        .expect("connect to redis");
+    (Arc::new(backend), Box::new(server))
+}
+
+/// Instantiates every test of [`suite`] for one backend, as `mod $name`.
+macro_rules! conformance_suite {
+    ($name:ident, $factory:path) => {
+        mod $name {
+            conformance_suite!(@tests $factory;
+                exclusion_under_contention,
+                tokens_strictly_increase,
+                owner_checks,
+                detached_lease_expires,
+                renewal_extends,
+                reentrancy,
+                force_release,
+                status_named_and_all,
+                no_wait_and_timeout,
+                hand_off_is_prompt,
+                cancellation_leaves_nothing,
+            );
+        }
+    };
+    (@tests $factory:path; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                crate::suite::$test($factory).await
+            }
+        )*
+    };
+}
+
+conformance_suite!(local, crate::local_factory);
+conformance_suite!(redis, crate::redis_factory);
+
+pub mod suite {
+    use super::*;
+    use dlock::backend::{AcquireRequest, Holder, WaitOptions};
+    use dlock::error::Error;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio_util::sync::CancellationToken;
+
+    /// A request for `key` by `owner`, detached, fair, with a 10 s lease.
+    pub fn req(key: &str, owner: &str) -> AcquireRequest {
+        AcquireRequest {
+            key: key.into(),
+            owner: owner.into(),
+            reenter: vec![],
+            ttl: Duration::from_secs(10),
+            holder: Holder {
+                host: "testhost".into(),
+                pid: std::process::id(),
+                user: "tester".into(),
+                command: format!("conformance {owner}"),
+                acquired_at_ms: 0,
+            },
+            detached: true,
+            fair: true,
+        }
+    }
+
+    /// The same request, as `exec` makes it (bound to this process where supported).
+    pub fn bound(key: &str, owner: &str) -> AcquireRequest {
+        AcquireRequest {
+            detached: false,
+            ..req(key, owner)
+        }
+    }
+
+    pub fn forever() -> WaitOptions {
+        WaitOptions::until(None)
+    }
+
+    pub fn no_wait() -> WaitOptions {
+        WaitOptions::until(Some(Instant::now()))
+    }
+
+    pub fn within(d: Duration) -> WaitOptions {
+        WaitOptions::until(Some(Instant::now() + d))
+    }
+
+    /// The error of an acquisition that must fail (`Acquired` is not `Debug`).
+    pub fn refused(r: Result<dlock::backend::Acquired, Error>) -> Error {
+        match r {
+            Ok(a) => panic!("unexpectedly acquired: {:?}", a.lease),
+            Err(e) => e,
+        }
+    }
+
+    async fn held_by(b: &Arc<dyn Backend>, key: &str) -> Option<String> {
+        let st = b.status(&[key.to_string()]).await.expect("status");
+        st[0].lock.as_ref().map(|l| l.owner.clone())
+    }
+
+    /// 8 tasks × 20 cycles on one key: never two inside, tokens increase in grant order.
+    pub async fn exclusion_under_contention<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let inside = Arc::new(AtomicUsize::new(0));
+        let grants = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (b, inside, grants) = (b.clone(), inside.clone(), grants.clone());
+            tasks.push(tokio::spawn(async move {
+                let owner = format!("task{i}");
+                // Half bound (exec), half detached (lock), to exercise both hand-offs.
+                let r = if i % 2 == 0 {
+                    bound("contended", &owner)
+                } else {
+                    req("contended", &owner)
+                };
+                for _ in 0..20 {
+                    let a = b.acquire(&r, &forever()).await.expect("acquire");
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    grants.lock().unwrap().push(a.lease.fencing_token);
+                    tokio::task::yield_now().await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    b.release("contended", &owner, ReleaseMode::All)
+                        .await
+                        .expect("release");
+                    drop(a.guard);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let grants = grants.lock().unwrap().clone();
+        assert_eq!(grants.len(), 160);
+        assert!(
+            grants.windows(2).all(|w| w[0] < w[1]),
+            "tokens not increasing in grant order: {grants:?}"
+        );
+        assert_eq!(held_by(&b, "contended").await, None);
+    }
+
+    /// Every acquisition gets a larger token than any before it, per key.
+    pub async fn tokens_strictly_increase<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let mut last = 0;
+        for i in 0..30 {
+            let r = if i % 2 == 0 {
+                req("mono", "o")
+            } else {
+                bound("mono", "o")
+            };
+            let a = b.acquire(&r, &no_wait()).await.expect("acquire");
+            assert!(a.lease.fencing_token > last, "token went back");
+            assert!(!a.lease.reentered);
+            last = a.lease.fencing_token;
+            b.release("mono", "o", ReleaseMode::One).await.unwrap();
+        }
+        // Another key has its own counter, which does not disturb this one.
+        b.acquire(&req("other", "o"), &no_wait()).await.unwrap();
+        let a = b.acquire(&req("mono", "o"), &no_wait()).await.unwrap();
+        assert!(a.lease.fencing_token > last);
+    }
+
+    /// Renew and release by a wrong owner fail with NotOwner and change nothing.
+    pub async fn owner_checks<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let a = b.acquire(&req("k", "alice"), &no_wait()).await.unwrap();
+        let ttl = Duration::from_secs(5);
+        assert!(matches!(
+            b.renew("k", "mallory", ttl).await,
+            Err(Error::NotOwner(_))
+        ));
+        for mode in [ReleaseMode::One, ReleaseMode::All] {
+            let e = b.release("k", "mallory", mode).await.unwrap_err();
+            assert!(matches!(e, Error::NotOwner(_)), "{e}");
+            assert_eq!(e.exit_code(), 77);
+            assert!(e.to_string().contains('k'), "message names the key: {e}");
+        }
+        let st = b.status(&["k".to_string()]).await.unwrap();
+        let lock = st[0].lock.as_ref().expect("still held");
+        assert_eq!(lock.owner, "alice");
+        assert_eq!(lock.fencing_token, a.lease.fencing_token);
+        let renewed = b.renew("k", "alice", ttl).await.unwrap();
+        assert_eq!(renewed.fencing_token, a.lease.fencing_token);
+        let r = b.release("k", "alice", ReleaseMode::One).await.unwrap();
+        assert_eq!(r.previous_owner.as_deref(), Some("alice"));
+        assert!(!r.still_held);
+        // Gone: renew and release now fail too.
+        assert!(matches!(
+            b.renew("k", "alice", ttl).await,
+            Err(Error::NotOwner(_))
+        ));
+        assert!(matches!(
+            b.release("k", "alice", ReleaseMode::One).await,
+            Err(Error::NotOwner(_))
+        ));
+    }
+
+    /// A detached lease ends at its TTL; its owner can then neither renew nor release it.
+    pub async fn detached_lease_expires<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let mut r = req("exp", "a");
+        r.ttl = Duration::from_millis(300);
+        let a = b.acquire(&r, &no_wait()).await.unwrap();
+        assert!(b.acquire(&req("exp", "b"), &no_wait()).await.is_err());
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        assert_eq!(held_by(&b, "exp").await, None);
+        let c = b
+            .acquire(&req("exp", "b"), &no_wait())
+            .await
+            .expect("expired");
+        assert!(c.lease.fencing_token > a.lease.fencing_token);
+        assert!(matches!(
+            b.renew("exp", "a", Duration::from_secs(1)).await,
+            Err(Error::NotOwner(_))
+        ));
+        assert!(matches!(
+            b.release("exp", "a", ReleaseMode::All).await,
+            Err(Error::NotOwner(_))
+        ));
+    }
+
+    /// Renewing moves the expiry: the lease outlives its first TTL.
+    pub async fn renewal_extends<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let mut r = req("ren", "a");
+        r.ttl = Duration::from_millis(400);
+        b.acquire(&r, &no_wait()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let l = b
+            .renew("ren", "a", Duration::from_millis(600))
+            .await
+            .unwrap();
+        assert_eq!(l.ttl, Duration::from_millis(600));
+        tokio::time::sleep(Duration::from_millis(350)).await; // past the first expiry
+        assert_eq!(held_by(&b, "ren").await.as_deref(), Some("a"));
+        assert!(b.acquire(&req("ren", "b"), &no_wait()).await.is_err());
+        b.release("ren", "a", ReleaseMode::One).await.unwrap();
+    }
+
+    /// Owners in `reenter` nest: same owner and token, depth counts, One undoes one level.
+    pub async fn reentrancy<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let outer = b.acquire(&bound("re", "a"), &no_wait()).await.unwrap();
+        let mut inner_req = req("re", "b");
+        inner_req.reenter = vec!["x".into(), "a".into()];
+        let inner = b.acquire(&inner_req, &no_wait()).await.unwrap();
+        assert!(inner.lease.reentered);
+        assert_eq!(inner.lease.owner, "a");
+        assert_eq!(inner.lease.fencing_token, outer.lease.fencing_token);
+        let depth = |st: Vec<dlock::backend::KeyStatus>| st[0].lock.as_ref().map(|l| l.depth);
+        assert_eq!(depth(b.status(&["re".into()]).await.unwrap()), Some(2));
+        // Someone not acting for "a" still waits.
+        assert!(b.acquire(&req("re", "c"), &no_wait()).await.is_err());
+        let r = b.release("re", "a", ReleaseMode::One).await.unwrap();
+        assert!(r.still_held);
+        assert_eq!(depth(b.status(&["re".into()]).await.unwrap()), Some(1));
+        let r = b.release("re", "a", ReleaseMode::One).await.unwrap();
+        assert!(!r.still_held);
+        drop(outer.guard);
+        assert_eq!(held_by(&b, "re").await, None);
+
+        // All frees whatever the depth.
+        let a = b.acquire(&req("re", "a"), &no_wait()).await.unwrap();
+        for _ in 0..2 {
+            b.acquire(&inner_req, &no_wait()).await.unwrap();
+        }
+        let r = b.release("re", "a", ReleaseMode::All).await.unwrap();
+        assert!(!r.still_held);
+        assert_eq!(held_by(&b, "re").await, None);
+        drop(a);
+    }
+
+    /// Force frees whoever holds the key and says who that was.
+    pub async fn force_release<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let r = b.release("f", "admin", ReleaseMode::Force).await.unwrap();
+        assert_eq!(r.previous_owner, None);
+        for r in [req("f", "a"), bound("f", "a")] {
+            let held = b.acquire(&r, &no_wait()).await.unwrap();
+            let r = b.release("f", "admin", ReleaseMode::Force).await.unwrap();
+            assert_eq!(r.previous_owner.as_deref(), Some("a"));
+            assert!(!r.still_held);
+            let next = b.acquire(&req("f", "b"), &no_wait()).await.expect("free");
+            assert!(next.lease.fencing_token > held.lease.fencing_token);
+            b.release("f", "b", ReleaseMode::All).await.unwrap();
+            drop(held);
+        }
+    }
+
+    /// Named keys come back in order, free ones without a lock; no key lists held keys.
+    pub async fn status_named_and_all<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let y = b.acquire(&req("st/y", "oy"), &no_wait()).await.unwrap();
+        let _x = b.acquire(&bound("st x", "ox"), &no_wait()).await.unwrap();
+        b.acquire(&req("st-free", "o"), &no_wait()).await.unwrap();
+        b.release("st-free", "o", ReleaseMode::All).await.unwrap();
+
+        let names: Vec<String> = ["st/y", "never-used", "st x"].map(String::from).to_vec();
+        let st = b.status(&names).await.unwrap();
+        assert_eq!(
+            st.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(),
+            ["st/y", "never-used", "st x"]
+        );
+        let ly = st[0].lock.as_ref().expect("st/y held");
+        assert_eq!(ly.owner, "oy");
+        assert_eq!(ly.fencing_token, y.lease.fencing_token);
+        assert_eq!(ly.holder.host, "testhost");
+        assert_eq!(ly.holder.pid, std::process::id());
+        assert_eq!(ly.holder.user, "tester");
+        assert_eq!(ly.holder.command, "conformance oy");
+        assert!(ly.holder.acquired_at_ms > 0);
+        assert_eq!(ly.depth, 1);
+        assert!(st[1].lock.is_none());
+        assert_eq!(st[2].lock.as_ref().unwrap().owner, "ox");
+
+        let all = b.status(&[]).await.unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(),
+            ["st x", "st/y"],
+            "every held key, sorted, no free key"
+        );
+    }
+
+    /// No-wait fails at once, a timeout after about the timeout; both name key and holder.
+    pub async fn no_wait_and_timeout<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let _a = b.acquire(&bound("w", "holder1"), &no_wait()).await.unwrap();
+        let t0 = Instant::now();
+        let e = refused(b.acquire(&req("w", "b"), &no_wait()).await);
+        assert!(t0.elapsed() < Duration::from_millis(100));
+        assert!(matches!(e, Error::NotObtained(_)), "{e}");
+        assert_eq!(e.exit_code(), 75);
+        let msg = e.to_string();
+        assert!(msg.contains('w') && msg.contains("holder1"), "{msg}");
+        assert!(msg.contains(&b.describe()), "{msg}");
+
+        let t0 = Instant::now();
+        let e = refused(
+            b.acquire(&req("w", "b"), &within(Duration::from_millis(250)))
+                .await,
+        );
+        let took = t0.elapsed();
+        assert!(matches!(e, Error::NotObtained(_)), "{e}");
+        assert!(e.to_string().contains("holder1"), "{e}");
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_millis(600),
+            "timeout took {took:?}"
+        );
+        // A wait that is long enough succeeds.
+        b.release("w", "holder1", ReleaseMode::All).await.unwrap();
+        b.acquire(&req("w", "b"), &within(Duration::from_secs(1)))
+            .await
+            .unwrap();
+    }
+
+    /// A waiter gets the key promptly once it is released.
+    pub async fn hand_off_is_prompt<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        for (holder_req, waiter_req) in [
+            (bound("h", "a"), bound("h", "b")),
+            (req("h", "a"), req("h", "b")),
+        ] {
+            let a = b.acquire(&holder_req, &no_wait()).await.unwrap();
+            let b2 = b.clone();
+            let waiter = tokio::spawn(async move {
+                let got = b2.acquire(&waiter_req, &forever()).await.unwrap();
+                (Instant::now(), got)
+            });
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            assert!(!waiter.is_finished(), "waiter got a held key");
+            let released = Instant::now();
+            b.release("h", "a", ReleaseMode::All).await.unwrap();
+            drop(a.guard);
+            let (got_at, got) = waiter.await.unwrap();
+            let lag = got_at - released;
+            assert!(lag < Duration::from_millis(100), "hand-off took {lag:?}");
+            assert!(got.lease.fencing_token > a.lease.fencing_token);
+            b.release("h", "b", ReleaseMode::All).await.unwrap();
+            drop(got.guard);
+        }
+    }
+
+    /// A cancelled wait returns Cancelled promptly and leaves nothing held or queued.
+    pub async fn cancellation_leaves_nothing<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let a = b.acquire(&bound("c", "a"), &no_wait()).await.unwrap();
+        let cancel = CancellationToken::new();
+        let wait = WaitOptions {
+            deadline: None,
+            cancel: cancel.clone(),
+            progress: None,
+        };
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.acquire(&req("c", "b"), &wait).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        cancel.cancel();
+        let e = refused(waiter.await.unwrap());
+        assert!(t0.elapsed() < Duration::from_millis(100));
+        assert!(matches!(e, Error::Cancelled(_, 0)), "{e}");
+        let st = b.status(&["c".into()]).await.unwrap();
+        assert_eq!(st[0].lock.as_ref().unwrap().owner, "a");
+        if let Some(w) = &st[0].waiters {
+            assert!(w.is_empty(), "cancelled waiter still queued: {w:?}");
+        }
+        b.release("c", "a", ReleaseMode::All).await.unwrap();
+        drop(a.guard);
+        // Nobody is queued ahead of a newcomer, and the cancelled waiter took nothing.
+        let c = b.acquire(&req("c", "c"), &no_wait()).await.expect("free");
+        assert_eq!(held_by(&b, "c").await.as_deref(), Some("c"));
+        b.release("c", "c", ReleaseMode::All).await.unwrap();
+        drop(c);
+        // Cancelling before the wait even starts returns Cancelled too, holding nothing.
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let hold = b.acquire(&req("c", "a"), &no_wait()).await.unwrap();
+        let wait = WaitOptions {
+            deadline: None,
+            cancel,
+            progress: None,
+        };
+        let e = refused(b.acquire(&req("c", "b"), &wait).await);
+        assert!(matches!(e, Error::Cancelled(_, 0)), "{e}");
+        drop(hold);
+    }
+}
