@@ -719,6 +719,10 @@ impl Ctx {
             .map_err(Clone::clone)
     }
 
+    fn redis_pid(&self) -> Option<u32> {
+        Some(self.redis.as_ref()?.as_ref().ok()?.child.id())
+    }
+
     fn redis_port(&mut self) -> Result<u16, String> {
         self.redis()?;
         Ok(self
@@ -1378,8 +1382,12 @@ fn section_handoff(ctx: &mut Ctx) {
 // 4. throughput
 
 /// Each client acquires and releases its own key in a loop; returns cycles per second
-/// over `secs`, after a short warm-up.
-async fn throughput(backends: Vec<Arc<dyn Backend>>, tag: &str, secs: f64) -> Result<f64, String> {
+/// over `secs` (after a short warm-up), and the number of cycles done in all.
+async fn throughput(
+    backends: Vec<Arc<dyn Backend>>,
+    tag: &str,
+    secs: f64,
+) -> Result<(f64, u64), String> {
     let holder = bench_holder();
     cycle(
         backends[0].as_ref(),
@@ -1419,7 +1427,82 @@ async fn throughput(backends: Vec<Arc<dyn Backend>>, tag: &str, secs: f64) -> Re
         r
     });
     joined?;
-    Ok(per_s)
+    Ok((per_s, count.load(Ordering::Relaxed) + 1))
+}
+
+/// CPU time used by a process between `start` and `percent`, as a share of one core.
+struct CpuMeter {
+    pid: u32,
+    ticks: u64,
+    at: Instant,
+}
+
+impl CpuMeter {
+    fn start(pid: Option<u32>) -> Option<CpuMeter> {
+        let pid = pid?;
+        Some(CpuMeter {
+            pid,
+            ticks: cpu_ticks(pid)?,
+            at: Instant::now(),
+        })
+    }
+
+    fn percent(&self) -> Option<f64> {
+        let used = cpu_ticks(self.pid)?.checked_sub(self.ticks)? as f64 * tick_ms();
+        Some(100.0 * used / (self.at.elapsed().as_secs_f64() * 1e3))
+    }
+}
+
+fn tick_ms() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(10.0, |t| 1000.0 / t as f64)
+}
+
+fn percent(p: Option<f64>) -> String {
+    p.map_or(String::new(), |p| format!("{p:.0}%"))
+}
+
+/// Commands the server has run so far (`INFO commandstats`, less INFO itself): all of
+/// them, those inside scripts included, and the script calls (EVAL, EVALSHA, FCALL…).
+fn redis_commands(port: u16) -> Option<(u64, u64)> {
+    let (_, out) = run_checked(
+        Command::new("redis-cli").args(["-p", &port.to_string(), "INFO", "commandstats"]),
+        Duration::from_secs(10),
+    )
+    .ok()?;
+    let (mut all, mut scripts) = (0, 0);
+    for line in out.lines() {
+        let Some((name, rest)) = line
+            .trim()
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let calls: u64 = rest
+            .split(',')
+            .find_map(|f| f.strip_prefix("calls="))
+            .and_then(|n| n.parse().ok())?;
+        if name == "info" {
+            continue;
+        }
+        all += calls;
+        if [
+            "eval",
+            "evalsha",
+            "eval_ro",
+            "evalsha_ro",
+            "fcall",
+            "fcall_ro",
+        ]
+        .contains(&name)
+        {
+            scripts += calls;
+        }
+    }
+    Some((all, scripts))
 }
 
 /// `redis-benchmark -t set -q`: SET requests per second.
@@ -1455,24 +1538,41 @@ fn section_throughput(ctx: &mut Ctx) {
     let local = ctx.local("throughput");
     let limit = Duration::from_secs_f64(secs + 30.0);
 
-    let mut table = Table::new(&["what", "clients", "ops/s", "vs SET"]);
+    let mut table = Table::new(&[
+        "what",
+        "clients",
+        "ops/s",
+        "vs SET",
+        "scripts/cycle",
+        "cmds/cycle",
+        "server CPU",
+        "client CPU",
+    ]);
     let mut out = Vec::new();
     let mut set_rate: BTreeMap<usize, Result<f64, String>> = BTreeMap::new();
     for c in [1usize, 50] {
+        let server = CpuMeter::start(ctx.redis_pid());
         let r = port
             .clone()
             .and_then(|p| redis_benchmark(p, c, requests.max(c)));
+        let server_cpu = server.and_then(|m| m.percent());
         match &r {
             Ok(v) => table.row(vec![
                 "redis-benchmark SET".into(),
                 c.to_string(),
                 rate(*v),
                 String::new(),
+                "0".into(),
+                "1".into(),
+                percent(server_cpu),
             ]),
             Err(e) => table.failed_cells(vec!["redis-benchmark SET".into(), c.to_string()], e),
         }
         out.push(match &r {
-            Ok(v) => json!({"what": "redis-benchmark set", "clients": c, "per_s": v}),
+            Ok(v) => json!({
+                "what": "redis-benchmark set", "clients": c, "per_s": v,
+                "server_cpu_percent": server_cpu,
+            }),
             Err(e) => json!({"what": "redis-benchmark set", "clients": c, "error": e}),
         });
         set_rate.insert(c, r);
@@ -1499,6 +1599,13 @@ fn section_throughput(ctx: &mut Ctx) {
         };
         let what = format!("dlock lock+unlock ({label}, {sharing})");
         eprintln!("   {what}, clients: {clients}");
+        let commands_before = match (&store, &port) {
+            (Ok(Store::Redis(_)), Ok(p)) => redis_commands(*p),
+            _ => None,
+        };
+        let is_redis = matches!(store, Ok(Store::Redis(_)));
+        let server = CpuMeter::start(ctx.redis_pid().filter(|_| is_redis));
+        let client = CpuMeter::start(Some(std::process::id()));
         let r = match &store {
             Ok(store) => ctx.rt.block_on(with_timeout(limit, async {
                 let mut backends = Vec::with_capacity(clients);
@@ -1514,6 +1621,19 @@ fn section_throughput(ctx: &mut Ctx) {
             })),
             Err(e) => Err(e.clone()),
         };
+        let server_cpu = server.and_then(|m| m.percent());
+        let client_cpu = client.and_then(|m| m.percent());
+        // Redis commands per lock+unlock cycle (connection set-up included, negligible).
+        let per_cycle = match (commands_before, &r, &port) {
+            (Some((all0, scripts0)), Ok((_, cycles)), Ok(p)) => {
+                redis_commands(*p).map(|(all1, scripts1)| {
+                    let n = *cycles as f64;
+                    ((scripts1 - scripts0) as f64 / n, (all1 - all0) as f64 / n)
+                })
+            }
+            _ => None,
+        };
+        let r = r.map(|(per_s, _)| per_s);
         let vs = |v: f64| {
             set_rate
                 .get(&clients)
@@ -1527,11 +1647,27 @@ fn section_throughput(ctx: &mut Ctx) {
                 } else {
                     String::new()
                 };
-                table.row(vec![what.clone(), clients.to_string(), rate(*v), shown]);
+                let (scripts, cmds) = match per_cycle {
+                    Some((s, c)) => (format!("{s:.2}"), format!("{c:.2}")),
+                    None => (String::new(), String::new()),
+                };
+                table.row(vec![
+                    what.clone(),
+                    clients.to_string(),
+                    rate(*v),
+                    shown,
+                    scripts,
+                    cmds,
+                    percent(server_cpu),
+                    percent(client_cpu),
+                ]);
                 out.push(json!({
                     "what": what, "backend": label, "clients": clients,
                     "open_per_client": per_client, "per_s": v,
                     "vs_set": if label == "redis" { vs(*v) } else { None },
+                    "redis_script_calls_per_cycle": per_cycle.map(|p| p.0),
+                    "redis_commands_per_cycle": per_cycle.map(|p| p.1),
+                    "server_cpu_percent": server_cpu, "client_cpu_percent": client_cpu,
                 }));
             }
             Err(e) => {
@@ -1550,7 +1686,8 @@ fn section_throughput(ctx: &mut Ctx) {
     }
     table.print(&format!(
         "4. throughput: lock+unlock cycles/s, each client on its own key (no contention), \
-         {secs} s per row; SET: redis-benchmark -n {requests}"
+         {secs} s per row; SET: redis-benchmark -n {requests}; per cycle: script calls, and \
+         commands run by the server (inside scripts included); CPU: share of one core"
     ));
     ctx.sections.insert(
         "throughput".into(),
@@ -1592,10 +1729,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 
 fn section_rss(ctx: &mut Ctx) {
     eprintln!("== holder RSS and CPU");
-    let tick_ms = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map_or(10.0, |t| 1000.0 / t as f64);
+    let tick_ms = tick_ms();
     let local = ctx.local("rss");
     let redis = ctx.redis();
     let etcd = ctx.etcd();
