@@ -928,6 +928,17 @@ fn section_exec(ctx: &mut Ctx) {
         Box::new(|| Command::new("true")),
         runs,
     ));
+    let bin = ctx.dlock.clone();
+    peers.push(Peer::new(
+        "dlock --version",
+        "dlock --version",
+        Box::new(move || {
+            let mut c = Command::new(&bin);
+            c.arg("--version");
+            c
+        }),
+        runs,
+    ));
     let f = lockfile.clone();
     peers.push(Peer::new(
         "flock FILE true",
