@@ -545,3 +545,51 @@ async fn holder_killed_by_sigkill_frees_the_key_at_once() {
     );
     assert!(got.lease.fencing_token > token);
 }
+
+#[tokio::test]
+async fn links_and_odd_files_under_a_key_name_are_refused() {
+    let (dir, b) = store();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"do not touch").unwrap();
+    std::os::unix::fs::symlink(&target, b.key_path("evil")).unwrap();
+    let e = refused(b.acquire(&req("evil", "o"), &no_wait()).await);
+    assert!(e.to_string().contains("evil.dlock"), "{e}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
+    std::fs::create_dir(b.key_path("dir")).unwrap();
+    assert!(b.acquire(&req("dir", "o"), &no_wait()).await.is_err());
+}
+
+#[tokio::test]
+async fn long_queues_are_counted_but_not_listed() {
+    let (_d, b) = store();
+    let _a = b.acquire(&bound("q", "a"), &no_wait()).await.unwrap();
+    let cancel = CancellationToken::new();
+    let mut tasks = Vec::new();
+    for i in 0..140 {
+        let (b, cancel) = (b.clone(), cancel.clone());
+        tasks.push(tokio::spawn(async move {
+            let wait = WaitOptions {
+                cancel,
+                ..WaitOptions::until(None)
+            };
+            b.acquire(&req("q", &format!("w{i}")), &wait)
+                .await
+                .map(drop)
+        }));
+    }
+    let status = || async { b.status(&["q".into()]).await.unwrap().remove(0) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status().await.waiters.is_some() {
+        assert!(Instant::now() < deadline, "the list never overflowed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cancel.cancel();
+    for t in tasks {
+        assert!(matches!(t.await.unwrap(), Err(Error::Cancelled(..))));
+    }
+    assert_eq!(
+        status().await.waiters,
+        Some(vec![]),
+        "all gone, and it can tell"
+    );
+}

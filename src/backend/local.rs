@@ -144,8 +144,8 @@ impl LocalBackend {
         self.ctx.dir.join(names::file_name(key))
     }
 
-    fn key_file(&self, key: &str, create: bool) -> Result<Option<Arc<KeyFile>>> {
-        Ok(KeyFile::open(&self.ctx, key, create)?.map(Arc::new))
+    fn key_file(&self, key: &str, create: bool, write: bool) -> Result<Option<Arc<KeyFile>>> {
+        Ok(KeyFile::open(&self.ctx, key, create, write)?.map(Arc::new))
     }
 
     fn cancelled(&self, key: &str) -> Error {
@@ -370,7 +370,7 @@ impl Backend for LocalBackend {
         let sent_at = Instant::now();
         let nowait = wait.deadline.is_some_and(|d| d <= sent_at);
         let kf = self
-            .key_file(&req.key, true)?
+            .key_file(&req.key, true, true)?
             .expect("created when missing");
         let req = Arc::new(req.clone());
         let mut w = Waiting::default();
@@ -454,7 +454,7 @@ impl Backend for LocalBackend {
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         check_key(key)?;
         let sent_at = Instant::now();
-        let Some(kf) = self.key_file(key, false)? else {
+        let Some(kf) = self.key_file(key, false, true)? else {
             return Err(Error::NotOwner(format!(
                 "cannot renew {key} as owner {owner}: it is not held ({})",
                 self.ctx.describe
@@ -469,7 +469,7 @@ impl Backend for LocalBackend {
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         check_key(key)?;
-        let Some(kf) = self.key_file(key, false)? else {
+        let Some(kf) = self.key_file(key, false, true)? else {
             return match mode {
                 ReleaseMode::Force => Ok(Released {
                     previous_owner: None,
@@ -495,7 +495,7 @@ impl Backend for LocalBackend {
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             check_key(key)?;
-            let st = match self.key_file(key, false)? {
+            let st = match self.key_file(key, false, false)? {
                 Some(kf) => wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?,
                 None => KeyStatus {
                     key: key.clone(),

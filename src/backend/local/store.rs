@@ -19,6 +19,11 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
+/// Most waiters listed for `status`; beyond this, `status` says it cannot tell.
+const MAX_LISTED: usize = 128;
+/// The list entry that marks it incomplete.
+const UNLISTED: u64 = u64::MAX;
+
 /// Tokens reserved by one durable write of the ceiling: the counter is fsynced once per
 /// this many acquisitions, and tokens may jump by up to this much after a crash.
 pub const CEILING_BLOCK: u64 = 1024;
@@ -75,10 +80,17 @@ pub struct KeyFile {
 impl KeyFile {
     /// Opens the file of `key`, creating it when missing and `create` is set; `None` when
     /// it is missing and not created.
-    pub fn open(ctx: &Ctx, key: &str, create: bool) -> Result<Option<KeyFile>> {
+    /// Operations that write (all but `status`) need a writable file.
+    pub fn open(ctx: &Ctx, key: &str, create: bool, write: bool) -> Result<Option<KeyFile>> {
         let path = ctx.dir.join(names::file_name(key));
         loop {
             match Self::open_path(&path, Some(key)) {
+                Ok(kf) if write && !kf.writable => {
+                    return Err(Error::Unavailable(format!(
+                        "no permission to write lock file {} (its owner can make it mode 0666)",
+                        path.display()
+                    )));
+                }
                 Ok(kf) => return Ok(Some(kf)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
                     create_file(ctx, key, &path)?;
@@ -92,14 +104,25 @@ impl KeyFile {
     /// Opens an existing file read-write (read-only when we may not write it). Never with
     /// O_CREAT: in a sticky world-writable directory, `fs.protected_regular` forbids
     /// O_CREAT opens of other users' files even when their mode allows writing.
+    ///
+    /// In a shared directory another user could plant a symbolic link or a FIFO under a
+    /// key's name: never follow links, never block in `open`, and accept regular files only.
     pub fn open_path(path: &Path, key: Option<&str>) -> io::Result<KeyFile> {
-        let (file, writable) = match OpenOptions::new().read(true).write(true).open(path) {
+        let open = |write: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(write)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+        };
+        let (file, writable) = match open(true) {
             Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                (OpenOptions::new().read(true).open(path)?, false)
-            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => (open(false)?, false),
             Err(e) => return Err(e),
         };
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
         Ok(KeyFile {
             key: key.map(String::from),
             path: path.to_path_buf(),
@@ -509,7 +532,8 @@ impl<'a> Session<'a> {
             ..WaitInfo::default()
         };
         if a.want_position {
-            if let Some(list) = self.live_waiters(Some(ticket))? {
+            let list = self.live_waiters(Some(ticket))?;
+            if let Some(list) = list.filter(|l| l.iter().all(|w| w.ticket != UNLISTED)) {
                 info.position = Some(list.iter().filter(|w| w.ticket <= ticket).count() as u64);
                 info.waiters = Some(list.len() as u64);
             }
@@ -598,11 +622,21 @@ impl<'a> Session<'a> {
     fn join_queue(&mut self, req: &AcquireRequest) -> Result<u64> {
         let t = self.take_ticket(wait_lock)?;
         let mut list = self.live_waiters(Some(t))?.unwrap_or_default();
-        list.push(WaiterRecord {
-            ticket: t,
-            owner: req.owner.clone(),
-            holder: req.holder.clone(),
-        });
+        if list.len() < MAX_LISTED {
+            list.push(WaiterRecord {
+                ticket: t,
+                owner: req.owner.clone(),
+                holder: req.holder.clone(),
+            });
+        } else if list.iter().all(|w| w.ticket != UNLISTED) {
+            // Too many to list (each join and leave rewrites the list): from now on the
+            // list is incomplete, and readers say they cannot tell.
+            list.push(WaiterRecord {
+                ticket: UNLISTED,
+                owner: String::new(),
+                holder: Default::default(),
+            });
+        }
         if let Err(e) = self.write_waiters(list) {
             let _ = locks::unlock(self.file(), wait_lock(t));
             return Err(e);
@@ -628,6 +662,14 @@ impl<'a> Session<'a> {
         };
         let mut live = Vec::with_capacity(list.len());
         for w in list {
+            if w.ticket == UNLISTED {
+                // Unlisted waiters remain as long as any waiter is not in the list.
+                let listed: Vec<u64> = live.iter().map(|w: &WaiterRecord| w.ticket).collect();
+                if self.unlisted_waiters(&listed, me)? {
+                    live.push(w);
+                }
+                continue;
+            }
             let held = Some(w.ticket) == me
                 || locks::is_held(self.file(), wait_lock(w.ticket))
                     .map_err(|e| self.io("cannot probe", e))?;
@@ -636,6 +678,20 @@ impl<'a> Session<'a> {
             }
         }
         Ok(Some(live))
+    }
+
+    /// True when some waiter other than `me` holds a ticket that is not in `listed`.
+    fn unlisted_waiters(&self, listed: &[u64], me: Option<u64>) -> Result<bool> {
+        let mut below = self.st.next_ticket;
+        while let Some(t) =
+            locks::waiter_before(self.file(), below).map_err(|e| self.io("cannot probe", e))?
+        {
+            if Some(t) != me && !listed.contains(&t) {
+                return Ok(true);
+            }
+            below = t;
+        }
+        Ok(false)
     }
 
     fn read_waiters(&self) -> Result<Option<Vec<WaiterRecord>>> {
@@ -750,6 +806,7 @@ impl<'a> Session<'a> {
     pub fn status(&mut self) -> Result<KeyStatus> {
         let lock = self.live_lease()?.map(|l| self.lock_info(&l));
         let waiters = match self.live_waiters(None)? {
+            Some(list) if list.iter().any(|w| w.ticket == UNLISTED) => None,
             Some(list) => Some(
                 list.into_iter()
                     .map(|w| WaiterInfo {
