@@ -593,3 +593,29 @@ async fn long_queues_are_counted_but_not_listed() {
         "all gone, and it can tell"
     );
 }
+
+#[tokio::test]
+async fn fair_arrivals_queue_behind_waiters_unfair_ones_may_not() {
+    let (_d, b) = store();
+    let a = b.acquire(&bound("u", "a"), &no_wait()).await.unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&bound("u", "w"), &forever()).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Free the lease while its holder keeps its lock: the waiter only notices at its next
+    // recheck, so for a moment the key is free with a waiter queued.
+    b.release("u", "x", ReleaseMode::Force).await.unwrap();
+    let e = refused(b.acquire(&req("u", "fair"), &no_wait()).await);
+    assert!(e.to_string().contains("queued waiter"), "{e}");
+    let mut unfair = req("u", "unfair");
+    unfair.fair = false;
+    let got = b
+        .acquire(&unfair, &no_wait())
+        .await
+        .expect("unfair may overtake");
+    b.release("u", "unfair", ReleaseMode::All).await.unwrap();
+    let w = waiter.await.unwrap();
+    assert!(w.lease.fencing_token > got.lease.fencing_token);
+    drop(a.guard);
+}
