@@ -4,17 +4,17 @@
 //! # Files
 //!
 //! One file per key, `<name>.dlock`, where the name is the key with every byte outside
-//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see [`names`]). Each file holds
-//! (see [`record`]) two copies ("slots") of a small JSON record: the key, the fencing
+//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see `local/names.rs`). Each file holds
+//! (see `local/record.rs`) two copies ("slots") of a small JSON record: the key, the fencing
 //! counter, its durable ceiling, the boot id, the ticket counter and the lease (owner, token,
 //! depth, expiry, holder host/pid/user/command); after them, the list of waiters shown by
-//! `status`. Files are created whole and atomically (temporary file, fsync, `link`, fsync of
+//! `status` (informational, at most 128 listed). Files are created whole and atomically (temporary file, fsync, `link`, fsync of
 //! the directory) and never deleted: deleting one would restart that key's fencing counter.
 //! Stray `.*.tmp` files are left only by a crash during creation and can be removed.
 //!
 //! # Locks
 //!
-//! Every lock is an open-file-description byte-range lock on the key file ([`locks`]): owned
+//! Every lock is an open-file-description byte-range lock on the key file (`local/locks.rs`): owned
 //! by one `open()`, released by the kernel when it is closed, which includes the death of
 //! the process, even by SIGKILL. Descriptors are `O_CLOEXEC`, so children never hold them.
 //!
@@ -59,7 +59,7 @@
 //!
 //! Tokens must never repeat, even after a power loss, yet an fsync per acquisition would
 //! cost more than the rest of the acquisition together. So the record carries a *ceiling*:
-//! before the counter passes it, the ceiling is raised by [`store::CEILING_BLOCK`] and both
+//! before the counter passes it, the ceiling is raised by `CEILING_BLOCK` (1024) and both
 //! slots are written and `fdatasync`ed, before the token is handed out. Every token ever
 //! handed out is therefore at most a ceiling that reached the disk. Other writes are not
 //! synced: they reach the page cache, which every process sees at once, and survive any
@@ -74,7 +74,8 @@
 //! one torn write always leaves the previous record intact. A file shorter than both
 //! slots, or with both slots damaged, is refused with an internal error naming the file:
 //! starting its counter over would hand out tokens again. Not covered: deleting or
-//! restoring key files, a store on tmpfs (wiped at boot) or on NFS (the locks are local).
+//! restoring key files, a store on tmpfs (wiped at boot) or on NFS (the locks are local),
+//! and a disk that fails a write-back without a reboot (the kernel may later drop the page).
 //!
 //! # Sharing and trust
 //!
@@ -83,7 +84,10 @@
 //! lock the same keys. (A directory given with `DLOCK_DIR` or `file://` is created with
 //! the usual permissions; make it 1777 yourself to share it.) The store is for cooperating
 //! users: anyone who can write a key file can forge or break its locks, exactly as anyone
-//! can with a flock(1) lock file in `/tmp`. Keep private locks in a private directory.
+//! can with a flock(1) lock file in `/tmp`. Keep private locks in a private directory,
+//! and on multi-user hosts create `/var/tmp/dlock` (root, mode 1777) when provisioning, so
+//! that no user owns it. Key files are opened without following symbolic links and must be
+//! regular files, so a planted link or FIFO is refused instead of written through.
 
 mod locks;
 mod names;
