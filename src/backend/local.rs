@@ -4,19 +4,21 @@
 //! # Files
 //!
 //! One file per key, `<name>.dlock`, where the name is the key with every byte outside
-//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see `local/names.rs`). Each file holds
-//! (see `local/record.rs`) two copies ("slots") of a small JSON record: the key, the fencing
-//! counter, its durable ceiling, the boot id, the ticket counter and the lease (owner, token,
-//! depth, expiry, holder host/pid/user/command); after them, the list of waiters shown by
-//! `status` (informational, at most 128 listed). Files are created whole and atomically (temporary file, fsync, `link`, fsync of
-//! the directory) and never deleted: deleting one would restart that key's fencing counter.
-//! Stray `.*.tmp` files are left only by a crash during creation and can be removed.
+//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see `local/names.rs`). Each
+//! file holds (see `local/record.rs`) two copies ("slots") of a small JSON record: the key,
+//! the fencing counter, its durable ceiling, the boot id, the ticket counter and the lease
+//! (owner, token, depth, expiry, holder host/pid/user/command); after them, the list of
+//! waiters shown by `status` (informational, at most 128 listed). Files are created whole
+//! and atomically (temporary file, fsync, `link`, fsync of the directory) and never
+//! deleted: deleting one would restart that key's fencing counter. Stray `.*.tmp` files are
+//! left only by a crash during creation and can be removed.
 //!
 //! # Locks
 //!
-//! Every lock is an open-file-description byte-range lock on the key file (`local/locks.rs`): owned
-//! by one `open()`, released by the kernel when it is closed, which includes the death of
-//! the process, even by SIGKILL. Descriptors are `O_CLOEXEC`, so children never hold them.
+//! Every lock is an open-file-description byte-range lock on the key file
+//! (`local/locks.rs`): owned by one `open()`, released by the kernel when it is closed,
+//! which includes the death of the process, even by SIGKILL. Descriptors are `O_CLOEXEC`,
+//! so children never hold them.
 //!
 //! * the *state mutex* (byte 0) is held for the few microseconds of each read-modify-write
 //!   of the record (shared for `status`);
