@@ -17,6 +17,12 @@ use dlock::backend::{
 use dlock::error::Error;
 use tokio_util::sync::CancellationToken;
 
+/// The bound on an event-driven wake-up (a hand-off, a cancellation, a timeout's lateness).
+/// On an idle machine these take well under a millisecond; the margin absorbs scheduling
+/// delays on a loaded two-core box, and is still below the 250 ms recheck, so a test
+/// cannot pass by falling back on polling.
+const PROMPT: Duration = Duration::from_millis(200);
+
 /// Set in a re-executed copy of this test binary: the directory where `child_holder`
 /// takes its lock before waiting to be killed.
 const CHILD_ENV: &str = "DLOCK_TEST_HOLDER_DIR";
@@ -212,7 +218,7 @@ async fn timeouts_keep_their_margins() {
         assert!(msg.contains("holder") && msg.contains("testhost"), "{msg}");
         assert!(msg.contains(&b.describe()), "{msg}");
         assert!(
-            took >= Duration::from_millis(ms) && took < Duration::from_millis(ms + 150),
+            took >= Duration::from_millis(ms) && took < Duration::from_millis(ms) + PROMPT,
             "{ms} ms timeout took {took:?}"
         );
     }
@@ -271,11 +277,7 @@ async fn cancelled_waiters_leave_the_queue() {
     b.release("k", "a", ReleaseMode::All).await.unwrap();
     drop(a.guard);
     let (at, got) = second.await.unwrap();
-    assert!(
-        at - released < Duration::from_millis(100),
-        "{:?}",
-        at - released
-    );
+    assert!(at - released < PROMPT, "{:?}", at - released);
     assert_eq!(got.lease.owner, "second");
     let st = b.status(&["k".into()]).await.unwrap();
     assert_eq!(st[0].waiters, Some(vec![]));
@@ -327,11 +329,7 @@ async fn detached_unlock_wakes_the_waiter_at_once() {
     let released = Instant::now();
     b.release("d", "a", ReleaseMode::All).await.unwrap();
     let (at, _got) = waiter.await.unwrap();
-    assert!(
-        at - released < Duration::from_millis(50),
-        "{:?}",
-        at - released
-    );
+    assert!(at - released < PROMPT, "{:?}", at - released);
 }
 
 #[tokio::test]
@@ -538,11 +536,7 @@ async fn holder_killed_by_sigkill_frees_the_key_at_once() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let (at, got) = waiter.await.unwrap();
-    assert!(
-        at - killed < Duration::from_millis(100),
-        "{:?}",
-        at - killed
-    );
+    assert!(at - killed < PROMPT, "{:?}", at - killed);
     assert!(got.lease.fencing_token > token);
 }
 
