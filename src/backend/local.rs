@@ -50,6 +50,9 @@
 //! thundering herd. A waiter that gives up releases its waiting lock and its successor
 //! re-targets the next one ahead. New arrivals do not overtake queued waiters when
 //! `req.fair` (the default); with `fair == false` an arrival may take a free key at once.
+//! A waiter that leaves a free key untaken for a second (a stopped process, `^Z`) is
+//! presumed stuck: whoever comes next may take the key, so one stopped waiter cannot hold
+//! up the queue; it keeps its place and waits again when it resumes.
 //!
 //! Only two cases have no lock to sleep on, and wake by other means: the head of the queue
 //! behind a *detached* lease waits for a write to the file (inotify; polling from 1 to 20 ms
@@ -280,9 +283,10 @@ impl Drop for HoldGuard {
     }
 }
 
-/// What an acquisition in progress keeps between attempts.
-#[derive(Default)]
+/// What an acquisition in progress keeps between attempts. Dropping it (the acquisition
+/// ended, or its future was dropped) takes us out of the queue.
 struct Waiting {
+    kf: Arc<KeyFile>,
     ticket: Option<u64>,
     lock_wait: Option<LockWait>,
     watch: Option<Watch>,
@@ -299,7 +303,26 @@ enum Wake {
     Abort(Abort),
 }
 
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket {
+            let _ = locks::unlock(&self.kf.file, wait_lock(t));
+        }
+    }
+}
+
 impl Waiting {
+    fn new(kf: Arc<KeyFile>) -> Waiting {
+        Waiting {
+            kf,
+            ticket: None,
+            lock_wait: None,
+            watch: None,
+            holder: None,
+            reported: None,
+        }
+    }
+
     /// Tells the progress listener, when what we know changed.
     fn report(&mut self, wait: &WaitOptions, info: &WaitInfo) {
         let now = (
@@ -379,18 +402,29 @@ impl Backend for LocalBackend {
             .key_file(&req.key, true, true)?
             .expect("created when missing");
         let req = Arc::new(req.clone());
-        let mut w = Waiting::default();
+        let mut w = Waiting::new(kf.clone());
         loop {
             let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
-            let out = wait::locked(&self.ctx, &kf, Kind::Exclusive, Some(wait), move |s| {
-                s.attempt(&Attempt {
-                    req: &r,
-                    me,
-                    nowait,
-                    sent_at,
-                    want_position: want,
-                })
-            })
+            let out = wait::locked(
+                &self.ctx,
+                &kf,
+                Kind::Exclusive,
+                Some(wait),
+                move |s| {
+                    s.attempt(&Attempt {
+                        req: &r,
+                        me,
+                        nowait,
+                        sent_at,
+                        want_position: want,
+                    })
+                },
+                |s, step| match step {
+                    Step::Granted { lease, hold } => s.undo_grant(&lease, hold),
+                    Step::Queued { ticket, .. } => s.leave_queue(ticket),
+                    Step::Busy { .. } => {}
+                },
+            )
             .await;
             let step = match out {
                 Ok(Outcome::Done(step)) => step,

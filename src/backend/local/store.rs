@@ -19,6 +19,10 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
+/// A free key not taken by the waiter ahead within this long is taken by whoever comes
+/// next: hand-offs take microseconds, and the head rechecks at least every 250 ms.
+const STUCK_AFTER_MS: u64 = 1000;
+
 /// Most waiters listed for `status`; beyond this, `status` says it cannot tell.
 const MAX_LISTED: usize = 128;
 /// The list entry that marks it incomplete.
@@ -315,6 +319,7 @@ impl<'a> Session<'a> {
             if let Some(l) = self.st.lease.as_mut().filter(|l| !l.bound) {
                 l.expires_boot_ms = boot_ms() + l.expires_wall_ms.saturating_sub(now_ms());
             }
+            self.st.freed_boot_ms = 0;
             self.st.boot_id = self.ctx.boot_id.clone();
         }
         self.dirty = true;
@@ -445,6 +450,12 @@ impl<'a> Session<'a> {
         if self.alive(&l)? {
             return Ok(Some(l));
         }
+        // A bound lease ended when its holder died, which we only see now.
+        self.st.freed_boot_ms = if l.bound {
+            boot_ms()
+        } else {
+            l.expires_boot_ms
+        };
         self.st.lease = None;
         self.dirty = true;
         Ok(None)
@@ -498,7 +509,12 @@ impl<'a> Session<'a> {
             }
             None => false,
         };
-        if live.is_none() && !waiter_ahead {
+        // A waiter that leaves a free key untaken for long is stopped (^Z) or wedged: do not
+        // let it hold up everyone behind it. It keeps its place and queues again on resume.
+        let stuck = live.is_none()
+            && waiter_ahead
+            && boot_ms().saturating_sub(self.st.freed_boot_ms) >= STUCK_AFTER_MS;
+        if live.is_none() && (!waiter_ahead || stuck) {
             return self.grant(a);
         }
         let holder = live.as_ref().map(|l| self.lock_info(l));
@@ -614,6 +630,29 @@ impl<'a> Session<'a> {
             lease: self.lease_of(&l, a.req.ttl, true, a.sent_at),
             hold: None,
         })
+    }
+
+    /// Takes back a grant that could not be delivered (its acquirer went away).
+    pub fn undo_grant(&mut self, lease: &Lease, hold: Option<u64>) {
+        if let Some(t) = hold {
+            let _ = locks::unlock(self.file(), hold_lock(t));
+        }
+        let Some(cur) = self
+            .st
+            .lease
+            .as_mut()
+            .filter(|l| l.token == lease.fencing_token)
+        else {
+            return;
+        };
+        if lease.reentered && cur.depth > 1 {
+            cur.depth -= 1;
+        } else {
+            self.st.lease = None;
+            self.st.freed_boot_ms = boot_ms();
+        }
+        self.dirty = true;
+        let _ = self.commit();
     }
 
     // ---- the waiter list ----
@@ -754,6 +793,7 @@ impl<'a> Session<'a> {
             }
         } else {
             self.st.lease = None;
+            self.st.freed_boot_ms = boot_ms();
         }
         self.dirty = true;
         self.commit()?;
