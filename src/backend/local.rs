@@ -339,12 +339,8 @@ impl Waiting {
     }
 
     /// Sleeps until `target` says the situation may have changed, or the wait ends.
-    async fn sleep(
-        &mut self,
-        kf: &Arc<KeyFile>,
-        target: Target,
-        wait: &WaitOptions,
-    ) -> Result<Wake> {
+    async fn sleep(&mut self, target: Target, wait: &WaitOptions) -> Result<Wake> {
+        let kf = self.kf.clone();
         if wait.cancel.is_cancelled() {
             return Ok(Wake::Abort(Abort::Cancelled));
         }
@@ -355,7 +351,7 @@ impl Waiting {
             Target::Again => Ok(Wake::Again),
             Target::Lock { at, head } => {
                 if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
-                    self.lock_wait = Some(LockWait::start(kf, at)?);
+                    self.lock_wait = Some(LockWait::start(&kf, at)?);
                 }
                 let lw = self.lock_wait.as_mut().expect("started");
                 let recheck = if head { RECHECK_HEAD } else { RECHECK };
@@ -468,7 +464,7 @@ impl Backend for LocalBackend {
                     w.ticket = Some(ticket);
                     w.report(wait, &info);
                     w.holder = info.holder;
-                    let wake = match w.sleep(&kf, target, wait).await {
+                    let wake = match w.sleep(target, wait).await {
                         Ok(wake) => wake,
                         Err(e) => {
                             self.leave(&kf, w.ticket);
