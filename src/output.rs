@@ -111,10 +111,27 @@ pub fn print_status_table(states: &[KeyStatus], backend: &str) {
         println!("{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
-    for row in rows {
+    for (state, row) in states.iter().zip(rows) {
         line(row);
+        print_queue(state);
     }
     println!("backend: {backend}");
+}
+
+/// The waiters of one key, in queue order, under its row.
+fn print_queue(state: &KeyStatus) {
+    for (i, w) in state.waiters.iter().flatten().enumerate() {
+        let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
+        let h = &w.holder;
+        println!(
+            "  waiter {}: {}@{} pid {} ({}), waiting {waited}",
+            i + 1,
+            h.user,
+            h.host,
+            h.pid,
+            h.command
+        );
+    }
 }
 
 fn status_row(s: &KeyStatus) -> Vec<String> {

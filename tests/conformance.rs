@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 use dlock::backend::local::LocalBackend;
 use dlock::backend::{Backend, ReleaseMode};
 
+/// The bound on an event-driven wake-up (hand-off, cancellation, no-wait refusal): far
+/// above what any backend needs on an idle machine, but loaded two-core CI boxes can delay
+/// a runnable task by tens of milliseconds.
+pub const PROMPT: Duration = Duration::from_millis(200);
+
 /// Keeps a backend's resources alive for the duration of a test.
 pub type Guard = Box<dyn Any + Send>;
 
@@ -394,7 +399,7 @@ pub mod suite {
         let _a = b.acquire(&bound("w", "holder1"), &no_wait()).await.unwrap();
         let t0 = Instant::now();
         let e = refused(b.acquire(&req("w", "b"), &no_wait()).await);
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        assert!(t0.elapsed() < PROMPT);
         assert!(matches!(e, Error::NotObtained(_)), "{e}");
         assert_eq!(e.exit_code(), 75);
         let msg = e.to_string();
@@ -410,7 +415,7 @@ pub mod suite {
         assert!(matches!(e, Error::NotObtained(_)), "{e}");
         assert!(e.to_string().contains("holder1"), "{e}");
         assert!(
-            took >= Duration::from_millis(250) && took < Duration::from_millis(600),
+            took >= Duration::from_millis(250) && took < Duration::from_millis(250) + PROMPT,
             "timeout took {took:?}"
         );
         // A wait that is long enough succeeds.
@@ -444,7 +449,7 @@ pub mod suite {
             drop(a.guard);
             let (got_at, got) = waiter.await.unwrap();
             let lag = got_at - released;
-            assert!(lag < Duration::from_millis(100), "hand-off took {lag:?}");
+            assert!(lag < PROMPT, "hand-off took {lag:?}");
             assert!(got.lease.fencing_token > a.lease.fencing_token);
             b.release("h", "b", ReleaseMode::All).await.unwrap();
             drop(got.guard);
@@ -471,7 +476,7 @@ pub mod suite {
         let t0 = Instant::now();
         cancel.cancel();
         let e = refused(waiter.await.unwrap());
-        assert!(t0.elapsed() < Duration::from_millis(100));
+        assert!(t0.elapsed() < PROMPT);
         assert!(matches!(e, Error::Cancelled(_, 0)), "{e}");
         let st = b.status(&["c".into()]).await.unwrap();
         assert_eq!(st[0].lock.as_ref().unwrap().owner, "a");

@@ -1,24 +1,13 @@
 //! `dlock exec` end to end, through the real binary, on every backend: exclusion, exit
 //! codes, environment, signals, renewal, and bad input.
 
+#[macro_use]
 mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
-
-/// Runs each test body once per backend, as `local::name` and `redis::name`.
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod local {
-            $( #[test] fn $name() { super::$name(super::Store::local()); } )*
-        }
-        mod redis {
-            $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
-        }
-    };
-}
 
 on_every_backend!(
     runs_the_command_with_the_lease_in_its_environment,

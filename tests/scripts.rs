@@ -1,22 +1,12 @@
 //! `lock`, `unlock`, `renew` and `status` through the real binary, on every backend.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
 
 use common::Store;
 use serde_json::Value;
-
-macro_rules! on_every_backend {
-    ($($name:ident),* $(,)?) => {
-        mod local {
-            $( #[test] fn $name() { super::$name(super::Store::local()); } )*
-        }
-        mod redis {
-            $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
-        }
-    };
-}
 
 on_every_backend!(
     lock_prints_the_owner_and_unlock_takes_it,

@@ -4,19 +4,21 @@
 //! # Files
 //!
 //! One file per key, `<name>.dlock`, where the name is the key with every byte outside
-//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see [`names`]). Each file holds
-//! (see [`record`]) two copies ("slots") of a small JSON record: the key, the fencing
-//! counter, its durable ceiling, the boot id, the ticket counter and the lease (owner, token,
-//! depth, expiry, holder host/pid/user/command); after them, the list of waiters shown by
-//! `status`. Files are created whole and atomically (temporary file, fsync, `link`, fsync of
-//! the directory) and never deleted: deleting one would restart that key's fencing counter.
-//! Stray `.*.tmp` files are left only by a crash during creation and can be removed.
+//! `[A-Za-z0-9._-]` written `%XX` (long keys end in a hash; see `local/names.rs`). Each
+//! file holds (see `local/record.rs`) two copies ("slots") of a small JSON record: the key,
+//! the fencing counter, its durable ceiling, the boot id, the ticket counter and the lease
+//! (owner, token, depth, expiry, holder host/pid/user/command); after them, the list of
+//! waiters shown by `status` (informational, at most 128 listed). Files are created whole
+//! and atomically (temporary file, fsync, `link`, fsync of the directory) and never
+//! deleted: deleting one would restart that key's fencing counter. Stray `.*.tmp` files are
+//! left only by a crash during creation and can be removed.
 //!
 //! # Locks
 //!
-//! Every lock is an open-file-description byte-range lock on the key file ([`locks`]): owned
-//! by one `open()`, released by the kernel when it is closed, which includes the death of
-//! the process, even by SIGKILL. Descriptors are `O_CLOEXEC`, so children never hold them.
+//! Every lock is an open-file-description byte-range lock on the key file
+//! (`local/locks.rs`): owned by one `open()`, released by the kernel when it is closed,
+//! which includes the death of the process, even by SIGKILL. Descriptors are `O_CLOEXEC`,
+//! so children never hold them.
 //!
 //! * the *state mutex* (byte 0) is held for the few microseconds of each read-modify-write
 //!   of the record (shared for `status`);
@@ -48,6 +50,9 @@
 //! thundering herd. A waiter that gives up releases its waiting lock and its successor
 //! re-targets the next one ahead. New arrivals do not overtake queued waiters when
 //! `req.fair` (the default); with `fair == false` an arrival may take a free key at once.
+//! A waiter that leaves a free key untaken for a second (a stopped process, `^Z`) is
+//! presumed stuck: whoever comes next may take the key, so one stopped waiter cannot hold
+//! up the queue; it keeps its place and waits again when it resumes.
 //!
 //! Only two cases have no lock to sleep on, and wake by other means: the head of the queue
 //! behind a *detached* lease waits for a write to the file (inotify; polling from 1 to 20 ms
@@ -59,7 +64,7 @@
 //!
 //! Tokens must never repeat, even after a power loss, yet an fsync per acquisition would
 //! cost more than the rest of the acquisition together. So the record carries a *ceiling*:
-//! before the counter passes it, the ceiling is raised by [`store::CEILING_BLOCK`] and both
+//! before the counter passes it, the ceiling is raised by `CEILING_BLOCK` (1024) and both
 //! slots are written and `fdatasync`ed, before the token is handed out. Every token ever
 //! handed out is therefore at most a ceiling that reached the disk. Other writes are not
 //! synced: they reach the page cache, which every process sees at once, and survive any
@@ -74,7 +79,8 @@
 //! one torn write always leaves the previous record intact. A file shorter than both
 //! slots, or with both slots damaged, is refused with an internal error naming the file:
 //! starting its counter over would hand out tokens again. Not covered: deleting or
-//! restoring key files, a store on tmpfs (wiped at boot) or on NFS (the locks are local).
+//! restoring key files, a store on tmpfs (wiped at boot) or on NFS (the locks are local),
+//! and a disk that fails a write-back without a reboot (the kernel may later drop the page).
 //!
 //! # Sharing and trust
 //!
@@ -83,7 +89,10 @@
 //! lock the same keys. (A directory given with `DLOCK_DIR` or `file://` is created with
 //! the usual permissions; make it 1777 yourself to share it.) The store is for cooperating
 //! users: anyone who can write a key file can forge or break its locks, exactly as anyone
-//! can with a flock(1) lock file in `/tmp`. Keep private locks in a private directory.
+//! can with a flock(1) lock file in `/tmp`. Keep private locks in a private directory,
+//! and on multi-user hosts create `/var/tmp/dlock` (root, mode 1777) when provisioning, so
+//! that no user owns it. Key files are opened without following symbolic links and must be
+//! regular files, so a planted link or FIFO is refused instead of written through.
 
 mod locks;
 mod names;
@@ -144,8 +153,8 @@ impl LocalBackend {
         self.ctx.dir.join(names::file_name(key))
     }
 
-    fn key_file(&self, key: &str, create: bool) -> Result<Option<Arc<KeyFile>>> {
-        Ok(KeyFile::open(&self.ctx, key, create)?.map(Arc::new))
+    fn key_file(&self, key: &str, create: bool, write: bool) -> Result<Option<Arc<KeyFile>>> {
+        Ok(KeyFile::open(&self.ctx, key, create, write)?.map(Arc::new))
     }
 
     fn cancelled(&self, key: &str) -> Error {
@@ -274,9 +283,10 @@ impl Drop for HoldGuard {
     }
 }
 
-/// What an acquisition in progress keeps between attempts.
-#[derive(Default)]
+/// What an acquisition in progress keeps between attempts. Dropping it (the acquisition
+/// ended, or its future was dropped) takes us out of the queue.
 struct Waiting {
+    kf: Arc<KeyFile>,
     ticket: Option<u64>,
     lock_wait: Option<LockWait>,
     watch: Option<Watch>,
@@ -293,7 +303,26 @@ enum Wake {
     Abort(Abort),
 }
 
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket {
+            let _ = locks::unlock(&self.kf.file, wait_lock(t));
+        }
+    }
+}
+
 impl Waiting {
+    fn new(kf: Arc<KeyFile>) -> Waiting {
+        Waiting {
+            kf,
+            ticket: None,
+            lock_wait: None,
+            watch: None,
+            holder: None,
+            reported: None,
+        }
+    }
+
     /// Tells the progress listener, when what we know changed.
     fn report(&mut self, wait: &WaitOptions, info: &WaitInfo) {
         let now = (
@@ -310,12 +339,8 @@ impl Waiting {
     }
 
     /// Sleeps until `target` says the situation may have changed, or the wait ends.
-    async fn sleep(
-        &mut self,
-        kf: &Arc<KeyFile>,
-        target: Target,
-        wait: &WaitOptions,
-    ) -> Result<Wake> {
+    async fn sleep(&mut self, target: Target, wait: &WaitOptions) -> Result<Wake> {
+        let kf = self.kf.clone();
         if wait.cancel.is_cancelled() {
             return Ok(Wake::Abort(Abort::Cancelled));
         }
@@ -326,7 +351,7 @@ impl Waiting {
             Target::Again => Ok(Wake::Again),
             Target::Lock { at, head } => {
                 if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
-                    self.lock_wait = Some(LockWait::start(kf, at)?);
+                    self.lock_wait = Some(LockWait::start(&kf, at)?);
                 }
                 let lw = self.lock_wait.as_mut().expect("started");
                 let recheck = if head { RECHECK_HEAD } else { RECHECK };
@@ -370,21 +395,32 @@ impl Backend for LocalBackend {
         let sent_at = Instant::now();
         let nowait = wait.deadline.is_some_and(|d| d <= sent_at);
         let kf = self
-            .key_file(&req.key, true)?
+            .key_file(&req.key, true, true)?
             .expect("created when missing");
         let req = Arc::new(req.clone());
-        let mut w = Waiting::default();
+        let mut w = Waiting::new(kf.clone());
         loop {
             let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
-            let out = wait::locked(&self.ctx, &kf, Kind::Exclusive, Some(wait), move |s| {
-                s.attempt(&Attempt {
-                    req: &r,
-                    me,
-                    nowait,
-                    sent_at,
-                    want_position: want,
-                })
-            })
+            let out = wait::locked(
+                &self.ctx,
+                &kf,
+                Kind::Exclusive,
+                Some(wait),
+                move |s| {
+                    s.attempt(&Attempt {
+                        req: &r,
+                        me,
+                        nowait,
+                        sent_at,
+                        want_position: want,
+                    })
+                },
+                |s, step| match step {
+                    Step::Granted { lease, hold } => s.undo_grant(&lease, hold),
+                    Step::Queued { ticket, .. } => s.leave_queue(ticket),
+                    Step::Busy { .. } => {}
+                },
+            )
             .await;
             let step = match out {
                 Ok(Outcome::Done(step)) => step,
@@ -428,7 +464,7 @@ impl Backend for LocalBackend {
                     w.ticket = Some(ticket);
                     w.report(wait, &info);
                     w.holder = info.holder;
-                    let wake = match w.sleep(&kf, target, wait).await {
+                    let wake = match w.sleep(target, wait).await {
                         Ok(wake) => wake,
                         Err(e) => {
                             self.leave(&kf, w.ticket);
@@ -454,7 +490,7 @@ impl Backend for LocalBackend {
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         check_key(key)?;
         let sent_at = Instant::now();
-        let Some(kf) = self.key_file(key, false)? else {
+        let Some(kf) = self.key_file(key, false, true)? else {
             return Err(Error::NotOwner(format!(
                 "cannot renew {key} as owner {owner}: it is not held ({})",
                 self.ctx.describe
@@ -469,7 +505,7 @@ impl Backend for LocalBackend {
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         check_key(key)?;
-        let Some(kf) = self.key_file(key, false)? else {
+        let Some(kf) = self.key_file(key, false, true)? else {
             return match mode {
                 ReleaseMode::Force => Ok(Released {
                     previous_owner: None,
@@ -495,7 +531,7 @@ impl Backend for LocalBackend {
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
             check_key(key)?;
-            let st = match self.key_file(key, false)? {
+            let st = match self.key_file(key, false, false)? {
                 Some(kf) => wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?,
                 None => KeyStatus {
                     key: key.clone(),

@@ -1,6 +1,7 @@
 //! What `exec` and `lock` share: building the request, waiting with signals, and turning
 //! "not obtained" into the `-E` exit code.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions};
@@ -67,7 +68,7 @@ pub fn deadline(opts: &AcquireOpts) -> Option<Instant> {
 }
 
 /// Acquires while watching for signals: a signal cancels the wait and leaves nothing held.
-pub async fn acquire(
+async fn acquire(
     global: &Global,
     backend: &dyn Backend,
     req: &AcquireRequest,
@@ -106,9 +107,41 @@ pub async fn acquire(
     ))
 }
 
+/// The result of [`connect_and_acquire`].
+pub enum Acquisition {
+    /// The lease is ours, from this backend.
+    Held(Arc<dyn Backend>, Acquired),
+    /// Not obtained (already reported on stderr): exit with this code.
+    NotObtained(u8),
+}
+
+/// What `exec` and `lock` do first: connect (a signal cancels it) and acquire `key` as
+/// `opts` say, for the `command` shown to others.
+pub async fn connect_and_acquire(
+    global: &Global,
+    key: &str,
+    opts: &AcquireOpts,
+    command: &[String],
+    detached: bool,
+    signals: &mut Signals,
+) -> Result<Acquisition> {
+    let req = request(key, opts, command, detached)?;
+    let backend = tokio::select! {
+        opened = super::open(global, Some(key)) => opened?.1,
+        sig = signals.recv() => {
+            let msg = format!("cancelled by {sig} while connecting for '{key}'");
+            return Err(Error::Cancelled(msg, sig as i32));
+        }
+    };
+    match acquire(global, &*backend, &req, opts, signals).await {
+        Ok(acquired) => Ok(Acquisition::Held(backend, acquired)),
+        Err(e) => conflict_code(global, opts, e).map(Acquisition::NotObtained),
+    }
+}
+
 /// Turns "not obtained" into the `-E` exit code (printing the reason unless `-q`), and
 /// passes every other outcome through.
-pub fn conflict_code(global: &Global, opts: &AcquireOpts, err: Error) -> Result<u8> {
+fn conflict_code(global: &Global, opts: &AcquireOpts, err: Error) -> Result<u8> {
     match err {
         Error::NotObtained(msg) => {
             if !global.quiet {

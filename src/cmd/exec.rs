@@ -12,7 +12,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout_at};
 
-use super::acquire;
+use super::acquire::{self, Acquisition};
 use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
 use crate::error::{Error, Result};
@@ -31,16 +31,18 @@ enum Doom {
 /// Runs the whole `exec` sequence and returns dlock's exit code.
 pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
-    let req = acquire::request(&args.key, &args.acquire, &args.command, false)?;
-    let backend = tokio::select! {
-        opened = super::open(global, Some(&args.key)) => opened?.1,
-        sig = signals.recv() => return Err(Error::Cancelled(format!("cancelled by {sig} while connecting"), sig as i32)),
+    let acquisition = acquire::connect_and_acquire(
+        global,
+        &args.key,
+        &args.acquire,
+        &args.command,
+        false,
+        &mut signals,
+    );
+    let (backend, acquired) = match acquisition.await? {
+        Acquisition::Held(backend, acquired) => (backend, acquired),
+        Acquisition::NotObtained(code) => return Ok(code),
     };
-    let acquired =
-        match acquire::acquire(global, &*backend, &req, &args.acquire, &mut signals).await {
-            Ok(a) => a,
-            Err(e) => return acquire::conflict_code(global, &args.acquire, e),
-        };
     let outcome = run_child(
         global,
         &backend,

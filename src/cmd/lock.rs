@@ -1,9 +1,9 @@
 //! `dlock lock KEY`: acquire and leave the lease held (until `unlock` or its TTL).
 
-use super::acquire;
+use super::acquire::{self, Acquisition};
 use crate::backend::Lease;
 use crate::cli::{Global, LockArgs};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::supervisor::Signals;
 use crate::{exit, output};
 
@@ -11,16 +11,18 @@ use crate::{exit, output};
 pub async fn run(global: &Global, args: LockArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
     let command = vec!["dlock".to_string(), "lock".to_string()];
-    let req = acquire::request(&args.key, &args.acquire, &command, true)?;
-    let backend = tokio::select! {
-        opened = super::open(global, Some(&args.key)) => opened?.1,
-        sig = signals.recv() => return Err(Error::Cancelled(format!("cancelled by {sig} while connecting"), sig as i32)),
+    let acquisition = acquire::connect_and_acquire(
+        global,
+        &args.key,
+        &args.acquire,
+        &command,
+        true,
+        &mut signals,
+    );
+    let acquired = match acquisition.await? {
+        Acquisition::Held(_, acquired) => acquired,
+        Acquisition::NotObtained(code) => return Ok(code),
     };
-    let acquired =
-        match acquire::acquire(global, &*backend, &req, &args.acquire, &mut signals).await {
-            Ok(a) => a,
-            Err(e) => return acquire::conflict_code(global, &args.acquire, e),
-        };
     print(global, &args, &acquired.lease);
     Ok(exit::OK)
 }

@@ -3,7 +3,19 @@
 //!
 //! Every server gets its own port and directory, so tests run in parallel safely.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// Runs each test body once per backend, as `local::name` and `redis::name`.
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod local {
+            $( #[test] fn $name() { super::$name(super::Store::local()); } )*
+        }
+        mod redis {
+            $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
+        }
+    };
+}
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -172,6 +172,16 @@ mod tests {
     }
 
     #[test]
+    fn read_only_opens_can_probe_and_share() {
+        let (d, a, _b) = two_opens();
+        let ro = File::open(d.path().join("f")).unwrap();
+        assert!(try_lock(&a, 9, Kind::Exclusive).unwrap());
+        assert!(is_held(&ro, 9).unwrap());
+        assert!(try_lock(&ro, MUTEX, Kind::Shared).unwrap());
+        assert!(!try_lock(&a, MUTEX, Kind::Exclusive).unwrap());
+    }
+
+    #[test]
     fn finds_the_last_waiter_below() {
         let (_d, a, b) = two_opens();
         assert_eq!(waiter_before(&b, 100).unwrap(), None);

@@ -44,6 +44,9 @@ pub struct State {
     pub next_ticket: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseRecord>,
+    /// When the last lease ended (CLOCK_BOOTTIME ms): tells a stuck queue from a hand-off.
+    #[serde(default)]
+    pub freed_boot_ms: u64,
 }
 
 impl State {
@@ -56,6 +59,7 @@ impl State {
             boot_id: boot_id.to_string(),
             next_ticket: 0,
             lease: None,
+            freed_boot_ms: 0,
         }
     }
 }

@@ -19,6 +19,15 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
+/// A free key not taken by the waiter ahead within this long is taken by whoever comes
+/// next: hand-offs take microseconds, and the head rechecks at least every 250 ms.
+const STUCK_AFTER_MS: u64 = 1000;
+
+/// Most waiters listed for `status`; beyond this, `status` says it cannot tell.
+const MAX_LISTED: usize = 128;
+/// The list entry that marks it incomplete.
+const UNLISTED: u64 = u64::MAX;
+
 /// Tokens reserved by one durable write of the ceiling: the counter is fsynced once per
 /// this many acquisitions, and tokens may jump by up to this much after a crash.
 pub const CEILING_BLOCK: u64 = 1024;
@@ -75,10 +84,17 @@ pub struct KeyFile {
 impl KeyFile {
     /// Opens the file of `key`, creating it when missing and `create` is set; `None` when
     /// it is missing and not created.
-    pub fn open(ctx: &Ctx, key: &str, create: bool) -> Result<Option<KeyFile>> {
+    /// Operations that write (all but `status`) need a writable file.
+    pub fn open(ctx: &Ctx, key: &str, create: bool, write: bool) -> Result<Option<KeyFile>> {
         let path = ctx.dir.join(names::file_name(key));
         loop {
             match Self::open_path(&path, Some(key)) {
+                Ok(kf) if write && !kf.writable => {
+                    return Err(Error::Unavailable(format!(
+                        "no permission to write lock file {} (its owner can make it mode 0666)",
+                        path.display()
+                    )));
+                }
                 Ok(kf) => return Ok(Some(kf)),
                 Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
                     create_file(ctx, key, &path)?;
@@ -92,14 +108,25 @@ impl KeyFile {
     /// Opens an existing file read-write (read-only when we may not write it). Never with
     /// O_CREAT: in a sticky world-writable directory, `fs.protected_regular` forbids
     /// O_CREAT opens of other users' files even when their mode allows writing.
+    ///
+    /// In a shared directory another user could plant a symbolic link or a FIFO under a
+    /// key's name: never follow links, never block in `open`, and accept regular files only.
     pub fn open_path(path: &Path, key: Option<&str>) -> io::Result<KeyFile> {
-        let (file, writable) = match OpenOptions::new().read(true).write(true).open(path) {
+        let open = |write: bool| {
+            OpenOptions::new()
+                .read(true)
+                .write(write)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+        };
+        let (file, writable) = match open(true) {
             Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                (OpenOptions::new().read(true).open(path)?, false)
-            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => (open(false)?, false),
             Err(e) => return Err(e),
         };
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
         Ok(KeyFile {
             key: key.map(String::from),
             path: path.to_path_buf(),
@@ -292,6 +319,7 @@ impl<'a> Session<'a> {
             if let Some(l) = self.st.lease.as_mut().filter(|l| !l.bound) {
                 l.expires_boot_ms = boot_ms() + l.expires_wall_ms.saturating_sub(now_ms());
             }
+            self.st.freed_boot_ms = 0;
             self.st.boot_id = self.ctx.boot_id.clone();
         }
         self.dirty = true;
@@ -422,6 +450,12 @@ impl<'a> Session<'a> {
         if self.alive(&l)? {
             return Ok(Some(l));
         }
+        // A bound lease ended when its holder died, which we only see now.
+        self.st.freed_boot_ms = if l.bound {
+            boot_ms()
+        } else {
+            l.expires_boot_ms
+        };
         self.st.lease = None;
         self.dirty = true;
         Ok(None)
@@ -475,7 +509,12 @@ impl<'a> Session<'a> {
             }
             None => false,
         };
-        if live.is_none() && !waiter_ahead {
+        // A waiter that leaves a free key untaken for long is stopped (^Z) or wedged: do not
+        // let it hold up everyone behind it. It keeps its place and queues again on resume.
+        let stuck = live.is_none()
+            && waiter_ahead
+            && boot_ms().saturating_sub(self.st.freed_boot_ms) >= STUCK_AFTER_MS;
+        if live.is_none() && (!waiter_ahead || stuck) {
             return self.grant(a);
         }
         let holder = live.as_ref().map(|l| self.lock_info(l));
@@ -509,7 +548,8 @@ impl<'a> Session<'a> {
             ..WaitInfo::default()
         };
         if a.want_position {
-            if let Some(list) = self.live_waiters(Some(ticket))? {
+            let list = self.live_waiters(Some(ticket))?;
+            if let Some(list) = list.filter(|l| l.iter().all(|w| w.ticket != UNLISTED)) {
                 info.position = Some(list.iter().filter(|w| w.ticket <= ticket).count() as u64);
                 info.waiters = Some(list.len() as u64);
             }
@@ -592,17 +632,50 @@ impl<'a> Session<'a> {
         })
     }
 
+    /// Takes back a grant that could not be delivered (its acquirer went away).
+    pub fn undo_grant(&mut self, lease: &Lease, hold: Option<u64>) {
+        if let Some(t) = hold {
+            let _ = locks::unlock(self.file(), hold_lock(t));
+        }
+        let Some(cur) = self
+            .st
+            .lease
+            .as_mut()
+            .filter(|l| l.token == lease.fencing_token)
+        else {
+            return;
+        };
+        if lease.reentered && cur.depth > 1 {
+            cur.depth -= 1;
+        } else {
+            self.st.lease = None;
+            self.st.freed_boot_ms = boot_ms();
+        }
+        self.dirty = true;
+        let _ = self.commit();
+    }
+
     // ---- the waiter list ----
 
     /// Takes a waiting ticket and adds us to the waiter list.
     fn join_queue(&mut self, req: &AcquireRequest) -> Result<u64> {
         let t = self.take_ticket(wait_lock)?;
         let mut list = self.live_waiters(Some(t))?.unwrap_or_default();
-        list.push(WaiterRecord {
-            ticket: t,
-            owner: req.owner.clone(),
-            holder: req.holder.clone(),
-        });
+        if list.len() < MAX_LISTED {
+            list.push(WaiterRecord {
+                ticket: t,
+                owner: req.owner.clone(),
+                holder: req.holder.clone(),
+            });
+        } else if list.iter().all(|w| w.ticket != UNLISTED) {
+            // Too many to list (each join and leave rewrites the list): from now on the
+            // list is incomplete, and readers say they cannot tell.
+            list.push(WaiterRecord {
+                ticket: UNLISTED,
+                owner: String::new(),
+                holder: Default::default(),
+            });
+        }
         if let Err(e) = self.write_waiters(list) {
             let _ = locks::unlock(self.file(), wait_lock(t));
             return Err(e);
@@ -628,6 +701,14 @@ impl<'a> Session<'a> {
         };
         let mut live = Vec::with_capacity(list.len());
         for w in list {
+            if w.ticket == UNLISTED {
+                // Unlisted waiters remain as long as any waiter is not in the list.
+                let listed: Vec<u64> = live.iter().map(|w: &WaiterRecord| w.ticket).collect();
+                if self.unlisted_waiters(&listed, me)? {
+                    live.push(w);
+                }
+                continue;
+            }
             let held = Some(w.ticket) == me
                 || locks::is_held(self.file(), wait_lock(w.ticket))
                     .map_err(|e| self.io("cannot probe", e))?;
@@ -636,6 +717,20 @@ impl<'a> Session<'a> {
             }
         }
         Ok(Some(live))
+    }
+
+    /// True when some waiter other than `me` holds a ticket that is not in `listed`.
+    fn unlisted_waiters(&self, listed: &[u64], me: Option<u64>) -> Result<bool> {
+        let mut below = self.st.next_ticket;
+        while let Some(t) =
+            locks::waiter_before(self.file(), below).map_err(|e| self.io("cannot probe", e))?
+        {
+            if Some(t) != me && !listed.contains(&t) {
+                return Ok(true);
+            }
+            below = t;
+        }
+        Ok(false)
     }
 
     fn read_waiters(&self) -> Result<Option<Vec<WaiterRecord>>> {
@@ -698,6 +793,7 @@ impl<'a> Session<'a> {
             }
         } else {
             self.st.lease = None;
+            self.st.freed_boot_ms = boot_ms();
         }
         self.dirty = true;
         self.commit()?;
@@ -750,6 +846,7 @@ impl<'a> Session<'a> {
     pub fn status(&mut self) -> Result<KeyStatus> {
         let lock = self.live_lease()?.map(|l| self.lock_info(&l));
         let waiters = match self.live_waiters(None)? {
+            Some(list) if list.iter().any(|w| w.ticket == UNLISTED) => None,
             Some(list) => Some(
                 list.into_iter()
                     .map(|w| WaiterInfo {

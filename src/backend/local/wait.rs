@@ -57,15 +57,21 @@ enum Phase {
 /// With `wait`, the wait for the mutex can be cancelled or time out; once `f` has started
 /// it always completes, and its result is returned even if the wait was cancelled meanwhile
 /// (the caller checks the token afterwards and undoes what must be undone).
-pub async fn locked<T, F>(
+///
+/// If this future is dropped instead (a caller's `select!`), a wait for the mutex is
+/// abandoned, and a result that can no longer be delivered is handed to `undo`, still
+/// under the mutex, so that nothing is left held or queued for nobody.
+pub async fn locked<T, F, U>(
     ctx: &Arc<Ctx>,
     kf: &Arc<KeyFile>,
     kind: Kind,
     wait: Option<&WaitOptions>,
     f: F,
+    undo: U,
 ) -> Result<Outcome<T>>
 where
     F: FnOnce(&mut Session) -> Result<T> + Send + 'static,
+    U: FnOnce(&mut Session, T) + Send + 'static,
     T: Send + 'static,
 {
     let got =
@@ -90,37 +96,72 @@ where
                 }
                 *p = Phase::Running;
             }
-            let _ = tx.send(run(&ctx, &kf, f));
+            match Session::load(&kf, &ctx) {
+                Ok(mut s) => match f(&mut s) {
+                    Ok(t) => {
+                        if let Err(Ok(t)) = tx.send(Ok(t)) {
+                            undo(&mut s, t);
+                        }
+                    }
+                    Err(e) => drop(tx.send(Err(e))),
+                },
+                Err(e) => drop(tx.send(Err(e))),
+            }
+            let _ = locks::unlock(&kf.file, MUTEX);
         })?;
     }
+    let mut abandon_on_drop = AbandonOnDrop(Some(phase.clone()));
     let recv = |r: std::result::Result<Result<T>, oneshot::error::RecvError>| {
         r.unwrap_or_else(|_| Err(Error::Internal("the state lock thread died".into())))
     };
     let Some(wait) = wait else {
-        return recv(rx.await).map(Outcome::Done);
+        let r = recv((&mut rx).await);
+        abandon_on_drop.0 = None;
+        return r.map(Outcome::Done);
     };
     let why = tokio::select! {
-        r = &mut rx => return recv(r).map(Outcome::Done),
+        r = &mut rx => {
+            abandon_on_drop.0 = None;
+            return recv(r).map(Outcome::Done);
+        }
         why = aborted(wait, MUTEX_GRACE) => why,
     };
     {
         let mut p = phase.lock().unwrap_or_else(PoisonError::into_inner);
         if *p == Phase::Waiting {
             *p = Phase::Abandoned;
+            abandon_on_drop.0 = None;
             return Ok(Outcome::Abandoned(why));
         }
     }
     // Already running: it takes microseconds, let it finish.
-    recv(rx.await).map(Outcome::Done)
+    let r = recv(rx.await);
+    abandon_on_drop.0 = None;
+    r.map(Outcome::Done)
 }
 
-/// [`locked`] without cancellation, for release, renew and status.
+/// Marks a wait for the mutex abandoned when the future waiting for it is dropped.
+struct AbandonOnDrop(Option<Arc<Mutex<Phase>>>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        if let Some(phase) = &self.0 {
+            let mut p = phase.lock().unwrap_or_else(PoisonError::into_inner);
+            if *p == Phase::Waiting {
+                *p = Phase::Abandoned;
+            }
+        }
+    }
+}
+
+/// [`locked`] without cancellation, for release, renew and status: their results need no
+/// undoing (a release or renewal that nobody hears of still did the right thing).
 pub async fn locked_now<T, F>(ctx: &Arc<Ctx>, kf: &Arc<KeyFile>, kind: Kind, f: F) -> Result<T>
 where
     F: FnOnce(&mut Session) -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
-    match locked(ctx, kf, kind, None, f).await? {
+    match locked(ctx, kf, kind, None, f, |_, _| {}).await? {
         Outcome::Done(t) => Ok(t),
         Outcome::Abandoned(_) => unreachable!("no wait options, nothing to abandon"),
     }
