@@ -17,7 +17,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, Once};
+use std::sync::{Arc, Barrier, Mutex, Once, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use dlock::backend::{self, AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
@@ -156,6 +156,77 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// The suite's temporary directory: every store and server directory is inside.
+static ROOT: OnceLock<PathBuf> = OnceLock::new();
+/// Servers running now, for the last-resort clean-up.
+static SERVERS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn temp_dir() -> Result<tempfile::TempDir, String> {
+    match ROOT.get() {
+        Some(root) => tempfile::tempdir_in(root),
+        None => tempfile::tempdir(),
+    }
+    .map_err(|e| format!("temp dir: {e}"))
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, asks the suite to stop (it then cleans up as usual); on a
+/// second signal, or if it has not finished 10 s later, kills the servers, removes the
+/// temporary directory and exits. Runs on a thread of its own, so that a backend call
+/// that never returns cannot keep it from acting.
+fn handle_signals() {
+    use tokio::signal::unix::{signal, SignalKind};
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let kinds = [
+                SignalKind::interrupt(),
+                SignalKind::terminate(),
+                SignalKind::hangup(),
+            ];
+            let Ok(mut streams) = kinds.into_iter().map(signal).collect::<Result<Vec<_>, _>>()
+            else {
+                return;
+            };
+            let [a, b, c] = &mut streams[..] else {
+                return;
+            };
+            tokio::select! {
+                _ = a.recv() => {}
+                _ = b.recv() => {}
+                _ = c.recv() => {}
+            }
+            eprintln!("\nsuite: interrupted; stopping (a second signal quits at once)");
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            tokio::select! {
+                _ = a.recv() => {}
+                _ = b.recv() => {}
+                _ = c.recv() => {}
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+            for &pid in lock(&SERVERS).iter() {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            if let Some(root) = ROOT.get() {
+                let _ = std::fs::remove_dir_all(root);
+            }
+            std::process::exit(130);
+        });
+    });
+}
+
+fn server_started(pid: u32) {
+    lock(&SERVERS).push(pid);
+}
+
+fn server_stopped(pid: u32) {
+    lock(&SERVERS).retain(|&p| p != pid);
 }
 
 /// Children being waited for, and when the watchdog must SIGKILL them.
@@ -344,7 +415,7 @@ impl RedisServer {
         if which("redis-server").is_none() {
             return Err("redis-server is not installed (apt-get install redis-server)".into());
         }
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let dir = temp_dir()?;
         for _ in 0..20 {
             let port = free_port();
             let mut child = die_with_parent(
@@ -365,6 +436,7 @@ impl RedisServer {
                     break; // port taken by someone else: try another
                 }
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    server_started(child.id());
                     return Ok(RedisServer {
                         port,
                         child,
@@ -386,6 +458,7 @@ impl RedisServer {
 
 impl Drop for RedisServer {
     fn drop(&mut self) {
+        server_stopped(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -406,7 +479,7 @@ impl EtcdServer {
             );
         }
         for _ in 0..5 {
-            let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+            let dir = temp_dir()?;
             let (client, peer) = (free_port(), free_port());
             let endpoint = format!("http://127.0.0.1:{client}");
             let peer_url = format!("http://127.0.0.1:{peer}");
@@ -438,6 +511,7 @@ impl EtcdServer {
                     )
                     .is_ok_and(|(_, s)| s.success())
                 {
+                    server_started(child.id());
                     return Ok(EtcdServer {
                         endpoint,
                         child,
@@ -455,6 +529,7 @@ impl EtcdServer {
 
 impl Drop for EtcdServer {
     fn drop(&mut self) {
+        server_stopped(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -2141,15 +2216,6 @@ fn suite(o: Opts) -> i32 {
             return 70;
         }
     };
-    rt.spawn(async {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("\nsuite: interrupted; stopping (Ctrl-C again to quit at once)");
-            INTERRUPTED.store(true, Ordering::SeqCst);
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
-    });
     let tmp = match tempfile::Builder::new().prefix("dlock-bench-").tempdir() {
         Ok(t) => t,
         Err(e) => {
@@ -2157,6 +2223,8 @@ fn suite(o: Opts) -> i32 {
             return 70;
         }
     };
+    let _ = ROOT.set(tmp.path().to_path_buf());
+    handle_signals();
     println!(
         "dlock benchmark suite{}: sections {}; binary {}",
         if o.quick { " (--quick)" } else { "" },
