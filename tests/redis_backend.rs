@@ -665,11 +665,18 @@ async fn wrong_or_missing_password_is_unavailable() {
     assert!(!msg.contains("hunter2pw") && !msg.contains('\n'), "{msg}");
     assert!(msg.contains(&format!("127.0.0.1:{}", server.port)), "{msg}");
 
-    let e = RedisBackend::connect(&server.url())
-        .await
-        .err()
-        .expect("no password");
+    // Without a password the handshake sends nothing, so the refusal comes with the first
+    // request (NOAUTH) rather than at connect: either way, exit 69.
+    let e = match RedisBackend::connect(&server.url()).await {
+        Err(e) => e,
+        Ok(b) => b
+            .acquire(&req("auth", "o"), &no_wait())
+            .await
+            .err()
+            .expect("no password"),
+    };
     assert_eq!(e.exit_code(), 69, "{e}");
+    assert!(!e.to_string().contains('\n'), "{e}");
 
     let good = format!("redis://:s3cret@127.0.0.1:{}", server.port);
     let b = RedisBackend::connect(&good).await.unwrap();

@@ -20,7 +20,8 @@
 //! # Algorithm
 //!
 //! * acquire, renew, release and leave are each one Lua script (`EVALSHA`, falling back to
-//!   `EVAL` on `NOSCRIPT`; all are loaded at connect, so each is one round trip). Scripts
+//!   `EVAL` on `NOSCRIPT`, which happens once per server: each call is one round trip,
+//!   and connecting sends nothing but the handshake). Scripts
 //!   read the server's `TIME`, so all clients share one clock.
 //! * acquire: if one of the caller's `reenter` owners holds the lease, the depth goes up.
 //!   Otherwise dead waiters are pruned (liveness deadline passed), and the lease is granted
@@ -204,27 +205,22 @@ impl Server {
     }
 }
 
-/// The scripts, and their sources for loading them all in one round trip at connect.
+/// The scripts, each sent by SHA (`EVALSHA`) and only in full when the server lacks it.
 struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
     leave: Script,
-    sources: Vec<String>,
 }
 
 impl Scripts {
     fn new() -> Scripts {
-        let sources: Vec<String> = [ACQUIRE_LUA, RENEW_LUA, RELEASE_LUA, LEAVE_LUA]
-            .iter()
-            .map(|body| format!("{COMMON_LUA}\n{body}"))
-            .collect();
+        let script = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
         Scripts {
-            acquire: Script::new(&sources[0]),
-            renew: Script::new(&sources[1]),
-            release: Script::new(&sources[2]),
-            leave: Script::new(&sources[3]),
-            sources,
+            acquire: script(ACQUIRE_LUA),
+            renew: script(RENEW_LUA),
+            release: script(RELEASE_LUA),
+            leave: script(LEAVE_LUA),
         }
     }
 }
@@ -500,30 +496,11 @@ impl RedisBackend {
             server,
             scripts: Arc::new(Scripts::new()),
         };
-        backend.load_scripts().await?;
+        // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
+        // A wrong password already failed in `open` (AUTH is part of the handshake), a
+        // missing one fails the first script call with NOAUTH, and scripts are sent by
+        // `EVALSHA`, falling back to `EVAL` once per server when it does not know them.
         Ok(backend)
-    }
-
-    /// Checks that the server answers us (a missing or wrong password fails here) and
-    /// loads every script, so that each later call is one `EVALSHA`. Both go out at once:
-    /// one round trip; the `PING` gives the clearer error.
-    async fn load_scripts(&self) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for source in &self.scripts.sources {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(source);
-        }
-        let (mut ping_conn, mut load_conn) = (self.conn().await?, self.conn().await?);
-        let ping = redis::cmd("PING");
-        let (pong, loaded) = tokio::join!(
-            self.call("cannot connect", ping.query_async::<String>(&mut ping_conn)),
-            self.call(
-                "cannot connect",
-                pipe.query_async::<Vec<String>>(&mut load_conn)
-            ),
-        );
-        pong?;
-        loaded?;
-        Ok(())
     }
 
     /// The shared connection, reopened if it broke.
