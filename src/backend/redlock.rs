@@ -816,12 +816,17 @@ impl RedlockBackend {
                     }
                 }
                 Err(e) => ServerView {
+                    // The message names the server, which the view already does.
+                    error: Some(
+                        e.strip_prefix(&format!("{server}: "))
+                            .unwrap_or(e)
+                            .to_string(),
+                    ),
                     server,
                     owner: None,
                     fencing_token: None,
                     ttl_left_ms: None,
                     agrees: false,
-                    error: Some(e.clone()),
                 },
             });
         }
