@@ -16,6 +16,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// For a Sentinel: the configuration it starts from (it rewrites its file).
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -27,25 +29,53 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut server = RedisServer {
+        let server = RedisServer {
             port: 0,
             child: None,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            sentinel: None,
         };
+        server.spawn_on_a_free_port()
+    }
+
+    /// Starts a Sentinel (`redis-server --sentinel`) that watches the master on
+    /// `127.0.0.1:master_port` under `name`, with a quorum of one.
+    pub fn start_sentinel(master_port: u16, name: &str) -> RedisServer {
+        let server = RedisServer {
+            port: 0,
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            extra: Vec::new(),
+            sentinel: Some(format!(
+                "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+            )),
+        };
+        server.spawn_on_a_free_port()
+    }
+
+    fn spawn_on_a_free_port(mut self) -> RedisServer {
         for _ in 0..20 {
-            server.port = free_port();
-            if server.try_spawn() {
-                return server;
+            self.port = free_port();
+            if self.try_spawn() {
+                return self;
             }
         }
         panic!("could not start redis-server on a free port");
     }
 
     fn try_spawn(&mut self) -> bool {
-        let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.sentinel {
+            let file = self.dir.path().join("sentinel.conf");
+            std::fs::write(&file, config).expect("write sentinel.conf");
+            command.arg(file).arg("--sentinel");
+        }
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]);
+        if self.sentinel.is_none() {
+            command.args(["--save", "", "--appendonly", "no"]);
+        }
+        let mut child = command
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
