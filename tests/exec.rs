@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
 
-/// Runs each test body once per backend, as `local::name` and `redis::name`.
+/// Runs each test body once per backend, as `local::name`, `redis::name` and
+/// `redlock::name` (three servers).
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -16,6 +17,9 @@ macro_rules! on_every_backend {
         }
         mod redis {
             $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
+        }
+        mod redlock {
+            $( #[test] fn $name() { super::$name(super::Store::redlock()); } )*
         }
     };
 }

@@ -15,6 +15,9 @@ macro_rules! on_every_backend {
         mod redis {
             $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
         }
+        mod redlock {
+            $( #[test] fn $name() { super::$name(super::Store::redlock()); } )*
+        }
     };
 }
 

@@ -206,10 +206,12 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Where a CLI test keeps its locks: a fresh local store directory or a fresh Redis server.
+/// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
+/// or three fresh Redis servers (Redlock).
 pub enum Store {
     Local(tempfile::TempDir),
     Redis(RedisServer),
+    Redlock(Vec<RedisServer>),
 }
 
 impl Store {
@@ -223,12 +225,21 @@ impl Store {
         Store::Redis(RedisServer::start())
     }
 
+    /// Three new redis-servers, used as a Redlock quorum.
+    pub fn redlock() -> Store {
+        Store::Redlock((0..3).map(|_| RedisServer::start()).collect())
+    }
+
     /// A `dlock` command pointed at this store (through the environment, as users do).
     pub fn dlock(&self) -> Command {
         let mut c = dlock();
         match self {
             Store::Local(dir) => c.env("DLOCK_DIR", dir.path()),
             Store::Redis(server) => c.env("DLOCK_URL", server.url()),
+            Store::Redlock(servers) => {
+                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+                c.env("DLOCK_URL", urls.join(","))
+            }
         };
         c
     }
@@ -251,7 +262,7 @@ impl Store {
     pub fn server(&mut self) -> &mut RedisServer {
         match self {
             Store::Redis(s) => s,
-            Store::Local(_) => panic!("not a Redis store"),
+            Store::Local(_) | Store::Redlock(_) => panic!("not a single Redis store"),
         }
     }
 }
