@@ -294,6 +294,61 @@ async fn tokens_keep_increasing_when_one_server_lost_its_counter() {
         .all(|v| v.agrees && v.fencing_token == Some(last + 1)));
 }
 
+/// Writes a lease for `owner` on one server only, as a crashed contender leaves behind.
+fn stale_lease(server: &RedisServer, key: &str, owner: &str, token: u64, ttl_ms: u64) {
+    let lease = format!("dlock:{{{key}}}:lease");
+    let token = token.to_string();
+    server.cli(&[
+        "HSET", &lease, "owner", owner, "token", &token, "depth", "1",
+    ]);
+    server.cli(&["PEXPIRE", &lease, &ttl_ms.to_string()]);
+}
+
+#[tokio::test]
+async fn a_server_that_refused_still_gets_its_counter_raised() {
+    let servers = three();
+    let b = connect(&servers).await;
+    for s in &servers[..2] {
+        s.cli(&["SET", "dlock:{raised}:fence", "41"]);
+    }
+    stale_lease(&servers[2], "raised", "ghost", 7, 10_000);
+    let got = b
+        .acquire(&req("raised", "a", Duration::from_secs(10)), &no_wait())
+        .await
+        .expect("a majority is free");
+    assert_eq!(got.lease.fencing_token, 42);
+    // Server 2 held the key for someone else, yet its counter now covers token 42, so a
+    // later majority that includes it and only one of the others still exceeds 42.
+    assert_eq!(servers[2].cli(&["GET", "dlock:{raised}:fence"]), "42");
+    assert_eq!(
+        owner_on(&servers[2], "raised"),
+        "ghost",
+        "its lease is untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_split_left_by_stale_partial_grants_clears_when_they_expire() {
+    let servers = three();
+    let b = connect(&servers).await;
+    // No owner has a majority, and neither can we until one of these expires.
+    stale_lease(&servers[0], "split", "ghost-1", 1, 300);
+    stale_lease(&servers[1], "split", "ghost-2", 1, 300);
+    let t0 = Instant::now();
+    let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(3)));
+    let got = b
+        .acquire(&req("split", "a", Duration::from_secs(10)), &wait)
+        .await
+        .expect("granted once the stale grants expire");
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    for s in &servers {
+        assert_eq!(owner_on(s, "split"), "a");
+    }
+    assert!(got.lease.fencing_token >= 2, "above the stale tokens");
+}
+
 #[tokio::test]
 async fn a_paused_server_costs_one_short_timeout_and_sent_at_is_the_first_send() {
     let servers = three();

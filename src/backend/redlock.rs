@@ -467,6 +467,7 @@ impl RedlockBackend {
         let mut fresh: Vec<(usize, Lease)> = Vec::new();
         let mut reentered: Vec<(usize, Lease)> = Vec::new();
         let mut unknown: Vec<usize> = Vec::new();
+        let mut busy_at: Vec<usize> = Vec::new();
         let mut holders: HashMap<String, (LockInfo, usize)> = HashMap::new();
         for (i, reply) in replies.into_iter().enumerate() {
             match reply {
@@ -481,6 +482,7 @@ impl RedlockBackend {
                 }
                 Ok(Attempt::Busy(busy)) => {
                     refusal.answered += 1;
+                    busy_at.push(i);
                     if let Some(retry) = busy.retry {
                         refusal.retry = Some(refusal.retry.map_or(retry, |r| r.min(retry)));
                     }
@@ -522,7 +524,13 @@ impl RedlockBackend {
                 .map(|(_, l)| l.fencing_token)
                 .max()
                 .unwrap_or(0);
-            if self.confirm(req, token, &fresh, limit).await {
+            // Servers that answered without granting get their counters raised too.
+            let others: Vec<usize> = busy_at
+                .iter()
+                .copied()
+                .chain(reentered.iter().map(|(i, _)| *i))
+                .collect();
+            if self.confirm(req, token, &fresh, &others, limit).await {
                 won = Some((req.owner.clone(), token, false));
             } else {
                 refusal.note = Some("the servers' fencing counters could not be aligned".into());
@@ -535,11 +543,17 @@ impl RedlockBackend {
                 .filter(|v| !v.is_zero());
             match validity {
                 Some(validity) => {
-                    // Grants beside the majority (a fresh grant where the others re-entered)
-                    // are taken back; the majority's are the lease.
+                    // Grants beside the majority (fresh grants where a majority re-entered,
+                    // or re-entries where a majority granted afresh) are taken back.
                     if was_reentered && !fresh.is_empty() {
                         let others: Vec<usize> = fresh.iter().map(|(i, _)| *i).collect();
                         self.take_back(req, &others, &[], limit).await;
+                    } else if !was_reentered && !reentered.is_empty() {
+                        let nested: Vec<(usize, String)> = reentered
+                            .iter()
+                            .map(|(i, l)| (*i, l.owner.clone()))
+                            .collect();
+                        self.take_back(req, &[], &nested, limit).await;
                     }
                     guard.armed = false;
                     return Round::Won(Lease {
@@ -577,33 +591,46 @@ impl RedlockBackend {
         Round::Lost(refusal)
     }
 
-    /// Aligns the fencing counters on `token` when the fresh grants disagree: raises the
-    /// counter on every server and stamps the lease where `req.owner` holds it. True when a
-    /// majority holds the lease stamped with `token`.
+    /// Aligns the fencing counters on `token`, the largest of the fresh grants: raises the
+    /// counter of every server that answered with less (`others`: refused or re-entered
+    /// for another owner; fresh grants below `token`) and stamps `token` on the lease where
+    /// `req.owner` holds it. True when a majority holds the lease stamped with `token`.
+    /// Skipped when every server that answered granted with `token` (the usual case).
     async fn confirm(
         &self,
         req: &AcquireRequest,
         token: u64,
         fresh: &[(usize, Lease)],
+        others: &[usize],
         limit: Duration,
     ) -> bool {
-        let agreeing = fresh.iter().filter(|(_, l)| l.fencing_token == token);
-        if agreeing.count() == self.members.len() {
-            return true; // every server granted with the same counter: nothing to align
+        let agreeing = fresh
+            .iter()
+            .filter(|(_, l)| l.fencing_token == token)
+            .count();
+        let behind: Vec<usize> = fresh
+            .iter()
+            .filter(|(_, l)| l.fencing_token < token)
+            .map(|(i, _)| *i)
+            .collect();
+        if behind.is_empty() && others.is_empty() {
+            return agreeing >= self.quorum;
         }
         let what = format!("cannot acquire lock '{}'", req.key);
         let (key, owner) = (&req.key, &req.owner);
-        let confirmed = self
-            .on_all(&what, limit, |b| async move {
+        let targets: Vec<usize> = behind.iter().chain(others).copied().collect();
+        let calls = targets.iter().map(|&i| {
+            self.members[i].call(&what, limit, |b| async move {
                 b.confirm_token(key, owner, token).await
             })
-            .await;
-        let holds = confirmed
+        });
+        let confirmed = join_all(calls).await;
+        let stamped = targets
             .iter()
-            .enumerate()
-            .filter(|(i, r)| matches!(r, Ok(true)) && fresh.iter().any(|(j, _)| j == i))
+            .zip(confirmed)
+            .filter(|(i, r)| matches!(r, Ok(true)) && behind.contains(i))
             .count();
-        holds >= self.quorum
+        agreeing + stamped >= self.quorum
     }
 
     /// Takes back, on all the given servers at once and waking nobody, the fresh grants to
