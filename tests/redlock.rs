@@ -343,9 +343,12 @@ async fn a_split_left_by_stale_partial_grants_clears_when_they_expire() {
     let took = t0.elapsed();
     assert!(took >= Duration::from_millis(250), "{took:?}");
     assert!(took < Duration::from_millis(1_500), "{took:?}");
-    for s in &servers {
-        assert_eq!(owner_on(s, "split"), "a");
-    }
+    // Won on a majority: the round may come between the two expiries.
+    let holding = servers
+        .iter()
+        .filter(|s| owner_on(s, "split") == "a")
+        .count();
+    assert!(holding >= 2, "held on {holding} servers");
     assert!(got.lease.fencing_token >= 2, "above the stale tokens");
 }
 

@@ -719,6 +719,20 @@ impl RedisBackend {
         Ok(conn)
     }
 
+    /// Reopens the connection if it broke, in a task of its own, so that a caller's short
+    /// timeout (Redlock's per-server timeouts) cannot cancel a slow reconnection (a TLS
+    /// handshake, a Sentinel lookup) halfway, again and again: it completes in the
+    /// background and the next call finds it done.
+    pub(crate) async fn reconnect_detached(self: &Arc<Self>) -> Result<()> {
+        if self.lock_conn().is_some() {
+            return Ok(());
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.conn().await.map(|_| ()) })
+            .await
+            .map_err(|e| Error::Internal(format!("{}: reconnecting: {e}", self.server.url)))?
+    }
+
     /// The client of the server (for Sentinel, of the master last found).
     async fn client(&self) -> Result<Client> {
         self.endpoint.client(&self.server, false).await

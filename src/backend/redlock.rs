@@ -236,7 +236,11 @@ impl Member {
         Fut: Future<Output = Result<T>>,
     {
         let backend = self.backend()?;
-        match tokio::time::timeout(limit, op(backend)).await {
+        let request = async {
+            backend.reconnect_detached().await?;
+            op(backend).await
+        };
+        match tokio::time::timeout(limit, request).await {
             Ok(r) => r,
             Err(_) => Err(self.timed_out(what, limit)),
         }
