@@ -522,7 +522,9 @@ fn many_contending_processes_never_overlap_and_tokens_increase() {
         last = token;
     }
     for s in &servers {
-        assert_eq!(leases_on(s), "", "nothing left held");
+        // Nothing held, and nothing queued: waiters never write queue entries, so only
+        // the fencing counter (never deleted) remains.
+        assert_eq!(s.cli(&["KEYS", "dlock:*"]), "dlock:{contended}:fence");
     }
     println!("30 contended exec runs in {took:?}");
 }
@@ -567,4 +569,42 @@ async fn bench_redlock_against_one_server() {
         three / one
     );
     assert!(three > 0.0 && one > 0.0);
+}
+
+#[test]
+fn errors_and_status_name_servers_but_never_their_passwords() {
+    let secret = "redlock-s3cret";
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
+        .collect();
+    let url = |s: &RedisServer| format!("redis://:{secret}@127.0.0.1:{}", s.port);
+    let dlock_url = servers.iter().map(url).collect::<Vec<_>>().join(",");
+    let run = |args: &[&str]| {
+        let out = common::dlock()
+            .env("DLOCK_URL", &dlock_url)
+            .args(args)
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains(secret), "{args:?} leaks the password: {all}");
+        (out.status.code(), all)
+    };
+    assert_eq!(run(&["lock", "k", "--ttl", "1m"]).0, Some(0));
+    servers[2].kill();
+    let dead = format!("127.0.0.1:{}", servers[2].port);
+    for args in [&["status"][..], &["status", "--json"], &["status", "k"]] {
+        let (code, all) = run(args);
+        assert_eq!(code, Some(0), "{all}");
+        assert!(
+            all.contains(&dead) && all.contains(":***@"),
+            "{args:?}: {all}"
+        );
+    }
+    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
+    assert_eq!(code, Some(75), "{all}");
+    assert!(all.contains(&dead), "names the server not answering: {all}");
+    servers[1].kill();
+    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
+    assert_eq!(code, Some(69), "{all}");
+    assert!(all.contains(&dead), "{all}");
 }
