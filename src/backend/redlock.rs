@@ -51,15 +51,17 @@
 //!
 //! * sends a *floor*, the highest token it has seen in earlier refusals; a server raises its
 //!   counter to the floor, then `INCR`s it, and grants with that value;
-//! * takes `t` = the largest value among its grants;
-//! * when the grants disagree (a server restarted empty, or missed acquisitions while it
-//!   was down), raises the counter to `t` on every server that answered and stamps `t` on
-//!   its lease where it holds one (`fence.lua`: only while it still holds the lease there),
-//!   and needs a majority of servers where it holds the lease stamped `t` — in the common
-//!   case every counter agrees and this second round is skipped.
+//! * takes `t` = the largest value among its grants (a majority of them);
+//! * when a server that answered did not grant with `t` (it restarted empty, missed
+//!   acquisitions while it was down, or refused because someone else holds the key there),
+//!   a second round raises the counter of each such server to `t` and, where the caller
+//!   holds the lease, stamps `t` on it (`fence.lua`); a majority must then hold the lease
+//!   stamped `t`, or the attempt is given back. In the common case every server granted
+//!   with the same value and this round is skipped.
 //!
-//! So when an acquisition returns `t`, a set `C` of at least `Q` servers has a counter of at
-//! least `t`, each raised while the caller held the lease there.
+//! So when an acquisition A returns `t_A`, every server of a set `C_A` — all that granted or
+//! were raised, at least `Q` of them — has a counter of at least `t_A`, and a majority of
+//! them got it while A held the lease there.
 //!
 //! **Guaranteed** (no assumption about clocks or pauses): if acquisition B starts after
 //! acquisition A returned, then `t_B > t_A`, as long as at least `N − Q + 1` servers of
