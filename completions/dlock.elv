@@ -18,8 +18,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
     }
     var completions = [
         &'dlock'= {
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -43,12 +43,12 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand -E 'Exit code when the lock was not obtained (0-255)'
             cand --conflict-exit-code 'Exit code when the lock was not obtained (0-255)'
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand -n 'Fail at once if the lock is held'
             cand --no-wait 'Fail at once if the lock is held'
             cand --nonblock 'Fail at once if the lock is held'
-            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -63,12 +63,12 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand -E 'Exit code when the lock was not obtained (0-255)'
             cand --conflict-exit-code 'Exit code when the lock was not obtained (0-255)'
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand -n 'Fail at once if the lock is held'
             cand --no-wait 'Fail at once if the lock is held'
             cand --nonblock 'Fail at once if the lock is held'
-            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
             cand --export 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
@@ -80,8 +80,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;unlock'= {
             cand --owner 'The owner id printed by `lock` (default: $DLOCK_OWNER)'
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand --force 'Release whoever holds it (says so on stderr)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
@@ -94,8 +94,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;renew'= {
             cand --owner 'The owner id printed by `lock` (default: $DLOCK_OWNER)'
             cand --ttl 'New lease length, from now'
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -105,8 +105,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'dlock;status'= {
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -116,8 +116,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'dlock;completions'= {
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of Redis servers. Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'

@@ -39,9 +39,12 @@ pub struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), file://DIR.
-    /// Repeat it (or separate with commas) for a Redlock quorum of Redis servers.
-    /// Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock.
+    /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS),
+    /// redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR.
+    /// Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers
+    /// (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock.
+    /// Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and
+    /// DLOCK_TLS_KEY name PEM files.
     #[arg(
         short = 'u',
         long = "url",
@@ -101,7 +104,8 @@ pub struct AcquireOpts {
     #[arg(short = 'E', long, value_name = "N", default_value_t = crate::exit::NOT_OBTAINED)]
     pub conflict_exit_code: u8,
 
-    /// Let any waiter take a freed lock instead of serving waiters in arrival order.
+    /// Let any waiter take a freed lock instead of serving waiters in arrival order
+    /// (Redlock never keeps an order).
     #[arg(long)]
     pub no_fair: bool,
 }

@@ -73,30 +73,50 @@ pub fn check_key(key: &str) -> Result<()> {
 pub enum BackendSpec {
     /// The embedded local store in this directory.
     Local(PathBuf),
-    /// One Redis server (`redis://` or `rediss://`).
+    /// One Redis server (`redis://`, `rediss://`, or the master Sentinels name with
+    /// `redis+sentinel://`, `rediss+sentinel://`).
     Redis(String),
-    /// Several independent Redis servers: Redlock quorum.
+    /// Several independent Redis servers (each of the kinds above): Redlock quorum.
     Redlock(Vec<String>),
 }
 
 impl BackendSpec {
     /// Reads the URLs given on the command line (each may hold a comma-separated list).
+    /// A piece without `://` continues the host list of the Sentinel URL before it
+    /// (`redis+sentinel://h1:26379,h2:26379/mymaster`).
     pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
-        let urls: Vec<String> = urls
-            .iter()
-            .flat_map(|u| u.split(','))
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(String::from)
-            .collect();
-        match urls.as_slice() {
+        let mut joined: Vec<String> = Vec::new();
+        for piece in urls.iter().flat_map(|u| u.split(',')).map(str::trim) {
+            if piece.is_empty() {
+                continue;
+            }
+            match joined.last_mut() {
+                Some(last) if !piece.contains("://") && sentinel_hosts_open(last) => {
+                    last.push(',');
+                    last.push_str(piece);
+                }
+                _ => joined.push(piece.to_string()),
+            }
+        }
+        match joined.as_slice() {
             [] => Ok(BackendSpec::Local(default_dir())),
             [one] => Self::single(one),
             many => {
                 for u in many {
                     if !is_redis(u) {
                         return Err(Error::Usage(format!(
-                            "several URLs make a Redlock quorum, which needs redis:// or rediss:// URLs, not {}",
+                            "several URLs make a Redlock quorum, which needs Redis URLs (redis://, rediss://, redis+sentinel://), not {}",
+                            redact_url(u)
+                        )));
+                    }
+                    if is_sentinel_url(u) {
+                        parse_sentinel_url(u)?;
+                    }
+                }
+                for (i, u) in many.iter().enumerate() {
+                    if many[..i].contains(u) {
+                        return Err(Error::Usage(format!(
+                            "{} is given twice: a Redlock quorum needs independent servers",
                             redact_url(u)
                         )));
                     }
@@ -107,6 +127,9 @@ impl BackendSpec {
     }
 
     fn single(url: &str) -> Result<BackendSpec> {
+        if is_sentinel_url(url) {
+            parse_sentinel_url(url)?;
+        }
         if is_redis(url) {
             return Ok(BackendSpec::Redis(url.to_string()));
         }
@@ -120,14 +143,143 @@ impl BackendSpec {
         }
         let scheme = url.split("://").next().unwrap_or(url);
         Err(Error::Usage(format!(
-            "unsupported backend URL {} (scheme '{scheme}'; supported: redis://, rediss://, file://DIR)",
+            "unsupported backend URL {} (scheme '{scheme}'; supported: redis://, rediss://, redis+sentinel://, rediss+sentinel://, file://DIR)",
             redact_url(url)
         )))
     }
 }
 
 fn is_redis(url: &str) -> bool {
-    url.starts_with("redis://") || url.starts_with("rediss://")
+    url.starts_with("redis://") || url.starts_with("rediss://") || is_sentinel_url(url)
+}
+
+/// True for a Sentinel URL still in its host list (no `/MASTER` yet).
+fn sentinel_hosts_open(url: &str) -> bool {
+    is_sentinel_url(url)
+        && url
+            .split_once("://")
+            .is_some_and(|(_, rest)| !rest.contains('/'))
+}
+
+/// True for `redis+sentinel://` and `rediss+sentinel://` URLs.
+pub fn is_sentinel_url(url: &str) -> bool {
+    url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
+}
+
+/// The Sentinel port when a node names none.
+pub const SENTINEL_PORT: u16 = 26379;
+
+/// A parsed `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/DB]`
+/// (`rediss+sentinel://` for TLS to the Sentinels and the master; `#insecure` skips the
+/// certificate check, as for `rediss://`). The credentials are for the master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelUrl {
+    pub tls: bool,
+    pub insecure: bool,
+    /// The Sentinels, `(host, port)`.
+    pub nodes: Vec<(String, u16)>,
+    /// The master's name, as in `sentinel monitor NAME ...`.
+    pub service: String,
+    pub db: i64,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// Parses a Sentinel URL (see [`SentinelUrl`]).
+pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
+    let bad = |why: &str| Error::Usage(format!("invalid Sentinel URL {}: {why}", redact_url(url)));
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+    let tls = match scheme {
+        "redis+sentinel" => false,
+        "rediss+sentinel" => true,
+        _ => return Err(bad("the scheme must be redis+sentinel or rediss+sentinel")),
+    };
+    let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
+    let rest = rest.split_once('?').map_or(rest, |(r, _query)| r);
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(u) => {
+            let (user, pass) = match u.split_once(':') {
+                Some((user, pass)) => (user, Some(pass)),
+                None => (u, None),
+            };
+            let user = percent_decode(user).ok_or_else(|| bad("bad escape in the user"))?;
+            let pass = pass
+                .map(|p| percent_decode(p).ok_or_else(|| bad("bad escape in the password")))
+                .transpose()?;
+            (
+                Some(user).filter(|u| !u.is_empty()),
+                pass.filter(|p| !p.is_empty()),
+            )
+        }
+    };
+    let mut nodes = Vec::new();
+    for node in hosts.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let (host, port) = if let Some(v6) = node.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match node.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (node, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("a Sentinel host is empty"));
+        }
+        let port = match port {
+            None => SENTINEL_PORT,
+            Some(p) => p.parse().map_err(|_| bad(&format!("bad port '{p}'")))?,
+        };
+        nodes.push((host.to_string(), port));
+    }
+    if nodes.is_empty() {
+        return Err(bad("no Sentinel host"));
+    }
+    let mut segments = path.split('/').filter(|s| !s.is_empty());
+    let service = segments
+        .next()
+        .ok_or_else(|| bad("no master name (redis+sentinel://HOST:PORT/MASTER)"))?;
+    let service = percent_decode(service).ok_or_else(|| bad("bad escape in the master name"))?;
+    let db = match segments.next() {
+        None => 0,
+        Some(d) => d.parse().map_err(|_| bad(&format!("bad database '{d}'")))?,
+    };
+    if segments.next().is_some() {
+        return Err(bad("expected /MASTER or /MASTER/DB after the hosts"));
+    }
+    Ok(SentinelUrl {
+        tls,
+        insecure: fragment == "insecure",
+        nodes,
+        service,
+        db,
+        username,
+        password,
+    })
+}
+
+/// Decodes `%XX` escapes; `None` when one is malformed or the result is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// The local store's directory: `DLOCK_DIR` or [`DEFAULT_DIR`].
@@ -218,5 +370,87 @@ mod tests {
             BackendSpec::Local("/tmp/x".into())
         );
         assert!(BackendSpec::from_urls(&["etcd://x".to_string()]).is_err());
+        // The same server twice is not a quorum of independent servers.
+        let twice = vec![
+            "redis://a:1,redis://b:1".to_string(),
+            "redis://a:1".to_string(),
+        ];
+        assert!(BackendSpec::from_urls(&twice).is_err());
+        // Redlock members must all be Redis.
+        let mixed = vec!["redis://a".to_string(), "file:///tmp/x".to_string()];
+        assert!(BackendSpec::from_urls(&mixed).is_err());
+    }
+
+    #[test]
+    fn sentinel_urls() {
+        let u =
+            parse_sentinel_url("redis+sentinel://:p%40ss@s1:26380,s2,[::1]:5/mymaster/2").unwrap();
+        assert!(!u.tls && !u.insecure);
+        assert_eq!(
+            u.nodes,
+            vec![
+                ("s1".to_string(), 26380),
+                ("s2".to_string(), SENTINEL_PORT),
+                ("::1".to_string(), 5)
+            ]
+        );
+        assert_eq!(u.service, "mymaster");
+        assert_eq!(u.db, 2);
+        assert_eq!(u.username, None);
+        assert_eq!(u.password.as_deref(), Some("p@ss"));
+
+        let u = parse_sentinel_url("rediss+sentinel://app:pw@s1/m#insecure").unwrap();
+        assert!(u.tls && u.insecure);
+        assert_eq!(u.username.as_deref(), Some("app"));
+        assert_eq!(u.db, 0);
+
+        for bad in [
+            "redis+sentinel://s1:26379",
+            "redis+sentinel://s1:26379/",
+            "redis+sentinel:///m",
+            "redis+sentinel://s1:port/m",
+            "redis+sentinel://s1/m/notadb",
+            "redis+sentinel://s1/m/1/x",
+        ] {
+            let e = parse_sentinel_url(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}: {e}");
+        }
+        let e = parse_sentinel_url("redis+sentinel://:secret@s1:x/m").unwrap_err();
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+
+    #[test]
+    fn sentinel_specs() {
+        // Clap and DLOCK_URL split on commas: the host list is put back together.
+        let split: Vec<String> = ["redis+sentinel://:pw@s1:26379", "s2:26379/mymaster"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            BackendSpec::from_urls(&split).unwrap(),
+            BackendSpec::Redis("redis+sentinel://:pw@s1:26379,s2:26379/mymaster".into())
+        );
+        // Two Sentinel-managed masters (and a plain server) make a Redlock quorum.
+        let quorum = vec![
+            "redis+sentinel://s1,s2/a,redis+sentinel://s1,s2/b".to_string(),
+            "redis://c".to_string(),
+        ];
+        match BackendSpec::from_urls(&quorum).unwrap() {
+            BackendSpec::Redlock(urls) => assert_eq!(
+                urls,
+                [
+                    "redis+sentinel://s1,s2/a",
+                    "redis+sentinel://s1,s2/b",
+                    "redis://c"
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(BackendSpec::from_urls(&["redis+sentinel://s1:1".to_string()]).is_err());
+        // Nothing is appended to a Sentinel URL that has its master name already.
+        let e = BackendSpec::from_urls(&["redis+sentinel://s1/m,junk".to_string()]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        // A bare host after a plain redis:// URL is still an error.
+        let e = BackendSpec::from_urls(&["redis://a,b:1".to_string()]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
     }
 }

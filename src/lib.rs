@@ -13,7 +13,8 @@
 //! * [`error`] and [`exit`]: one error type, and every exit code in one place.
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait and one file per store: [`backend::local`]
-//!   (embedded, the default) and [`backend::redis`].
+//!   (embedded, the default), [`backend::redis`] (one server, or the master Sentinel names),
+//!   and [`backend::redlock`] (a majority of several Redis servers, on top of `redis`).
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`cmd`]: one file per subcommand.

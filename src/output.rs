@@ -6,7 +6,9 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::backend::{now_ms, KeyStatus, Lease, LockInfo, ProgressFn, WaitInfo, WaiterInfo};
+use crate::backend::{
+    now_ms, KeyStatus, Lease, LockInfo, ProgressFn, ServerView, WaitInfo, WaiterInfo,
+};
 use crate::cli::Global;
 
 /// Prints one JSON object on its own line.
@@ -58,6 +60,9 @@ pub struct StatusJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_for_ms: Option<u64>,
     pub waiters: Option<&'a Vec<WaiterInfo>>,
+    /// Redlock: each server's view (see [`ServerView`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servers: Option<&'a Vec<ServerView>>,
     pub backend: &'a str,
 }
 
@@ -73,6 +78,7 @@ impl<'a> StatusJson<'a> {
                 .as_ref()
                 .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms)),
             waiters: s.waiters.as_ref(),
+            servers: s.servers.as_ref(),
             backend,
         }
     }
@@ -111,8 +117,13 @@ pub fn print_status_table(states: &[KeyStatus], backend: &str) {
         println!("{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
-    for (state, row) in states.iter().zip(rows) {
+    for (row, state) in rows.into_iter().zip(states) {
         line(row);
+        if let Some(servers) = &state.servers {
+            for sub in server_lines(servers, state.lock.is_some()) {
+                println!("{sub}");
+            }
+        }
         print_queue(state);
     }
     println!("backend: {backend}");
@@ -132,6 +143,45 @@ fn print_queue(state: &KeyStatus) {
             h.command
         );
     }
+}
+
+/// The sub-lines of a quorum backend's key: one per server, then whether a majority agrees.
+pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
+    let width = servers.iter().map(|v| v.server.len()).max().unwrap_or(0);
+    let mut lines: Vec<String> = servers
+        .iter()
+        .map(|v| {
+            let seen = match (&v.error, &v.owner) {
+                (Some(e), _) => format!("error: {e}"),
+                (None, None) => "(free)".to_string(),
+                (None, Some(owner)) => {
+                    let token = v.fencing_token.map_or("?".into(), |t| t.to_string());
+                    let ttl = v.ttl_left_ms.map_or("?".into(), short_duration);
+                    let mark = if v.agrees {
+                        ""
+                    } else {
+                        "  (not the majority's)"
+                    };
+                    format!("{owner}  token {token}  ttl {ttl}{mark}")
+                }
+            };
+            format!("  └ {:<width$}  {seen}", v.server)
+        })
+        .collect();
+    let agreeing = servers.iter().filter(|v| v.agrees).count();
+    let needed = servers.len() / 2 + 1;
+    lines.push(if held {
+        format!(
+            "  └ quorum: yes, {agreeing} of {} servers agree ({needed} needed)",
+            servers.len()
+        )
+    } else {
+        format!(
+            "  └ quorum: no holder on {needed} of {} servers",
+            servers.len()
+        )
+    });
+    lines
 }
 
 fn status_row(s: &KeyStatus) -> Vec<String> {
@@ -300,6 +350,38 @@ mod tests {
     fn quoting() {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn server_sub_lines() {
+        let view =
+            |server: &str, owner: Option<&str>, agrees: bool, error: Option<&str>| ServerView {
+                server: server.into(),
+                owner: owner.map(String::from),
+                fencing_token: owner.map(|_| 7),
+                ttl_left_ms: owner.map(|_| 4_200),
+                agrees,
+                error: error.map(String::from),
+            };
+        let servers = vec![
+            view("redis://a:1", Some("o1"), true, None),
+            view("redis://b:2", None, false, None),
+            view("redis://c:3", Some("o1"), true, None),
+        ];
+        let lines = server_lines(&servers, true);
+        assert_eq!(lines.len(), 4);
+        assert!(lines[0].contains("redis://a:1") && lines[0].contains("o1  token 7  ttl 4.2s"));
+        assert!(lines[1].contains("(free)"));
+        assert!(lines[3].contains("quorum: yes, 2 of 3"), "{}", lines[3]);
+        let split = vec![
+            view("redis://a:1", Some("o1"), false, None),
+            view("redis://b:2", Some("o2"), false, None),
+            view("redis://c:3", None, false, Some("timed out")),
+        ];
+        let lines = server_lines(&split, false);
+        assert!(lines[0].contains("not the majority's"));
+        assert!(lines[2].contains("error: timed out"));
+        assert!(lines[3].contains("quorum: no"), "{}", lines[3]);
     }
 
     #[test]

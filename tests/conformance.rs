@@ -42,6 +42,16 @@ pub async fn redis_factory() -> (Arc<dyn Backend>, Guard) {
     (Arc::new(backend), Box::new(server))
 }
 
+/// Redlock over three Redis servers on free ports.
+pub async fn redlock_factory() -> (Arc<dyn Backend>, Guard) {
+    let servers: Vec<common::RedisServer> = (0..3).map(|_| common::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let backend = dlock::backend::redlock::RedlockBackend::connect(&urls)
+        .await
+        .expect("connect to the redis servers");
+    (Arc::new(backend), Box::new(servers))
+}
+
 /// Instantiates every test of [`suite`] for one backend, as `mod $name`.
 macro_rules! conformance_suite {
     ($name:ident, $factory:path) => {
@@ -73,6 +83,7 @@ macro_rules! conformance_suite {
 
 conformance_suite!(local, crate::local_factory);
 conformance_suite!(redis, crate::redis_factory);
+conformance_suite!(redlock, crate::redlock_factory);
 
 pub mod suite {
     use super::*;

@@ -537,6 +537,7 @@ impl Backend for LocalBackend {
                     key: key.clone(),
                     lock: None,
                     waiters: Some(Vec::new()),
+                    servers: None,
                 },
             };
             out.push(st);

@@ -12,6 +12,7 @@
 
 pub mod local;
 pub mod redis;
+pub mod redlock;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -180,6 +181,26 @@ pub struct KeyStatus {
     pub lock: Option<LockInfo>,
     /// Waiters in queue order; `None` when the backend cannot tell.
     pub waiters: Option<Vec<WaiterInfo>>,
+    /// What each server of a quorum backend (Redlock) sees; `None` for single stores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub servers: Option<Vec<ServerView>>,
+}
+
+/// One server's view of a key, for quorum backends: the holder it knows, or why it did
+/// not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerView {
+    /// The server's URL, redacted.
+    pub server: String,
+    /// The owner this server has, `None` when the key is free there (or on error).
+    pub owner: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub ttl_left_ms: Option<u64>,
+    /// True when this server's owner is the one a quorum agrees on.
+    pub agrees: bool,
+    /// Why the server did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A lock store. Implementations are cheap to share behind an `Arc`.
@@ -208,10 +229,7 @@ pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
     match spec {
         BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
         BackendSpec::Redis(url) => Ok(Arc::new(redis::RedisBackend::connect(url).await?)),
-        BackendSpec::Redlock(urls) => Err(crate::error::Error::Usage(format!(
-            "Redlock over {} servers is not supported yet",
-            urls.len()
-        ))),
+        BackendSpec::Redlock(urls) => Ok(Arc::new(redlock::RedlockBackend::connect(urls).await?)),
     }
 }
 

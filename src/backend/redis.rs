@@ -47,15 +47,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSub};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionInfo, FromRedisValue, IntoConnectionInfo, RedisError,
-    Script, Value,
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, FromRedisValue,
+    IntoConnectionInfo, RedisError, Script, TlsCertificates, TlsMode, Value,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -63,17 +65,27 @@ use super::{
     AcquireRequest, Acquired, Backend, Holder, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
     WaitInfo, WaitOptions, WaiterInfo,
 };
-use crate::config::redact_url;
+use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
 
 /// Read for a password when the URL has none, as `redis-cli` does.
 pub const AUTH_ENV: &str = "REDISCLI_AUTH";
+/// A PEM file of CA certificates to trust for `rediss://` instead of the system roots.
+pub const TLS_CA_ENV: &str = "DLOCK_TLS_CA";
+/// A PEM client certificate (chain) for mutual TLS; needs [`TLS_KEY_ENV`].
+pub const TLS_CERT_ENV: &str = "DLOCK_TLS_CERT";
+/// The PEM private key of [`TLS_CERT_ENV`].
+pub const TLS_KEY_ENV: &str = "DLOCK_TLS_KEY";
+/// The password of the Sentinels themselves (`redis+sentinel://`), when they require one;
+/// the URL's credentials are for the master.
+pub const SENTINEL_PASSWORD_ENV: &str = "DLOCK_SENTINEL_PASSWORD";
 
 const COMMON_LUA: &str = include_str!("redis/common.lua");
 const ACQUIRE_LUA: &str = include_str!("redis/acquire.lua");
 const RENEW_LUA: &str = include_str!("redis/renew.lua");
 const RELEASE_LUA: &str = include_str!("redis/release.lua");
 const LEAVE_LUA: &str = include_str!("redis/leave.lua");
+const FENCE_LUA: &str = include_str!("redis/fence.lua");
 
 /// The lease hash fields read back, in this order (see [`lock_info`]).
 const LEASE_FIELDS: [&str; 8] = [
@@ -139,6 +151,162 @@ pub fn connection_info(url: &str, env_password: Option<String>) -> Result<Connec
     }
 }
 
+/// The TLS material named by [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`] (paths to
+/// PEM files), or `None` when none is set. A certificate needs its key and the other way round.
+pub fn tls_certificates(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<TlsCertificates>> {
+    let read = |var: &str, path: &Path| {
+        std::fs::read(path)
+            .map_err(|e| Error::Usage(format!("cannot read {var} file {}: {e}", path.display())))
+    };
+    let client_tls = match (cert, key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read(TLS_CERT_ENV, cert)?,
+            client_key: read(TLS_KEY_ENV, key)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(Error::Usage(format!(
+                "{TLS_CERT_ENV} and {TLS_KEY_ENV} go together: set both for a client certificate, or neither"
+            )))
+        }
+    };
+    let root_cert = ca.map(|ca| read(TLS_CA_ENV, ca)).transpose()?;
+    if client_tls.is_none() && root_cert.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+/// [`tls_certificates`] from the environment.
+fn tls_from_env() -> Result<Option<TlsCertificates>> {
+    let path = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let (ca, cert, key) = (path(TLS_CA_ENV), path(TLS_CERT_ENV), path(TLS_KEY_ENV));
+    tls_certificates(ca.as_deref(), cert.as_deref(), key.as_deref())
+}
+
+/// Where the server is: one address, or the master a set of Sentinels names.
+enum Endpoint {
+    Direct(Client),
+    Sentinel {
+        sentinels: Box<tokio::sync::Mutex<SentinelClient>>,
+        /// The master found last; looked up again whenever the connection is reopened.
+        master: Mutex<Option<Client>>,
+    },
+}
+
+impl Endpoint {
+    /// The endpoint of `url`, and every secret it carries (to scrub from messages).
+    fn new(
+        url: &str,
+        env_password: Option<String>,
+        tls: Option<TlsCertificates>,
+    ) -> Result<(Endpoint, Vec<String>)> {
+        let env_password = env_password.filter(|p| !p.is_empty());
+        if !is_sentinel_url(url) {
+            let info = connection_info(url, env_password)?;
+            let secrets = info.redis_settings().password().map(String::from);
+            let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+            let built = match tls {
+                Some(certs) if is_tls => Client::build_with_tls(info, certs),
+                _ => Client::open(info),
+            };
+            let client = built
+                .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
+            return Ok((Endpoint::Direct(client), secrets.into_iter().collect()));
+        }
+        let parsed = parse_sentinel_url(url)?;
+        let sentinel_password = std::env::var(SENTINEL_PASSWORD_ENV)
+            .ok()
+            .filter(|p| !p.is_empty());
+        let password = parsed.password.clone().or(env_password);
+        let nodes = parsed.nodes.iter().map(|(host, port)| {
+            if parsed.tls {
+                ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: parsed.insecure,
+                    tls_params: None,
+                }
+            } else {
+                ConnectionAddr::Tcp(host.clone(), *port)
+            }
+        });
+        let invalid =
+            |e: RedisError| Error::Usage(format!("invalid Sentinel URL {}: {e}", redact_url(url)));
+        let mut builder =
+            SentinelClientBuilder::new(nodes, &parsed.service, SentinelServerType::Master)
+                .map_err(invalid)?
+                .set_client_to_redis_db(parsed.db);
+        if let Some(user) = &parsed.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(password) = &sentinel_password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if parsed.tls {
+            let mode = if parsed.insecure {
+                TlsMode::Insecure
+            } else {
+                TlsMode::Secure
+            };
+            builder = builder
+                .set_client_to_redis_tls_mode(mode)
+                .set_client_to_sentinel_tls_mode(mode);
+            if let Some(certs) = tls {
+                builder = builder
+                    .set_client_to_redis_certificates(certs.clone())
+                    .set_client_to_sentinel_certificates(certs);
+            }
+        }
+        let sentinels = builder.build().map_err(invalid)?;
+        let endpoint = Endpoint::Sentinel {
+            sentinels: Box::new(tokio::sync::Mutex::new(sentinels)),
+            master: Mutex::new(None),
+        };
+        let secrets = password.into_iter().chain(sentinel_password).collect();
+        Ok((endpoint, secrets))
+    }
+
+    /// The client to connect with; for Sentinel, the master is looked up again when
+    /// `fresh` (a connection is being (re)opened) or not known yet.
+    async fn client(&self, server: &Server, fresh: bool) -> Result<Client> {
+        match self {
+            Endpoint::Direct(client) => Ok(client.clone()),
+            Endpoint::Sentinel { sentinels, master } => {
+                let lock =
+                    |m: &Mutex<Option<Client>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(client) = lock(master).filter(|_| !fresh) {
+                    return Ok(client);
+                }
+                let mut sentinels = sentinels.lock().await;
+                let found = server
+                    .within(
+                        server.tuning.connect_timeout,
+                        "cannot find the master through Sentinel",
+                        sentinels.async_get_client(),
+                    )
+                    .await?;
+                *master.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.clone());
+                Ok(found)
+            }
+        }
+    }
+}
+
 /// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
 fn install_crypto_provider() {
     static ONCE: Once = Once::new();
@@ -153,8 +321,8 @@ fn install_crypto_provider() {
 struct Server {
     /// The redacted URL.
     url: String,
-    /// The password, scrubbed from any message as a last line of defence.
-    secret: Option<String>,
+    /// The passwords, scrubbed from any message as a last line of defence.
+    secrets: Vec<String>,
     tuning: Tuning,
 }
 
@@ -162,8 +330,8 @@ impl Server {
     /// One line naming what failed and the server, never the password.
     fn line(&self, msg: String) -> String {
         let mut msg = msg.replace(['\r', '\n'], " ");
-        if let Some(secret) = self.secret.as_deref().filter(|s| !s.is_empty()) {
-            msg = msg.replace(secret, "***");
+        for secret in self.secrets.iter().filter(|s| !s.is_empty()) {
+            msg = msg.replace(secret.as_str(), "***");
         }
         msg
     }
@@ -211,6 +379,7 @@ struct Scripts {
     renew: Script,
     release: Script,
     leave: Script,
+    fence: Script,
 }
 
 impl Scripts {
@@ -221,6 +390,7 @@ impl Scripts {
             renew: script(RENEW_LUA),
             release: script(RELEASE_LUA),
             leave: script(LEAVE_LUA),
+            fence: script(FENCE_LUA),
         }
     }
 }
@@ -336,14 +506,14 @@ fn describe_holder(lock: &LockInfo) -> String {
 
 /// What one acquire attempt found when it was refused.
 #[derive(Debug)]
-struct Busy {
+pub(crate) struct Busy {
     /// `None` when the lock is free but reserved for the head of the queue.
-    holder: Option<LockInfo>,
+    pub(crate) holder: Option<LockInfo>,
     /// 1-based place in the queue; 0 when not queued.
     position: u64,
     waiters: u64,
     /// When the lease (or a stale head's liveness) may expire, if it can.
-    retry: Option<Duration>,
+    pub(crate) retry: Option<Duration>,
 }
 
 impl Busy {
@@ -375,7 +545,8 @@ impl Busy {
     }
 }
 
-enum Attempt {
+/// The outcome of one acquire attempt on one server.
+pub(crate) enum Attempt {
     Granted(Lease),
     Busy(Busy),
 }
@@ -403,6 +574,16 @@ impl Wakeups {
             _ = tokio::time::sleep(pause) => Wake::Timeout,
         }
     }
+}
+
+/// How an acquire attempt treats the queue.
+struct QueueArgs<'a> {
+    /// The waiter id (empty: none).
+    waiter: &'a str,
+    /// The waiter's holder JSON, shown by `status`.
+    json: &'a str,
+    fair: bool,
+    enqueue: bool,
 }
 
 /// One waiting acquisition: its id in the queue, and the duty to leave the queue.
@@ -465,7 +646,7 @@ async fn leave_queue(
 
 /// Locks kept in one Redis server.
 pub struct RedisBackend {
-    client: Client,
+    endpoint: Endpoint,
     /// The shared multiplexed connection; `None` after it broke, reopened on next use.
     conn: Mutex<Option<MultiplexedConnection>>,
     server: Server,
@@ -482,16 +663,17 @@ impl RedisBackend {
     /// reached or refuses our credentials.
     pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
         install_crypto_provider();
-        let info = connection_info(url, std::env::var(AUTH_ENV).ok())?;
+        let (endpoint, secrets) =
+            Endpoint::new(url, std::env::var(AUTH_ENV).ok(), tls_from_env()?)?;
         let server = Server {
             url: redact_url(url),
-            secret: info.redis_settings().password().map(String::from),
+            secrets,
             tuning,
         };
-        let client = Client::open(info).map_err(|e| server.unavailable("cannot connect", &e))?;
+        let client = endpoint.client(&server, true).await?;
         let conn = server.open(&client).await?;
         let backend = RedisBackend {
-            client,
+            endpoint,
             conn: Mutex::new(Some(conn)),
             server,
             scripts: Arc::new(Scripts::new()),
@@ -508,9 +690,29 @@ impl RedisBackend {
         if let Some(conn) = self.lock_conn().clone() {
             return Ok(conn);
         }
-        let conn = self.server.open(&self.client).await?;
+        let client = self.endpoint.client(&self.server, true).await?;
+        let conn = self.server.open(&client).await?;
         *self.lock_conn() = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// Reopens the connection if it broke, in a task of its own, so that a caller's short
+    /// timeout (Redlock's per-server timeouts) cannot cancel a slow reconnection (a TLS
+    /// handshake, a Sentinel lookup) halfway, again and again: it completes in the
+    /// background and the next call finds it done.
+    pub(crate) async fn reconnect_detached(self: &Arc<Self>) -> Result<()> {
+        if self.lock_conn().is_some() {
+            return Ok(());
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.conn().await.map(|_| ()) })
+            .await
+            .map_err(|e| Error::Internal(format!("{}: reconnecting: {e}", self.server.url)))?
+    }
+
+    /// The client of the server (for Sentinel, of the master last found).
+    async fn client(&self) -> Result<Client> {
+        self.endpoint.client(&self.server, false).await
     }
 
     fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
@@ -577,22 +779,73 @@ impl RedisBackend {
         waiter: &Waiter,
         enqueue: bool,
     ) -> Result<Attempt> {
-        let k = &waiter.keys;
+        let queue = QueueArgs {
+            waiter: &waiter.id,
+            json: &waiter.json,
+            fair: req.fair,
+            enqueue,
+        };
+        self.run_acquire(req, &waiter.keys, queue, 0).await
+    }
+
+    /// One Redlock attempt on this server: one round trip that never joins (nor respects) a
+    /// queue, and raises the fencing counter to at least `floor` before a fresh grant.
+    pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Attempt> {
+        let queue = QueueArgs {
+            waiter: "",
+            json: "",
+            fair: false,
+            enqueue: false,
+        };
+        self.run_acquire(req, &Keys::new(&req.key), queue, floor)
+            .await
+    }
+
+    /// Redlock: raises the fencing counter of `key` to at least `token` and, when `owner`
+    /// holds the lease here, stamps it with `token`. True when `owner` holds it.
+    pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
+        let k = Keys::new(key);
+        let args = [owner.to_string(), token.to_string()];
+        let what = format!("cannot acquire lock '{key}'");
+        let reply = self
+            .eval(&what, &self.scripts.fence, &[&k.lease, &k.fence], &args)
+            .await?;
+        redis::from_redis_value::<i64>(reply)
+            .map(|owned| owned == 1)
+            .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.server.url)))
+    }
+
+    /// Redlock: a pub/sub connection subscribed to the channel every release of `key` is
+    /// published on.
+    pub(crate) async fn subscribe_released(&self, key: &str) -> Result<PubSub> {
+        let what = format!("cannot wait for lock '{key}'");
+        self.subscribe_to(&Keys::new(key).released, &what).await
+    }
+
+    /// The acquire script with the queue arguments `queue` and the fencing floor `floor`.
+    async fn run_acquire(
+        &self,
+        req: &AcquireRequest,
+        k: &Keys,
+        queue: QueueArgs<'_>,
+        floor: u64,
+    ) -> Result<Attempt> {
         let h = &req.holder;
         let flag = |b: bool| if b { "1" } else { "0" }.to_string();
         let mut args = vec![
             req.owner.clone(),
             millis(req.ttl).to_string(),
-            waiter.id.clone(),
-            flag(req.fair),
-            flag(enqueue),
+            queue.waiter.to_string(),
+            flag(queue.fair),
+            flag(queue.enqueue),
             millis(self.server.tuning.liveness).to_string(),
             k.wake_prefix.clone(),
-            waiter.json.clone(),
+            queue.json.to_string(),
             h.host.clone(),
             h.pid.to_string(),
             h.user.clone(),
             h.command.clone(),
+            floor.to_string(),
         ];
         args.extend(req.reenter.iter().cloned());
         let keys = [&*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info];
@@ -710,16 +963,23 @@ impl RedisBackend {
             waiter.keys.released.clone()
         };
         let what = format!("cannot wait for lock '{}'", req.key);
+        let pubsub = self.subscribe_to(&channel, &what).await?;
+        Ok(Wakeups { pubsub })
+    }
+
+    /// Opens a pub/sub connection subscribed to `channel`.
+    async fn subscribe_to(&self, channel: &str, what: &str) -> Result<PubSub> {
         let tuning = &self.server.tuning;
-        let connecting = self.client.get_async_pubsub();
+        let client = self.client().await?;
+        let connecting = client.get_async_pubsub();
         let mut pubsub = self
             .server
-            .within(tuning.connect_timeout, &what, connecting)
+            .within(tuning.connect_timeout, what, connecting)
             .await?;
         self.server
-            .within(tuning.op_timeout, &what, pubsub.subscribe(&channel))
+            .within(tuning.op_timeout, what, pubsub.subscribe(channel))
             .await?;
-        Ok(Wakeups { pubsub })
+        Ok(pubsub)
     }
 
     /// How long to sleep when no message comes: until the lease (or a stale head) may have
@@ -770,6 +1030,56 @@ impl RedisBackend {
             "cannot {verb} lock '{key}' on {}: {why}",
             self.server.url
         ))
+    }
+
+    /// Releases as `mode` says; `publish: false` wakes no waiter (Redlock taking back a
+    /// grant that did not make a majority: the lock is no freer than before).
+    async fn release_with(
+        &self,
+        key: &str,
+        owner: &str,
+        mode: ReleaseMode,
+        publish: bool,
+    ) -> Result<Released> {
+        let k = Keys::new(key);
+        let mode_arg = match mode {
+            ReleaseMode::One => "one",
+            ReleaseMode::All => "all",
+            ReleaseMode::Force => "force",
+        };
+        let (wake_prefix, released) = if publish {
+            (k.wake_prefix.clone(), k.released.clone())
+        } else {
+            (String::new(), String::new())
+        };
+        let args = [
+            owner.to_string(),
+            mode_arg.to_string(),
+            wake_prefix,
+            released,
+        ];
+        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info];
+        let what = format!("cannot release lock '{key}'");
+        let reply = self
+            .eval(&what, &self.scripts.release, &keys, &args)
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        match r.next::<i64>()? {
+            1 => Ok(Released {
+                previous_owner: Some(r.next()?),
+                still_held: r.next::<i64>()? == 1,
+            }),
+            0 => Ok(Released {
+                previous_owner: None,
+                still_held: false,
+            }),
+            code => Err(self.not_owner("release", key, owner, code == -1)),
+        }
+    }
+
+    /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
+    pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
+        self.release_with(key, owner, mode, false).await.map(|_| ())
     }
 
     /// The lease of each key (`None` when free), read in pipelines.
@@ -902,6 +1212,7 @@ impl RedisBackend {
             key: lock.key.clone(),
             waiters: Some(waiters.remove(&lock.key).unwrap_or_default()),
             lock: Some(lock),
+            servers: None,
         });
         Ok(statuses.collect())
     }
@@ -956,35 +1267,7 @@ impl Backend for RedisBackend {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        let k = Keys::new(key);
-        let mode_arg = match mode {
-            ReleaseMode::One => "one",
-            ReleaseMode::All => "all",
-            ReleaseMode::Force => "force",
-        };
-        let args = [
-            owner.to_string(),
-            mode_arg.to_string(),
-            k.wake_prefix.clone(),
-            k.released.clone(),
-        ];
-        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info];
-        let what = format!("cannot release lock '{key}'");
-        let reply = self
-            .eval(&what, &self.scripts.release, &keys, &args)
-            .await?;
-        let mut r = Reply::new(reply, &self.server.url)?;
-        match r.next::<i64>()? {
-            1 => Ok(Released {
-                previous_owner: Some(r.next()?),
-                still_held: r.next::<i64>()? == 1,
-            }),
-            0 => Ok(Released {
-                previous_owner: None,
-                still_held: false,
-            }),
-            code => Err(self.not_owner("release", key, owner, code == -1)),
-        }
+        self.release_with(key, owner, mode, true).await
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
@@ -999,6 +1282,7 @@ impl Backend for RedisBackend {
                 key: key.clone(),
                 lock,
                 waiters: Some(waiters),
+                servers: None,
             })
             .collect())
     }

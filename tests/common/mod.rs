@@ -5,7 +5,8 @@
 
 #![allow(dead_code, unused_macros)]
 
-/// Runs each test body once per backend, as `local::name` and `redis::name`.
+/// Runs each test body once per backend, as `local::name`, `redis::name` and
+/// `redlock::name` (three servers).
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         mod local {
@@ -13,6 +14,9 @@ macro_rules! on_every_backend {
         }
         mod redis {
             $( #[test] fn $name() { super::$name(super::Store::redis()); } )*
+        }
+        mod redlock {
+            $( #[test] fn $name() { super::$name(super::Store::redlock()); } )*
         }
     };
 }
@@ -28,6 +32,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     extra: Vec<String>,
+    /// For a Sentinel: the configuration it starts from (it rewrites its file).
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -39,25 +45,53 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut server = RedisServer {
+        let server = RedisServer {
             port: 0,
             child: None,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            sentinel: None,
         };
+        server.spawn_on_a_free_port()
+    }
+
+    /// Starts a Sentinel (`redis-server --sentinel`) that watches the master on
+    /// `127.0.0.1:master_port` under `name`, with a quorum of one.
+    pub fn start_sentinel(master_port: u16, name: &str) -> RedisServer {
+        let server = RedisServer {
+            port: 0,
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            extra: Vec::new(),
+            sentinel: Some(format!(
+                "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+            )),
+        };
+        server.spawn_on_a_free_port()
+    }
+
+    fn spawn_on_a_free_port(mut self) -> RedisServer {
         for _ in 0..20 {
-            server.port = free_port();
-            if server.try_spawn() {
-                return server;
+            self.port = free_port();
+            if self.try_spawn() {
+                return self;
             }
         }
         panic!("could not start redis-server on a free port");
     }
 
     fn try_spawn(&mut self) -> bool {
-        let mut child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+        let mut command = Command::new("redis-server");
+        if let Some(config) = &self.sentinel {
+            let file = self.dir.path().join("sentinel.conf");
+            std::fs::write(&file, config).expect("write sentinel.conf");
+            command.arg(file).arg("--sentinel");
+        }
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]);
+        if self.sentinel.is_none() {
+            command.args(["--save", "", "--appendonly", "no"]);
+        }
+        let mut child = command
             .arg("--dir")
             .arg(self.dir.path())
             .args(&self.extra)
@@ -188,10 +222,12 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Where a CLI test keeps its locks: a fresh local store directory or a fresh Redis server.
+/// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
+/// or three fresh Redis servers (Redlock).
 pub enum Store {
     Local(tempfile::TempDir),
     Redis(RedisServer),
+    Redlock(Vec<RedisServer>),
 }
 
 impl Store {
@@ -205,12 +241,21 @@ impl Store {
         Store::Redis(RedisServer::start())
     }
 
+    /// Three new redis-servers, used as a Redlock quorum.
+    pub fn redlock() -> Store {
+        Store::Redlock((0..3).map(|_| RedisServer::start()).collect())
+    }
+
     /// A `dlock` command pointed at this store (through the environment, as users do).
     pub fn dlock(&self) -> Command {
         let mut c = dlock();
         match self {
             Store::Local(dir) => c.env("DLOCK_DIR", dir.path()),
             Store::Redis(server) => c.env("DLOCK_URL", server.url()),
+            Store::Redlock(servers) => {
+                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+                c.env("DLOCK_URL", urls.join(","))
+            }
         };
         c
     }
@@ -233,7 +278,7 @@ impl Store {
     pub fn server(&mut self) -> &mut RedisServer {
         match self {
             Store::Redis(s) => s,
-            Store::Local(_) => panic!("not a Redis store"),
+            Store::Local(_) | Store::Redlock(_) => panic!("not a single Redis store"),
         }
     }
 }

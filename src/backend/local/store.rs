@@ -865,6 +865,7 @@ impl<'a> Session<'a> {
             key: self.st.key.clone(),
             lock,
             waiters,
+            servers: None,
         })
     }
 }

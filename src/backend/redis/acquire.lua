@@ -1,7 +1,8 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
 -- KEYS: lease, fence, queue, alive, info
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1), liveness_ms, wake_prefix,
---       waiter_json, host, pid, user, command, reenter owners...
+--       waiter_json, host, pid, user, command, floor, reenter owners...
+-- floor: a fresh grant first raises the fencing counter to at least this (Redlock; 0 = none).
 -- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, host, pid, user, command,
 --  acquired_ms} (holder fields nil when the lock is free but reserved for the queue head).
@@ -9,7 +10,8 @@ local lease, fence, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEY
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
 local wake_prefix, waiter_json = ARGV[7], ARGV[8]
-local FIRST_REENTER = 13
+local floor = tonumber(ARGV[13]) or 0
+local FIRST_REENTER = 14
 local now = now_ms()
 local current = redis.call('HGET', lease, 'owner')
 
@@ -33,6 +35,9 @@ local head, dropped = prune(queue, alive, info, now)
 
 -- A fresh grant: the lock is free and, when fair, nobody live is ahead of the caller.
 if not current and (not fair or not head or head == waiter) then
+  if floor > (tonumber(redis.call('GET', fence)) or 0) then
+    redis.call('SET', fence, floor)
+  end
   local token = redis.call('INCR', fence)
   redis.call('HSET', lease, 'owner', owner, 'token', token, 'depth', 1,
     'host', ARGV[9], 'pid', ARGV[10], 'user', ARGV[11], 'command', ARGV[12],

@@ -1,7 +1,8 @@
 -- Release (one level, all levels, or by force), in one round trip. A deletion wakes the
 -- head waiter (fair waiters) and publishes on the released channel (unfair waiters).
 -- KEYS: lease, queue, alive, info
--- ARGV: owner, mode (one/all/force), wake_prefix, released_channel
+-- ARGV: owner, mode (one/all/force), wake_prefix, released_channel (both empty: tell no one,
+--       as when Redlock takes back a grant that did not make a majority)
 -- Returns {1, previous_owner, still_held}, {0} when free (force), {-1} when the lease is
 -- gone, {-2} when another owner holds it.
 local lease, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -21,7 +22,9 @@ if mode == 'one' and tonumber(current[2]) > 1 then
   return {1, current[1], 1}
 end
 redis.call('DEL', lease)
-local head = prune(queue, alive, info, now_ms())
-wake(wake_prefix, head)
-redis.call('PUBLISH', released, 'free')
+if released ~= '' then
+  local head = prune(queue, alive, info, now_ms())
+  wake(wake_prefix, head)
+  redis.call('PUBLISH', released, 'free')
+end
 return {1, current[1], 0}

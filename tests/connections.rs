@@ -1,0 +1,241 @@
+//! Secure and managed connections through the CLI against real servers: ACL users, TLS
+//! with a private CA and client certificates, Sentinel discovery.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{free_port, RedisServer};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
+/// One line on stderr, exit 69, naming the server, leaking no secret.
+fn assert_unavailable(out: &std::process::Output, names: &str, secrets: &[&str]) {
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(names), "names {names}: {err}");
+    for s in secrets {
+        assert!(!err.contains(s), "leaks {s}: {err}");
+    }
+}
+
+#[test]
+fn an_acl_user_with_rights_on_dlock_keys_only_works() {
+    // Least privilege: dlock's keys and channels, no dangerous commands.
+    let server = RedisServer::start_with(&[
+        "--user",
+        "alice",
+        "on",
+        ">wonderland",
+        "~dlock:*",
+        "&dlock:*",
+        "+@all",
+        "-@dangerous",
+    ]);
+    let url = format!("redis://alice:wonderland@127.0.0.1:{}", server.port);
+    let run = |url: &str, args: &[&str]| {
+        common::dlock()
+            .env("DLOCK_URL", url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        &url,
+        &["exec", "k", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+    let out = run(&url, &["lock", "k", "--ttl", "1m"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = run(&url, &["status", "--json"]);
+    assert!(out.status.success(), "status lists with SCAN: {out:?}");
+    assert!(text(&out.stdout).contains("\"key\":\"k\""));
+
+    // The user in the URL, the password from REDISCLI_AUTH.
+    let bare = format!("redis://alice@127.0.0.1:{}", server.port);
+    let out = common::dlock()
+        .env("DLOCK_URL", &bare)
+        .env("REDISCLI_AUTH", "wonderland")
+        .args(["exec", "-n", "other", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    // A wrong password: 69, one line, no password.
+    let wrong = format!("redis://alice:looking-glass@127.0.0.1:{}", server.port);
+    let out = run(&wrong, &["exec", "k2", "--", "true"]);
+    assert_unavailable(
+        &out,
+        &server.port.to_string(),
+        &["looking-glass", "wonderland"],
+    );
+}
+
+#[test]
+fn an_acl_user_without_rights_on_the_keys_gets_one_clear_line() {
+    let server = RedisServer::start_with(&["--user", "bob", "on", ">builder", "~other:*", "+@all"]);
+    let url = format!("redis://bob:builder@127.0.0.1:{}", server.port);
+    let out = common::dlock()
+        .env("DLOCK_URL", &url)
+        .args(["exec", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_unavailable(&out, &server.port.to_string(), &["builder"]);
+    let err = text(&out.stderr).to_lowercase();
+    assert!(err.contains("noperm") && err.contains("'k'"), "{err}");
+}
+
+/// A private CA, a server certificate for 127.0.0.1 and a client certificate, all signed
+/// by it, in `dir`; `None` without openssl.
+struct Pki {
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+fn pki(dir: &Path) -> Option<Pki> {
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").ok()?;
+    // An extension makes it an X.509 v3 certificate: rustls refuses v1.
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").ok()?;
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    let sign = "x509 -req -CA ca.pem -CAkey ca.key -CAcreateserial -days 1";
+    let steps = [
+        format!("req -x509 {key} -days 1 -subj /CN=dlock-test-CA -keyout ca.key -out ca.pem"),
+        format!("req {key} -subj /CN=127.0.0.1 -keyout server.key -out server.csr"),
+        format!("{sign} -in server.csr -extfile san.ext -out server.pem"),
+        format!("req {key} -subj /CN=dlock-client -keyout client.key -out client.csr"),
+        format!("{sign} -in client.csr -extfile client.ext -out client.pem"),
+    ];
+    for step in steps {
+        let ok = Command::new("openssl")
+            .current_dir(dir)
+            .args(step.split_whitespace())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None;
+        }
+    }
+    Some(Pki {
+        ca: dir.join("ca.pem"),
+        server_cert: dir.join("server.pem"),
+        server_key: dir.join("server.key"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    })
+}
+
+#[test]
+fn tls_with_a_private_ca_and_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = pki(dir.path()) else {
+        println!("skipped: openssl is not installed");
+        return;
+    };
+    let tls_port = free_port().to_string();
+    let p = |p: &PathBuf| p.to_string_lossy().into_owned();
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &p(&pki.server_cert),
+        "--tls-key-file",
+        &p(&pki.server_key),
+        "--tls-ca-cert-file",
+        &p(&pki.ca),
+        "--tls-auth-clients",
+        "yes",
+    ]);
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+    let dlock = |env: &[(&str, &PathBuf)]| {
+        let mut c = common::dlock();
+        c.env("DLOCK_URL", &url);
+        for var in ["DLOCK_TLS_CA", "DLOCK_TLS_CERT", "DLOCK_TLS_KEY"] {
+            c.env_remove(var);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.args([
+            "exec",
+            "secure",
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_FENCING_TOKEN",
+        ]);
+        c.output().unwrap()
+    };
+    let all = [
+        ("DLOCK_TLS_CA", &pki.ca),
+        ("DLOCK_TLS_CERT", &pki.client_cert),
+        ("DLOCK_TLS_KEY", &pki.client_key),
+    ];
+    let out = dlock(&all);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+    assert_eq!(
+        server.cli(&["GET", "dlock:{secure}:fence"]),
+        "1",
+        "went to that server"
+    );
+
+    // The server requires a client certificate.
+    let out = dlock(&all[..1]);
+    assert_unavailable(&out, &tls_port, &[]);
+    // Without the private CA the server's certificate is not trusted.
+    let out = dlock(&all[1..]);
+    assert_unavailable(&out, &tls_port, &[]);
+    // A certificate without its key is a usage error, before any connection.
+    let out = dlock(&all[..2]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(text(&out.stderr).contains("DLOCK_TLS_KEY"), "{out:?}");
+}
+
+#[test]
+fn sentinel_finds_the_master() {
+    let master = RedisServer::start();
+    let sentinel = RedisServer::start_sentinel(master.port, "mymaster");
+    // A dead Sentinel first in the list: the next one answers.
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/mymaster",
+        free_port(),
+        sentinel.port
+    );
+    let out = common::dlock()
+        .env("DLOCK_URL", &url)
+        .args(["lock", "found", "--ttl", "1m"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let owner = text(&out.stdout);
+    assert_eq!(
+        master.cli(&["HGET", "dlock:{found}:lease", "owner"]),
+        owner,
+        "the lease is on the master"
+    );
+    // Through -u (split on commas by the CLI, put back together).
+    let out = common::dlock()
+        .args(["-u", &url, "unlock", "found", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(master.cli(&["EXISTS", "dlock:{found}:lease"]), "0");
+
+    // A master name the Sentinels do not know: 69, one line.
+    let unknown = format!("redis+sentinel://127.0.0.1:{}/nosuch", sentinel.port);
+    let out = common::dlock()
+        .env("DLOCK_URL", &unknown)
+        .args(["exec", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_unavailable(&out, &sentinel.port.to_string(), &[]);
+}

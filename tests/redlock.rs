@@ -1,0 +1,610 @@
+//! Redlock over three real redis-server processes when things fail: dead, restarted and
+//! paused servers, many contending processes. Through the CLI where users would see it,
+//! through the library where timing or internal state is checked.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{alive, read_when_ready, wait_exit, RedisServer};
+use dlock::backend::redis::Tuning;
+use dlock::backend::redlock::{RedlockBackend, RedlockTuning};
+use dlock::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
+use dlock::error::Error;
+use serde_json::Value;
+
+fn three() -> Vec<RedisServer> {
+    (0..3).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(|s| s.url()).collect()
+}
+
+/// `DLOCK_URL` for the quorum, comma-separated as users write it.
+fn dlock_url(servers: &[RedisServer]) -> String {
+    urls(servers).join(",")
+}
+
+fn dlock(servers: &[RedisServer]) -> std::process::Command {
+    let mut c = common::dlock();
+    c.env("DLOCK_URL", dlock_url(servers));
+    c
+}
+
+/// Short timeouts, so that failure tests finish quickly.
+fn fast() -> RedlockTuning {
+    RedlockTuning {
+        server: Tuning {
+            connect_timeout: Duration::from_secs(1),
+            op_timeout: Duration::from_millis(300),
+            heartbeat: Duration::from_millis(100),
+            liveness: Duration::from_millis(400),
+        },
+        jitter: Duration::from_millis(5),
+        reconnect_every: Duration::from_millis(100),
+    }
+}
+
+async fn connect(servers: &[RedisServer]) -> RedlockBackend {
+    RedlockBackend::connect_with(&urls(servers), fast())
+        .await
+        .expect("connect to the quorum")
+}
+
+fn req(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
+    AcquireRequest {
+        key: key.into(),
+        owner: owner.into(),
+        reenter: Vec::new(),
+        ttl,
+        holder: Holder {
+            host: "testhost".into(),
+            pid: 4242,
+            user: "tester".into(),
+            command: "redlock test".into(),
+            acquired_at_ms: 0,
+        },
+        detached: true,
+        fair: true,
+    }
+}
+
+fn no_wait() -> WaitOptions {
+    WaitOptions::until(Some(Instant::now()))
+}
+
+fn refused(result: dlock::error::Result<dlock::backend::Acquired>) -> Error {
+    match result {
+        Ok(got) => panic!("unexpectedly acquired: {:?}", got.lease),
+        Err(e) => e,
+    }
+}
+
+/// The owner of `key`'s lease on one server ("" when free).
+fn owner_on(server: &RedisServer, key: &str) -> String {
+    server.cli(&["HGET", &format!("dlock:{{{key}}}:lease"), "owner"])
+}
+
+/// Every lease key on one server.
+fn leases_on(server: &RedisServer) -> String {
+    server.cli(&["KEYS", "dlock:*:lease"])
+}
+
+/// A long-lived client learns that a server restarted when its next request there fails
+/// (the old connection is dead); the request after that reconnects. Tests that need the
+/// restarted server to take part in the next round make that first request here.
+async fn notice_restart(b: &RedlockBackend) {
+    let _ = b.status(&["-".to_string()]).await;
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
+#[test]
+fn one_of_three_down_lock_exec_and_status_still_work() {
+    let mut servers = three();
+    servers[1].kill();
+    let out = dlock(&servers)
+        .args(["exec", "job", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+
+    let out = dlock(&servers)
+        .args(["lock", "held", "--ttl", "1m"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let owner = text(&out.stdout);
+    assert_eq!(owner_on(&servers[0], "held"), owner);
+    assert_eq!(owner_on(&servers[2], "held"), owner);
+
+    // status shows each server's view and that a majority agrees.
+    let out = dlock(&servers)
+        .args(["status", "held", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["held"], true);
+    assert_eq!(v["owner"], owner.as_str());
+    let views = v["servers"].as_array().expect("per-server views");
+    assert_eq!(views.len(), 3);
+    assert_eq!(views[0]["owner"], owner.as_str());
+    assert_eq!(views[0]["agrees"], true);
+    assert!(views[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("cannot connect"));
+    assert_eq!(views[1]["agrees"], false);
+    assert_eq!(views[2]["agrees"], true);
+    let out = dlock(&servers).args(["status"]).output().unwrap();
+    let table = text(&out.stdout);
+    assert!(table.contains("quorum: yes, 2 of 3"), "{table}");
+    assert!(table.contains(&servers[1].url()), "{table}");
+
+    // A second holder is refused; the owner releases.
+    let out = dlock(&servers)
+        .args(["exec", "-n", "held", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let out = dlock(&servers)
+        .args(["unlock", "held", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(leases_on(&servers[0]), "");
+    assert_eq!(leases_on(&servers[2]), "");
+}
+
+#[test]
+fn two_of_three_down_fails_naming_both_and_leaves_nothing() {
+    let mut servers = three();
+    servers[0].kill();
+    servers[2].kill();
+    for args in [
+        &["exec", "-n", "job", "--", "true"][..],
+        &["exec", "job", "-w", "1s", "--", "true"],
+        &["lock", "job"],
+    ] {
+        let started = Instant::now();
+        let out = dlock(&servers).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {out:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&servers[0].url()) && err.contains(&servers[2].url()),
+            "names both failing servers: {err}"
+        );
+        assert!(err.contains("2 needed"), "{err}");
+    }
+    assert_eq!(servers[1].cli(&["KEYS", "dlock:*"]), "");
+}
+
+#[tokio::test]
+async fn losing_a_majority_after_connecting_takes_every_grant_back() {
+    let mut servers = three();
+    let b = connect(&servers).await;
+    servers[0].kill();
+    servers[1].kill();
+    let ttl = Duration::from_secs(10);
+    let e = refused(b.acquire(&req("k", "o", ttl), &no_wait()).await);
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&servers[0].url()) && msg.contains(&servers[1].url()),
+        "{msg}"
+    );
+    // The survivor granted, then was told to take it back.
+    assert_eq!(leases_on(&servers[2]), "");
+
+    // A waiting acquisition gives up once no majority answers for the operation timeout.
+    let t0 = Instant::now();
+    let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(5)));
+    let e = refused(b.acquire(&req("k", "o", ttl), &wait).await);
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(leases_on(&servers[2]), "");
+    // Renew and release cannot reach a majority either: Unavailable, not NotOwner.
+    let e = b.renew("k", "o", ttl).await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    let e = b.release("k", "o", ReleaseMode::All).await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+}
+
+#[tokio::test]
+async fn a_restarted_server_cannot_hand_out_a_second_majority() {
+    let mut servers = three();
+    let b = connect(&servers).await;
+    let ttl = Duration::from_secs(30);
+    let a = b
+        .acquire(&req("k", "alice", ttl), &no_wait())
+        .await
+        .unwrap();
+    // Server 0 restarts without persistence: it forgets alice's lease.
+    servers[0].restart();
+    notice_restart(&b).await;
+    assert_eq!(owner_on(&servers[0], "k"), "");
+    // Bob gets server 0, but servers 1 and 2 still hold for alice: no majority.
+    let e = refused(b.acquire(&req("k", "bob", ttl), &no_wait()).await);
+    assert!(matches!(e, Error::NotObtained(_)), "{e}");
+    assert!(
+        e.to_string().contains("alice") && e.to_string().contains("2 of 3"),
+        "{e}"
+    );
+    assert_eq!(
+        owner_on(&servers[0], "k"),
+        "",
+        "bob's lone grant is taken back"
+    );
+    // alice still renews on a majority.
+    let renewed = b.renew("k", "alice", ttl).await.unwrap();
+    assert_eq!(renewed.fencing_token, a.lease.fencing_token);
+
+    // Why the restart rule exists: had a second server also lost its data within the TTL
+    // (instead of staying down for the longest TTL, or running with appendfsync always),
+    // bob would get a majority while alice still holds server 2. dlock cannot detect this.
+    servers[1].restart();
+    notice_restart(&b).await;
+    let bob = b.acquire(&req("k", "bob", ttl), &no_wait()).await;
+    assert!(
+        bob.is_ok(),
+        "two servers that lost their data make a majority"
+    );
+    assert_eq!(owner_on(&servers[2], "k"), "alice");
+}
+
+#[tokio::test]
+async fn tokens_keep_increasing_when_one_server_lost_its_counter() {
+    let mut servers = three();
+    let b = connect(&servers).await;
+    let ttl = Duration::from_secs(10);
+    let mut last = 0;
+    for _ in 0..3 {
+        let a = b.acquire(&req("t", "a", ttl), &no_wait()).await.unwrap();
+        assert!(a.lease.fencing_token > last);
+        last = a.lease.fencing_token;
+        b.release("t", "a", ReleaseMode::All).await.unwrap();
+    }
+    servers[0].restart(); // counter gone on one server
+    notice_restart(&b).await;
+    assert_eq!(servers[0].cli(&["GET", "dlock:{t}:fence"]), "");
+    let next = b.acquire(&req("t", "b", ttl), &no_wait()).await.unwrap();
+    assert!(
+        next.lease.fencing_token > last,
+        "{} <= {last}",
+        next.lease.fencing_token
+    );
+    // The restarted server's counter was raised to the token, and its lease stamped with it.
+    let token = next.lease.fencing_token.to_string();
+    for s in &servers {
+        assert_eq!(s.cli(&["GET", "dlock:{t}:fence"]), token);
+        assert_eq!(s.cli(&["HGET", "dlock:{t}:lease", "token"]), token);
+    }
+    let st = b.status(&["t".to_string()]).await.unwrap();
+    let views = st[0].servers.as_ref().unwrap();
+    assert!(views
+        .iter()
+        .all(|v| v.agrees && v.fencing_token == Some(last + 1)));
+}
+
+/// Writes a lease for `owner` on one server only, as a crashed contender leaves behind.
+fn stale_lease(server: &RedisServer, key: &str, owner: &str, token: u64, ttl_ms: u64) {
+    let lease = format!("dlock:{{{key}}}:lease");
+    let token = token.to_string();
+    server.cli(&[
+        "HSET", &lease, "owner", owner, "token", &token, "depth", "1",
+    ]);
+    server.cli(&["PEXPIRE", &lease, &ttl_ms.to_string()]);
+}
+
+#[tokio::test]
+async fn a_server_that_refused_still_gets_its_counter_raised() {
+    let servers = three();
+    let b = connect(&servers).await;
+    for s in &servers[..2] {
+        s.cli(&["SET", "dlock:{raised}:fence", "41"]);
+    }
+    stale_lease(&servers[2], "raised", "ghost", 7, 10_000);
+    let got = b
+        .acquire(&req("raised", "a", Duration::from_secs(10)), &no_wait())
+        .await
+        .expect("a majority is free");
+    assert_eq!(got.lease.fencing_token, 42);
+    // Server 2 held the key for someone else, yet its counter now covers token 42, so a
+    // later majority that includes it and only one of the others still exceeds 42.
+    assert_eq!(servers[2].cli(&["GET", "dlock:{raised}:fence"]), "42");
+    assert_eq!(
+        owner_on(&servers[2], "raised"),
+        "ghost",
+        "its lease is untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_split_left_by_stale_partial_grants_clears_when_they_expire() {
+    let servers = three();
+    let b = connect(&servers).await;
+    // No owner has a majority, and neither can we until one of these expires.
+    stale_lease(&servers[0], "split", "ghost-1", 1, 300);
+    stale_lease(&servers[1], "split", "ghost-2", 1, 300);
+    let t0 = Instant::now();
+    let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(3)));
+    let got = b
+        .acquire(&req("split", "a", Duration::from_secs(10)), &wait)
+        .await
+        .expect("granted once the stale grants expire");
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    // Won on a majority: the round may come between the two expiries.
+    let holding = servers
+        .iter()
+        .filter(|s| owner_on(s, "split") == "a")
+        .count();
+    assert!(holding >= 2, "held on {holding} servers");
+    assert!(got.lease.fencing_token >= 2, "above the stale tokens");
+}
+
+#[tokio::test]
+async fn a_paused_server_costs_one_short_timeout_and_sent_at_is_the_first_send() {
+    let servers = three();
+    let b = connect(&servers).await;
+    servers[2].pause();
+    let ttl = Duration::from_secs(1); // per-server acquire timeout: 100 ms
+    let before = Instant::now();
+    let wall_before = dlock::backend::now_ms();
+    let got = b.acquire(&req("p", "o", ttl), &no_wait()).await;
+    let took = before.elapsed();
+    servers[2].resume();
+    let got = got.expect("a majority answers");
+    assert!(
+        took >= Duration::from_millis(100),
+        "waited for the paused server: {took:?}"
+    );
+    assert!(took < Duration::from_millis(600), "{took:?}");
+    let lease = got.lease;
+    // The lease counts from the first request, not from the answers.
+    assert!(lease.sent_at >= before && lease.sent_at - before < Duration::from_millis(20));
+    assert!(
+        lease.expires_at_ms <= wall_before + 1_000,
+        "validity is TTL - elapsed - drift"
+    );
+    // The late request the paused server ran after resuming is ours and gets released.
+    b.release("p", "o", ReleaseMode::All).await.unwrap();
+    for s in &servers {
+        assert_eq!(owner_on(s, "p"), "");
+    }
+}
+
+#[tokio::test]
+async fn renew_says_not_owner_only_when_a_majority_says_so() {
+    let servers = three();
+    let b = connect(&servers).await;
+    let ttl = Duration::from_secs(10);
+    b.acquire(&req("r", "o", ttl), &no_wait()).await.unwrap();
+    // One server lost the lease: still renewed on a majority.
+    servers[0].cli(&["DEL", "dlock:{r}:lease"]);
+    b.renew("r", "o", ttl).await.expect("renewed on 2 of 3");
+    // Two servers lost it: a majority definitely says "not the owner".
+    servers[1].cli(&["DEL", "dlock:{r}:lease"]);
+    let e = b.renew("r", "o", ttl).await.unwrap_err();
+    assert!(matches!(e, Error::NotOwner(_)), "{e}");
+    assert_eq!(e.exit_code(), 77);
+
+    // Two servers not answering: Unavailable (exec retries, then kills on schedule),
+    // naming both.
+    b.acquire(&req("r2", "o", ttl), &no_wait()).await.unwrap();
+    servers[0].pause();
+    servers[1].pause();
+    let t0 = Instant::now();
+    let e = b.renew("r2", "o", ttl).await.unwrap_err();
+    let took = t0.elapsed();
+    servers[0].resume();
+    servers[1].resume();
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&servers[0].url()) && msg.contains(&servers[1].url()),
+        "{msg}"
+    );
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+}
+
+/// Starts `dlock exec KEY --ttl TTL -- CMD`; returns dlock and the command's pid.
+fn hold(servers: &[RedisServer], ttl: &str, script: &str, dir: &std::path::Path) -> (Child, u32) {
+    let ready = dir.join("ready");
+    let child = dlock(servers)
+        .args(["exec", "renewed", "--ttl", ttl, "--", "sh", "-c"])
+        .arg(format!("echo $$ > '{}'; {script}", ready.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = read_when_ready(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+#[test]
+fn exec_keeps_running_while_a_majority_renews() {
+    let servers = three();
+    let dir = tempfile::tempdir().unwrap();
+    // Four TTLs: the lease must be renewed several times with one server paused.
+    let (child, _) = hold(&servers, "400ms", "sleep 1.6; echo done", dir.path());
+    servers[0].pause();
+    let out = child.wait_with_output().unwrap();
+    servers[0].resume();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "done");
+}
+
+#[test]
+fn exec_kills_the_command_before_the_lease_expires_when_two_are_paused() {
+    let servers = three();
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_millis(900);
+    let (mut dlock, pid) = hold(&servers, "900ms", "exec sleep 60", dir.path());
+    servers[0].pause();
+    servers[2].pause();
+    // The last renewal was sent before the pause: the lease expires within one TTL.
+    let paused_at = Instant::now();
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
+    let took = paused_at.elapsed();
+    servers[0].resume();
+    servers[2].resume();
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid), "the command must be dead");
+    assert!(
+        took < ttl,
+        "killed after {took:?}, the {ttl:?} lease may have expired"
+    );
+    let err = text(&dlock.wait_with_output().unwrap().stderr);
+    assert!(err.contains("lost the lease"), "{err}");
+    assert!(
+        err.contains(&servers[0].url()) && err.contains(&servers[2].url()),
+        "names the servers: {err}"
+    );
+}
+
+#[test]
+fn many_contending_processes_never_overlap_and_tokens_increase() {
+    let servers = three();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let bin = common::dlock_bin();
+    let script = format!(
+        "for i in 1 2 3 4 5; do '{}' exec -q contended --ttl 5s -- sh -c \
+         'echo start $DLOCK_FENCING_TOKEN >> {log}; sleep 0.01; echo end $DLOCK_FENCING_TOKEN >> {log}' \
+         || exit 1; done",
+        bin.display(),
+        log = log.display()
+    );
+    let started = Instant::now();
+    let workers: Vec<Child> = (0..6)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", &script])
+                .env("DLOCK_URL", dlock_url(&servers))
+                .env_remove("DLOCK_OWNER")
+                .env_remove("DLOCK_OWNERS")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        let status = wait_exit(&mut w, Duration::from_secs(30)).expect("worker finishes");
+        assert!(status.success());
+    }
+    let took = started.elapsed();
+    let lines: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 60, "30 runs, a start and an end each");
+    let mut last = 0u64;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").expect("a start");
+        let end = pair[1]
+            .strip_prefix("end ")
+            .expect("then its own end: no overlap");
+        assert_eq!(start, end, "{pair:?}");
+        let token: u64 = start.parse().unwrap();
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+    for s in &servers {
+        // Nothing held, and nothing queued: waiters never write queue entries, so only
+        // the fencing counter (never deleted) remains.
+        assert_eq!(s.cli(&["KEYS", "dlock:*"]), "dlock:{contended}:fence");
+    }
+    println!("30 contended exec runs in {took:?}");
+}
+
+/// Acquire+release cycles per second, one client in a sequential loop: Redlock over three
+/// servers against one server, 2,000 cycles each, in interleaved batches of 200 so that
+/// changes in machine load hit both alike. Run with
+/// `cargo test --release --test redlock -- --ignored --nocapture bench`.
+#[tokio::test]
+#[ignore = "benchmark; run in release with --ignored --nocapture"]
+async fn bench_redlock_against_one_server() {
+    const BATCH: u32 = 200;
+    const BATCHES: u32 = 10;
+    let servers = three();
+    let single = dlock::backend::redis::RedisBackend::connect(&servers[0].url())
+        .await
+        .unwrap();
+    let quorum = RedlockBackend::connect(&urls(&servers)).await.unwrap();
+    async fn cycles(b: &dyn Backend, key: &str, n: u32) -> Duration {
+        let r = req(key, "bench", Duration::from_secs(10));
+        let mut last = 0;
+        let t0 = Instant::now();
+        for _ in 0..n {
+            let got = b.acquire(&r, &no_wait()).await.expect("free");
+            assert!(got.lease.fencing_token > last);
+            last = got.lease.fencing_token;
+            b.release(key, "bench", ReleaseMode::All).await.unwrap();
+        }
+        t0.elapsed()
+    }
+    cycles(&single, "warm-1", BATCH).await;
+    cycles(&quorum, "warm-3", BATCH).await;
+    let (mut one, mut three) = (Duration::ZERO, Duration::ZERO);
+    for i in 0..BATCHES {
+        one += cycles(&single, &format!("bench-1-{i}"), BATCH).await;
+        three += cycles(&quorum, &format!("bench-3-{i}"), BATCH).await;
+    }
+    let rate = |d: Duration| f64::from(BATCH * BATCHES) / d.as_secs_f64();
+    let (one, three) = (rate(one), rate(three));
+    println!(
+        "acquire+release cycles/s: one server {one:.0}, Redlock over 3 servers {three:.0} ({:.2}x)",
+        three / one
+    );
+    assert!(three > 0.0 && one > 0.0);
+}
+
+#[test]
+fn errors_and_status_name_servers_but_never_their_passwords() {
+    let secret = "redlock-s3cret";
+    let mut servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
+        .collect();
+    let url = |s: &RedisServer| format!("redis://:{secret}@127.0.0.1:{}", s.port);
+    let dlock_url = servers.iter().map(url).collect::<Vec<_>>().join(",");
+    let run = |args: &[&str]| {
+        let out = common::dlock()
+            .env("DLOCK_URL", &dlock_url)
+            .args(args)
+            .output()
+            .unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains(secret), "{args:?} leaks the password: {all}");
+        (out.status.code(), all)
+    };
+    assert_eq!(run(&["lock", "k", "--ttl", "1m"]).0, Some(0));
+    servers[2].kill();
+    let dead = format!("127.0.0.1:{}", servers[2].port);
+    for args in [&["status"][..], &["status", "--json"], &["status", "k"]] {
+        let (code, all) = run(args);
+        assert_eq!(code, Some(0), "{all}");
+        assert!(
+            all.contains(&dead) && all.contains(":***@"),
+            "{args:?}: {all}"
+        );
+    }
+    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
+    assert_eq!(code, Some(75), "{all}");
+    assert!(all.contains(&dead), "names the server not answering: {all}");
+    servers[1].kill();
+    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
+    assert_eq!(code, Some(69), "{all}");
+    assert!(all.contains(&dead), "{all}");
+}
