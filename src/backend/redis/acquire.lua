@@ -31,11 +31,16 @@ if current then
   end
 end
 
-local head, dropped = prune(queue, alive, info, now)
+-- The common case, a key nobody waits for, skips every queue command.
+local queued = redis.call('EXISTS', queue) == 1
+local head, dropped = nil, 0
+if queued then
+  head, dropped = prune(queue, alive, info, now)
+end
 
 -- A fresh grant: the lock is free and, when fair, nobody live is ahead of the caller.
 if not current and (not fair or not head or head == waiter) then
-  if floor > (tonumber(redis.call('GET', fence)) or 0) then
+  if floor > 0 and floor > (tonumber(redis.call('GET', fence)) or 0) then
     redis.call('SET', fence, floor)
   end
   local token = redis.call('INCR', fence)
@@ -43,7 +48,9 @@ if not current and (not fair or not head or head == waiter) then
     'host', ARGV[9], 'pid', ARGV[10], 'user', ARGV[11], 'command', ARGV[12],
     'acquired_ms', now, 'ttl_ms', ttl)
   redis.call('PEXPIRE', lease, ttl)
-  leave_queue(queue, alive, info, waiter)
+  if queued then
+    leave_queue(queue, alive, info, waiter)
+  end
   return {1, owner, token, 1, 0, now, ttl}
 end
 

@@ -23,8 +23,10 @@ if mode == 'one' and tonumber(current[2]) > 1 then
 end
 redis.call('DEL', lease)
 if released ~= '' then
-  local head = prune(queue, alive, info, now_ms())
-  wake(wake_prefix, head)
+  if redis.call('EXISTS', queue) == 1 then
+    local head = prune(queue, alive, info, now_ms())
+    wake(wake_prefix, head)
+  end
   redis.call('PUBLISH', released, 'free')
 end
 return {1, current[1], 0}
