@@ -165,6 +165,19 @@ pub struct LockInfo {
     pub depth: u32,
 }
 
+impl LockInfo {
+    /// `OWNER (host pid N: command)`, for messages.
+    pub fn describe(&self) -> String {
+        let h = &self.holder;
+        let command = if h.command.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", h.command)
+        };
+        format!("{} ({} pid {}{command})", self.owner, h.host, h.pid)
+    }
+}
+
 /// One waiter as seen by `status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WaiterInfo {

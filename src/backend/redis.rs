@@ -493,17 +493,6 @@ fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockIn
     })
 }
 
-/// `OWNER (host pid N: command)`, for messages.
-fn describe_holder(lock: &LockInfo) -> String {
-    let h = &lock.holder;
-    let command = if h.command.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", h.command)
-    };
-    format!("{} ({} pid {}{command})", lock.owner, h.host, h.pid)
-}
-
 /// What one acquire attempt found when it was refused.
 #[derive(Debug)]
 pub(crate) struct Busy {
@@ -536,7 +525,7 @@ impl Busy {
 
     fn describe(&self) -> String {
         match &self.holder {
-            Some(lock) => format!("held by {}", describe_holder(lock)),
+            Some(lock) => format!("held by {}", lock.describe()),
             None => format!(
                 "free but promised to the first of {} queued waiter(s)",
                 self.waiters
@@ -1327,7 +1316,7 @@ mod tests {
         assert_eq!(info.depth, 2);
         assert_eq!(info.holder.pid, 42);
         assert_eq!(info.ttl_left_ms, Some(500));
-        assert_eq!(describe_holder(&info), "o1 (h pid 42: sleep 1)");
+        assert_eq!(info.describe(), "o1 (h pid 42: sleep 1)");
         assert!(lock_info("k", vec![None; 8], -2).is_none());
     }
 }

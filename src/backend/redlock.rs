@@ -771,7 +771,7 @@ impl RedlockBackend {
             Some((lock, on)) => format!(
                 "lock '{}' is held by {} on {on} of {n} servers of {}",
                 req.key,
-                describe_holder(lock),
+                lock.describe(),
                 self.name
             ),
             None => format!(
@@ -895,17 +895,6 @@ fn bounded(pause: Duration, wait: &WaitOptions) -> Duration {
         Some(deadline) => pause.min(deadline.saturating_duration_since(Instant::now())),
         None => pause,
     }
-}
-
-/// `OWNER (host pid N: command)`, for messages.
-fn describe_holder(lock: &LockInfo) -> String {
-    let h = &lock.holder;
-    let command = if h.command.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", h.command)
-    };
-    format!("{} ({} pid {}{command})", lock.owner, h.host, h.pid)
 }
 
 #[async_trait]
