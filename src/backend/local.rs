@@ -171,10 +171,7 @@ impl LocalBackend {
         waited: Option<Duration>,
     ) -> Error {
         let by = match holder {
-            Some(h) => format!(
-                "held by owner {} (host {}, pid {}, command `{}`)",
-                h.owner, h.holder.host, h.holder.pid, h.holder.command
-            ),
+            Some(h) => format!("held by {}", h.describe()),
             None => "being handed to a queued waiter".to_string(),
         };
         let backend = &self.ctx.describe;
