@@ -70,7 +70,7 @@ async fn run_child(
     let child = match supervisor::spawn(command, &env) {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("dlock: {}", e.message);
+            eprintln!("dlock: {} (lock '{}' released)", e.message, lease.key);
             return Ok(e.code);
         }
     };
