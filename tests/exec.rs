@@ -4,7 +4,7 @@
 #[macro_use]
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
@@ -30,23 +30,14 @@ fn sh(store: &Store, key: &str, script: &str) -> Command {
     c
 }
 
-/// Starts `dlock exec KEY -- sh -c 'echo $$ > ready; exec sleep 60'` and waits until the
-/// command runs; returns the dlock child and the command's pid.
+/// Holds `key` with `extra` options while the command sleeps; returns dlock and its pid.
 fn hold(
     store: &Store,
     key: &str,
     dir: &std::path::Path,
     extra: &[&str],
 ) -> (std::process::Child, u32) {
-    let ready = dir.join(format!("ready-{key}"));
-    let mut c = store.dlock();
-    c.args(["exec", key]).args(extra).args(["--", "sh", "-c"]);
-    c.arg(format!("echo $$ > '{}'; exec sleep 60", ready.display()));
-    let child = c.stdin(Stdio::null()).spawn().unwrap();
-    let pid: u32 = read_when_ready(&ready, Duration::from_secs(10))
-        .parse()
-        .unwrap();
-    (child, pid)
+    common::hold_with(store.dlock(), key, extra, "exec sleep 60", dir)
 }
 
 fn runs_the_command_with_the_lease_in_its_environment(store: Store) {

@@ -4,25 +4,13 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{alive, free_port, read_when_ready, wait_exit, RedisServer, Store};
+use common::{alive, free_port, wait_exit, RedisServer, Store};
 
 /// Holds `key` with `ttl` on `store`; returns dlock and the command's pid.
 fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
-    let ready = dir.join("ready");
-    let child = store
-        .dlock()
-        .args(["exec", key, "--ttl", ttl, "--", "sh", "-c"])
-        .arg(format!("echo $$ > '{}'; exec sleep 60", ready.display()))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = read_when_ready(&ready, Duration::from_secs(10))
-        .parse()
-        .unwrap();
-    (child, pid)
+    common::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
 }
 
 fn stderr_of(child: std::process::Child) -> String {

@@ -4,10 +4,10 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{alive, read_when_ready, wait_exit, RedisServer};
+use common::{alive, wait_exit, RedisServer};
 use dlock::backend::redis::Tuning;
 use dlock::backend::redlock::{RedlockBackend, RedlockTuning};
 use dlock::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
@@ -417,20 +417,9 @@ async fn renew_says_not_owner_only_when_a_majority_says_so() {
     assert!(took < Duration::from_millis(1_500), "{took:?}");
 }
 
-/// Starts `dlock exec KEY --ttl TTL -- CMD`; returns dlock and the command's pid.
+/// Starts `dlock exec renewed --ttl TTL -- sh -c SCRIPT`; returns dlock and the command's pid.
 fn hold(servers: &[RedisServer], ttl: &str, script: &str, dir: &std::path::Path) -> (Child, u32) {
-    let ready = dir.join("ready");
-    let child = dlock(servers)
-        .args(["exec", "renewed", "--ttl", ttl, "--", "sh", "-c"])
-        .arg(format!("echo $$ > '{}'; {script}", ready.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = read_when_ready(&ready, Duration::from_secs(10))
-        .parse()
-        .unwrap();
-    (child, pid)
+    common::hold_with(dlock(servers), "renewed", &["--ttl", ttl], script, dir)
 }
 
 #[test]

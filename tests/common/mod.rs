@@ -329,3 +329,31 @@ pub fn read_when_ready(path: &std::path::Path, limit: Duration) -> String {
     assert!(ready, "{} was not written within {limit:?}", path.display());
     text.trim().to_string()
 }
+
+/// Starts `dlock exec KEY EXTRA… -- sh -c 'echo $$ > READY; SCRIPT'` from the `dlock`
+/// command given (its environment picks the store), with stdout and stderr piped, and waits
+/// until the command runs. Returns dlock and the command's pid.
+pub fn hold_with(
+    mut dlock: Command,
+    key: &str,
+    extra: &[&str],
+    script: &str,
+    dir: &std::path::Path,
+) -> (Child, u32) {
+    let ready = dir.join(format!("ready-{key}"));
+    dlock
+        .args(["exec", key])
+        .args(extra)
+        .args(["--", "sh", "-c"]);
+    dlock.arg(format!("echo $$ > '{}'; {script}", ready.display()));
+    let child = dlock
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = read_when_ready(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (child, pid)
+}
