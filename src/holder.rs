@@ -57,7 +57,15 @@ fn shorten(s: &str) -> String {
 
 /// A fresh owner id: 16 random hex digits, safe in environment variables and shells.
 pub fn new_owner_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
+    format!("{:016x}", random_u64())
+}
+
+/// 64 random bits straight from the kernel (one `getrandom`). Cheaper than `rand::random`
+/// for the one or two numbers a run needs: no generator to seed, no CPU feature detection
+/// (`cpuid`, slow in virtual machines) and no fork handler.
+pub fn random_u64() -> u64 {
+    use rand::RngCore;
+    rand::rngs::OsRng.next_u64()
 }
 
 #[cfg(test)]

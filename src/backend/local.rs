@@ -47,7 +47,9 @@
 //! `F_OFD_GETLK`), or, at the head of the queue, the holding lock of the bound holder. When
 //! that lock is released (release, exit, crash), exactly that one waiter wakes, takes the
 //! mutex, and takes the key: hand-off costs one kernel wake-up, with no polling and no
-//! thundering herd. A waiter that gives up releases its waiting lock and its successor
+//! thundering herd. (When the waiter ahead is granted the key, the waiter behind it, now
+//! the head, goes straight on to sleep on the new holder's lock, found with `F_OFD_GETLK`,
+//! without waking the process or taking the mutex: one wake-up per waiter per hand-off.) A waiter that gives up releases its waiting lock and its successor
 //! re-targets the next one ahead. New arrivals do not overtake queued waiters when
 //! `req.fair` (the default); with `fair == false` an arrival may take a free key at once.
 //! A waiter that leaves a free key untaken for a second (a stopped process, `^Z`) is
@@ -348,7 +350,7 @@ impl Waiting {
             Target::Again => Ok(Wake::Again),
             Target::Lock { at, head } => {
                 if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
-                    self.lock_wait = Some(LockWait::start(&kf, at)?);
+                    self.lock_wait = Some(LockWait::start(&kf, at, self.ticket.filter(|_| !head))?);
                 }
                 let lw = self.lock_wait.as_mut().expect("started");
                 let recheck = if head { RECHECK_HEAD } else { RECHECK };

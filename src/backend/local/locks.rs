@@ -125,6 +125,10 @@ pub fn last_held(file: &File, lo: i64, hi: i64) -> io::Result<Option<i64>> {
     };
     // Invariant: `found` is held, and nothing above `hi` matters.
     let mut found = end_of(s, l) - 1;
+    // Most often that is the only one (one holder, or one waiter ahead): one probe says so.
+    if probe(file, found + 1, hi - found - 1)?.is_none() {
+        return Ok(Some(found));
+    }
     let mut hi = hi;
     while hi - found > 1 {
         let mid = found + (hi - found) / 2;
@@ -139,6 +143,11 @@ pub fn last_held(file: &File, lo: i64, hi: i64) -> io::Result<Option<i64>> {
 /// The highest waiting ticket below `below`, if any waiter holds one.
 pub fn waiter_before(file: &File, below: u64) -> io::Result<Option<u64>> {
     Ok(last_held(file, wait_lock(0), wait_lock(below))?.map(|at| (at - WAIT_BASE) as u64))
+}
+
+/// The highest holding lock held by someone else (the bound holder's, normally), if any.
+pub fn last_hold(file: &File) -> io::Result<Option<i64>> {
+    last_held(file, hold_lock(0), hold_lock(MAX_TICKET))
 }
 
 /// True when some waiter holds a ticket below `below`.

@@ -149,7 +149,9 @@ impl KeyFile {
 /// that a short or empty key file is always damage, never a file still being created.
 /// Mode 0666 whatever the umask: other users sharing the directory lock the same keys.
 fn create_file(ctx: &Ctx, key: &str, path: &Path) -> Result<()> {
-    let tmp = ctx.dir.join(format!(".{:016x}.tmp", rand::random::<u64>()));
+    let tmp = ctx
+        .dir
+        .join(format!(".{:016x}.tmp", crate::holder::random_u64()));
     let fail = |what: &str, p: &Path, e: io::Error| io_err(what, p, e);
     let file = OpenOptions::new()
         .write(true)

@@ -207,12 +207,31 @@ pub struct LockWait {
 impl LockWait {
     /// Starts waiting for `at` (through `kf`'s open file description). The thread takes the
     /// lock and drops it at once: it is only a wake-up, the decision is made under the mutex.
-    pub fn start(kf: &Arc<KeyFile>, at: i64) -> Result<LockWait> {
+    ///
+    /// With `chain` (our ticket, when `at` is the waiting lock of the waiter just ahead), a
+    /// release of `at` that leaves no waiter ahead of us, while a bound holder holds its
+    /// holding lock, is not worth a round under the mutex: we are now the head and the
+    /// holder's lock is the next one to sleep on, so the thread sleeps on it at once (found
+    /// with `F_OFD_GETLK`, no state read). Hand-off down a queue then costs one wake-up of
+    /// the waiter, not two. Waking too early is always safe; the decision is still made
+    /// under the mutex.
+    pub fn start(kf: &Arc<KeyFile>, at: i64, chain: Option<u64>) -> Result<LockWait> {
         let (tx, rx) = oneshot::channel();
         let file: Arc<File> = kf.file.clone();
         spawn_thread("dlock-wait", move || {
-            let r = locks::lock_wait(&file, at, Kind::Exclusive)
-                .and_then(|()| locks::unlock(&file, at));
+            let r = (|| {
+                locks::lock_wait(&file, at, Kind::Exclusive)?;
+                locks::unlock(&file, at)?;
+                let Some(me) = chain else { return Ok(()) };
+                if locks::any_waiter_before(&file, me)? {
+                    return Ok(());
+                }
+                if let Some(hold) = locks::last_hold(&file)? {
+                    locks::lock_wait(&file, hold, Kind::Exclusive)?;
+                    locks::unlock(&file, hold)?;
+                }
+                Ok(())
+            })();
             let _ = tx.send(r);
         })?;
         Ok(LockWait { at, rx })
