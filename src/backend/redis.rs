@@ -216,6 +216,11 @@ impl Endpoint {
         let env_password = env_password.filter(|p| !p.is_empty());
         if !is_sentinel_url(url) {
             let info = connection_info(url, env_password)?;
+            // No `CLIENT SETINFO` (the client library's name and version) on connecting: it
+            // is a round trip of its own on every connection (the pub/sub one included)
+            // when there is no AUTH to send it with, and servers before 7.2 reject it anyway.
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let info = info.set_redis_settings(settings);
             let secrets = info.redis_settings().password().map(String::from);
             let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
             let built = match tls {
