@@ -56,8 +56,9 @@ use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, FromRedisValue,
-    IntoConnectionInfo, RedisError, Script, TlsCertificates, TlsMode, Value,
+    AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
+    FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind, TlsCertificates,
+    TlsMode, Value,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -215,6 +216,11 @@ impl Endpoint {
         let env_password = env_password.filter(|p| !p.is_empty());
         if !is_sentinel_url(url) {
             let info = connection_info(url, env_password)?;
+            // No `CLIENT SETINFO` (the client library's name and version) on connecting: it
+            // is a round trip of its own on every connection (the pub/sub one included)
+            // when there is no AUTH to send it with, and servers before 7.2 reject it anyway.
+            let settings = info.redis_settings().clone().set_skip_set_lib_name();
+            let info = info.set_redis_settings(settings);
             let secrets = info.redis_settings().password().map(String::from);
             let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
             let built = match tls {
@@ -409,15 +415,14 @@ struct Keys {
 
 impl Keys {
     fn new(key: &str) -> Keys {
-        let base = format!("dlock:{{{key}}}");
         Keys {
-            lease: lease_key(key),
-            fence: format!("{base}:fence"),
-            queue: format!("{base}:queue"),
-            alive: format!("{base}:alive"),
-            info: format!("{base}:info"),
-            wake_prefix: format!("{base}:wake:"),
-            released: format!("{base}:released"),
+            lease: key_name(key, ":lease"),
+            fence: key_name(key, ":fence"),
+            queue: key_name(key, ":queue"),
+            alive: key_name(key, ":alive"),
+            info: key_name(key, ":info"),
+            wake_prefix: key_name(key, ":wake:"),
+            released: key_name(key, ":released"),
         }
     }
 }
@@ -432,7 +437,31 @@ fn lock_name<'a>(redis_key: &'a str, suffix: &str) -> Option<&'a str> {
 
 /// The lease key of lock `key` (see [`Keys`]; cheaper when listing many locks).
 fn lease_key(key: &str) -> String {
-    format!("dlock:{{{key}}}:lease")
+    key_name(key, ":lease")
+}
+
+/// `dlock:{K}<suffix>`, built in one allocation of the exact size (this runs several
+/// times per acquire and release; `format!` costs more).
+fn key_name(key: &str, suffix: &str) -> String {
+    const PREFIX: &str = "dlock:{";
+    let mut name = String::with_capacity(PREFIX.len() + key.len() + 1 + suffix.len());
+    name.push_str(PREFIX);
+    name.push_str(key);
+    name.push('}');
+    name.push_str(suffix);
+    name
+}
+
+/// An `EVALSHA` of `script` on `keys`, to which the caller adds `args` arguments. Built
+/// straight into one command buffer: a `ScriptInvocation` copies every key and argument
+/// into a vector of its own first, a dozen allocations per call on the hot path.
+fn evalsha(script: &Script, keys: &[&str], args: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args, 256);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
 }
 
 /// Milliseconds for a script argument; at least 1, as Redis rejects a zero expiry.
@@ -717,6 +746,16 @@ impl RedisBackend {
         what: &str,
         request: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
+        self.call_with(|| what.to_string(), request).await
+    }
+
+    /// [`Self::call`] with the failure's description made only when it fails: the hot
+    /// paths format nothing per call.
+    async fn call_with<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
         let limit = self.server.tuning.op_timeout;
         match tokio::time::timeout(limit, request).await {
             Ok(Ok(v)) => Ok(v),
@@ -724,29 +763,31 @@ impl RedisBackend {
                 if e.is_unrecoverable_error() || e.is_connection_dropped() {
                     *self.lock_conn() = None;
                 }
-                Err(self.server.unavailable(what, &e))
+                Err(self.server.unavailable(&what(), &e))
             }
-            Err(_) => Err(self.server.timed_out(what, limit)),
+            Err(_) => Err(self.server.timed_out(&what(), limit)),
         }
     }
 
-    /// Runs a script with `keys` and `args` and returns its raw reply.
+    /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]), and returns its raw reply;
+    /// on `NOSCRIPT` the script is loaded and the call made again, once.
     async fn eval(
         &self,
-        what: &str,
+        what: impl FnOnce() -> String,
         script: &Script,
-        keys: &[&str],
-        args: &[String],
+        cmd: &Cmd,
     ) -> Result<Value> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
         let mut conn = self.conn().await?;
-        self.call(what, invocation.invoke_async(&mut conn)).await
+        let request = async {
+            match cmd.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(&mut conn).await?;
+                    cmd.query_async(&mut conn).await
+                }
+                reply => reply,
+            }
+        };
+        self.call_with(what, request).await
     }
 
     fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
@@ -794,11 +835,11 @@ impl RedisBackend {
     /// holds the lease here, stamps it with `token`. True when `owner` holds it.
     pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
         let k = Keys::new(key);
-        let args = [owner.to_string(), token.to_string()];
-        let what = format!("cannot acquire lock '{key}'");
-        let reply = self
-            .eval(&what, &self.scripts.fence, &[&k.lease, &k.fence], &args)
-            .await?;
+        let script = &self.scripts.fence;
+        let mut cmd = evalsha(script, &[&k.lease, &k.fence], 2);
+        cmd.arg(owner).arg(token);
+        let what = || format!("cannot acquire lock '{key}'");
+        let reply = self.eval(what, script, &cmd).await?;
         redis::from_redis_value::<i64>(reply)
             .map(|owned| owned == 1)
             .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.server.url)))
@@ -820,29 +861,29 @@ impl RedisBackend {
         floor: u64,
     ) -> Result<Attempt> {
         let h = &req.holder;
-        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
-        let mut args = vec![
-            req.owner.clone(),
-            millis(req.ttl).to_string(),
-            queue.waiter.to_string(),
-            flag(queue.fair),
-            flag(queue.enqueue),
-            millis(self.server.tuning.liveness).to_string(),
-            k.wake_prefix.clone(),
-            queue.json.to_string(),
-            h.host.clone(),
-            h.pid.to_string(),
-            h.user.clone(),
-            h.command.clone(),
-            floor.to_string(),
-        ];
-        args.extend(req.reenter.iter().cloned());
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let script = &self.scripts.acquire;
         let keys = [&*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info];
-        let what = format!("cannot acquire lock '{}'", req.key);
+        let mut cmd = evalsha(script, &keys, 13 + req.reenter.len());
+        cmd.arg(&req.owner)
+            .arg(millis(req.ttl))
+            .arg(queue.waiter)
+            .arg(flag(queue.fair))
+            .arg(flag(queue.enqueue))
+            .arg(millis(self.server.tuning.liveness))
+            .arg(&k.wake_prefix)
+            .arg(queue.json)
+            .arg(&h.host)
+            .arg(h.pid)
+            .arg(&h.user)
+            .arg(&h.command)
+            .arg(floor);
+        for owner in &req.reenter {
+            cmd.arg(owner);
+        }
+        let what = || format!("cannot acquire lock '{}'", req.key);
         let sent_at = Instant::now();
-        let reply = self
-            .eval(&what, &self.scripts.acquire, &keys, &args)
-            .await?;
+        let reply = self.eval(what, script, &cmd).await?;
         self.parse_attempt(req, sent_at, reply)
     }
 
@@ -1037,21 +1078,15 @@ impl RedisBackend {
             ReleaseMode::Force => "force",
         };
         let (wake_prefix, released) = if publish {
-            (k.wake_prefix.clone(), k.released.clone())
+            (&*k.wake_prefix, &*k.released)
         } else {
-            (String::new(), String::new())
+            ("", "")
         };
-        let args = [
-            owner.to_string(),
-            mode_arg.to_string(),
-            wake_prefix,
-            released,
-        ];
-        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info];
-        let what = format!("cannot release lock '{key}'");
-        let reply = self
-            .eval(&what, &self.scripts.release, &keys, &args)
-            .await?;
+        let script = &self.scripts.release;
+        let mut cmd = evalsha(script, &[&k.lease, &k.queue, &k.alive, &k.info], 4);
+        cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
+        let what = || format!("cannot release lock '{key}'");
+        let reply = self.eval(what, script, &cmd).await?;
         let mut r = Reply::new(reply, &self.server.url)?;
         match r.next::<i64>()? {
             1 => Ok(Released {
@@ -1228,13 +1263,13 @@ impl Backend for RedisBackend {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let lease = Keys::new(key).lease;
-        let args = [owner.to_string(), millis(ttl).to_string()];
-        let what = format!("cannot renew lock '{key}'");
+        let lease = lease_key(key);
+        let script = &self.scripts.renew;
+        let mut cmd = evalsha(script, &[&lease], 2);
+        cmd.arg(owner).arg(millis(ttl));
+        let what = || format!("cannot renew lock '{key}'");
         let sent_at = Instant::now();
-        let reply = self
-            .eval(&what, &self.scripts.renew, &[&lease], &args)
-            .await?;
+        let reply = self.eval(what, script, &cmd).await?;
         let mut r = Reply::new(reply, &self.server.url)?;
         match r.next::<i64>()? {
             1 => {
