@@ -7,7 +7,7 @@
 //! killed). A measurement that fails prints `n/a (error: …)` and the suite goes on.
 //!
 //! Results: one table per section on stdout, a summary of the targets, and JSON in
-//! `target/bench/results.json` plus a timestamped copy, so that runs can be compared (the
+//! `target/<triple>/bench/results.json` plus a timestamped copy, so that runs can be compared (the
 //! targets table shows the previous `results.json` figure next to the new one).
 
 use std::collections::BTreeMap;
@@ -49,7 +49,7 @@ usage: cargo bench --bench suite [-- OPTIONS]
   --secs S         throughput: seconds per configuration (3)
   --requests N     throughput: redis-benchmark requests (100000)
   --locks N        status: held locks to list (100000)
-  --out DIR        where to write results.json (default: target/bench)";
+  --out DIR        where to write results.json (default: bench/ beside the release directory)";
 
 // ---------------------------------------------------------------------------------------
 // Options
@@ -2197,7 +2197,7 @@ fn suite(o: Opts) -> i32 {
     let started = Instant::now();
     let started_at = SystemTime::now();
     let dlock = PathBuf::from(env!("CARGO_BIN_EXE_dlock"));
-    // target/release/dlock → target/bench
+    // target/<triple>/release/dlock → target/<triple>/bench
     let out_dir = o.out.clone().unwrap_or_else(|| {
         dlock
             .parent()

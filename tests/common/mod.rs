@@ -91,9 +91,20 @@ impl RedisServer {
         if self.sentinel.is_none() {
             command.args(["--save", "", "--appendonly", "no"]);
         }
+        // Readiness is read from the server's own log: a TCP connect alone could reach
+        // another test's server that took the same port first (ours then exits).
+        let log = self.dir.path().join("redis.log");
+        let _ = std::fs::remove_file(&log);
+        let ready = if self.sentinel.is_some() {
+            "+monitor master"
+        } else {
+            "Ready to accept connections"
+        };
         let mut child = command
             .arg("--dir")
             .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -104,7 +115,8 @@ impl RedisServer {
             if let Ok(Some(_)) = child.try_wait() {
                 return false; // port taken by someone else: try another
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            let logged = std::fs::read_to_string(&log).is_ok_and(|l| l.contains(ready));
+            if logged && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 self.child = Some(child);
                 return true;
             }
