@@ -20,6 +20,7 @@ fn fast() -> Tuning {
         op_timeout: Duration::from_millis(500),
         heartbeat: Duration::from_millis(100),
         liveness: Duration::from_millis(400),
+        exclusive: false,
     }
 }
 
@@ -99,6 +100,20 @@ fn queue_len(server: &RedisServer, key: &str) -> usize {
 fn subscribed(server: &RedisServer, key: &str) -> usize {
     let out = server.cli(&["PUBSUB", "CHANNELS", &format!("dlock:{{{key}}}:*")]);
     out.lines().filter(|l| !l.is_empty()).count()
+}
+
+/// Clients blocked in `BLPOP` (fair waiters asleep) on this test's own server.
+fn blocked(server: &RedisServer) -> usize {
+    let info = server.cli(&["INFO", "clients"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO clients has blocked_clients")
+}
+
+/// Waiters asleep on `key`: fair ones block in `BLPOP`, unfair ones subscribe.
+fn sleeping(server: &RedisServer, key: &str) -> usize {
+    subscribed(server, key) + blocked(server)
 }
 
 fn now_ms() -> u64 {
@@ -301,9 +316,9 @@ async fn no_wait_on_a_held_key_fails_at_once() {
     assert!(elapsed < Duration::from_millis(200), "{elapsed:?}");
     assert_eq!(queue_len(&server, "busy"), 0, "--no-wait must not queue");
     assert_eq!(
-        subscribed(&server, "busy"),
+        sleeping(&server, "busy"),
         0,
-        "--no-wait must not subscribe"
+        "--no-wait must not sleep"
     );
 }
 
@@ -338,7 +353,7 @@ async fn cancelling_a_wait_leaves_nothing_queued_or_held() {
         let b = b.clone();
         tokio::spawn(async move { b.acquire(&req("sig", "bob"), &wait).await })
     };
-    assert!(eventually(Duration::from_secs(2), || subscribed(&server, "sig") == 1).await);
+    assert!(eventually(Duration::from_secs(2), || sleeping(&server, "sig") == 1).await);
     assert_eq!(queue_len(&server, "sig"), 1);
     let t0 = Instant::now();
     cancel.cancel();
@@ -387,7 +402,7 @@ async fn a_waiter_picks_up_a_release_within_milliseconds() {
         let holder = format!("h{round}");
         take(&b, "relay", &holder).await;
         let waiter = spawn_waiter(&other, req("relay", &format!("w{round}")));
-        assert!(eventually(Duration::from_secs(2), || subscribed(&server, "relay") == 1).await);
+        assert!(eventually(Duration::from_secs(2), || sleeping(&server, "relay") == 1).await);
         let t0 = Instant::now();
         b.release("relay", &holder, ReleaseMode::All).await.unwrap();
         let (got, at) = waiter.await.unwrap();

@@ -41,6 +41,7 @@ fn fast() -> RedlockTuning {
             op_timeout: Duration::from_millis(300),
             heartbeat: Duration::from_millis(100),
             liveness: Duration::from_millis(400),
+            exclusive: false,
         },
         jitter: Duration::from_millis(5),
         reconnect_every: Duration::from_millis(100),

@@ -239,9 +239,25 @@ pub trait Backend: Send + Sync {
 
 /// Opens the backend a spec names. Connecting may fail with `Unavailable`.
 pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
+    open_with(spec, false).await
+}
+
+/// [`open`] for a caller that makes one request at a time (the CLI), which lets a Redis
+/// waiter sleep on the one connection it has (see [`redis::Tuning::exclusive`]).
+pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
+    open_with(spec, true).await
+}
+
+async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
     match spec {
         BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
-        BackendSpec::Redis(url) => Ok(Arc::new(redis::RedisBackend::connect(url).await?)),
+        BackendSpec::Redis(url) => {
+            let tuning = redis::Tuning {
+                exclusive,
+                ..redis::Tuning::default()
+            };
+            Ok(Arc::new(redis::RedisBackend::connect_with(url, tuning).await?))
+        }
         BackendSpec::Redlock(urls) => Ok(Arc::new(redlock::RedlockBackend::connect(urls).await?)),
     }
 }

@@ -13,9 +13,11 @@
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
 //! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`] as JSON, for `status` |
 //!
+//! | `dlock:{K}:wake:<waiter id>` | LIST | a pending wake-up of that fair waiter (expires after 60 s) |
+//!
 //! The three queue keys get a TTL of twice the liveness window on every refresh, so they
-//! vanish on their own when every waiter has died. Channels (not keys):
-//! `dlock:{K}:wake:<waiter id>` wakes one fair waiter; `dlock:{K}:released` wakes unfair ones.
+//! vanish on their own when every waiter has died. The channel `dlock:{K}:released` wakes
+//! unfair waiters.
 //!
 //! # Algorithm
 //!
@@ -28,12 +30,16 @@
 //!   when it is free and, if fair, the queue is empty or the caller is its head. If not, a
 //!   fair caller joins the queue (or refreshes its liveness there) and learns its position.
 //!   A `--no-wait` attempt never joins, and still cannot overtake a live queue.
-//! * Waiting: after the first refusal the waiter subscribes on a separate pub/sub connection
-//!   (its own wake channel when fair, the released channel when not) and tries again at
-//!   once, so no release can slip between the refusal and the subscription. Then it sleeps
-//!   until a message, or until the lease or a stale head may have expired, or at most one
-//!   heartbeat; every retry refreshes its liveness. A release (and a waiter leaving a free
-//!   lock) prunes the dead and publishes to the live head only: no thundering herd.
+//! * Waiting, fair: after a refusal the waiter blocks in `BLPOP` on its own wake list, on
+//!   the connection it already has (one connection per process, no subscription). A
+//!   release (and a waiter leaving a free lock) prunes the dead and pushes one element to
+//!   the live head's list only: no thundering herd; a push that comes before the `BLPOP`
+//!   waits in the list, so none is missed. The `BLPOP` times out when the lease or a stale
+//!   head may have expired, or after at most one heartbeat; every retry refreshes the
+//!   waiter's liveness.
+//! * Waiting, unfair (`--no-fair`): the waiter subscribes to the released channel on a
+//!   separate pub/sub connection and tries again at once, so no release can slip between
+//!   the refusal and the subscription, then sleeps until a message or the same timeouts.
 //! * Cancel, timeout, or an error leave the queue (a dropped future leaves it from a spawned
 //!   task); a waiter killed outright drops out when its liveness deadline passes.
 //! * renew only extends (`PEXPIRE max(PTTL, ttl)`): a nested holder with a shorter TTL
@@ -119,6 +125,10 @@ pub struct Tuning {
     pub heartbeat: Duration,
     /// A waiter that has not refreshed its place for this long is dropped from the queue.
     pub liveness: Duration,
+    /// Nothing else uses this backend while an `acquire` waits (the CLI: one request at a
+    /// time). A fair waiter then blocks on the shared connection instead of opening one
+    /// of its own: one connection per `dlock` process.
+    pub exclusive: bool,
 }
 
 impl Default for Tuning {
@@ -128,6 +138,7 @@ impl Default for Tuning {
             op_timeout: Duration::from_secs(3),
             heartbeat: Duration::from_secs(1),
             liveness: Duration::from_secs(4),
+            exclusive: false,
         }
     }
 }
@@ -570,6 +581,7 @@ pub(crate) enum Attempt {
 }
 
 /// Why a waiter stopped sleeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     Message,
     Timeout,
@@ -577,7 +589,7 @@ enum Wake {
     Cancelled,
 }
 
-/// The pub/sub connection a waiter sleeps on.
+/// The pub/sub connection an unfair waiter sleeps on.
 struct Wakeups {
     pubsub: PubSub,
 }
@@ -590,6 +602,34 @@ impl Wakeups {
             _ = cancel.cancelled() => Wake::Cancelled,
             m = messages.next() => if m.is_some() { Wake::Message } else { Wake::Closed },
             _ = tokio::time::sleep(pause) => Wake::Timeout,
+        }
+    }
+}
+
+/// How long past a `BLPOP` timeout we still wait for the server to answer: Redis checks
+/// blocked clients' timeouts about every 100 ms, not to the millisecond.
+const BLPOP_LATE: Duration = Duration::from_millis(150);
+
+/// How long to wait for a fair waiter's wake-up: the pause asked of the server, and when to
+/// stop waiting for its answer.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    server: Duration,
+    client: Duration,
+}
+
+impl Pause {
+    /// A pause that ends at a deadline (`exact`) is kept to the millisecond by our own
+    /// timer; otherwise the server may answer a little late, which saves a reconnection.
+    fn new(pause: Duration, exact: bool) -> Pause {
+        let late = if exact {
+            Duration::ZERO
+        } else {
+            BLPOP_LATE.min(pause / 2)
+        };
+        Pause {
+            server: pause,
+            client: pause + late,
         }
     }
 }
@@ -614,6 +654,8 @@ struct Waiter {
     /// True when we may be in the queue.
     queued: bool,
     conn: MultiplexedConnection,
+    /// The connection this waiter blocks on when the backend is not exclusive.
+    blocking: Option<MultiplexedConnection>,
     scripts: Arc<Scripts>,
     limit: Duration,
 }
@@ -797,6 +839,7 @@ impl RedisBackend {
             json: serde_json::to_string(&req.holder).unwrap_or_default(),
             queued: false,
             conn,
+            blocking: None,
             scripts: self.scripts.clone(),
             limit: self.server.tuning.op_timeout,
         }
@@ -955,18 +998,75 @@ impl RedisBackend {
             if wait.cancel.is_cancelled() {
                 return Err(self.cancelled(req));
             }
+            let (pause, exact) = self.pause(&busy, wait);
+            if req.fair {
+                let pause = Pause::new(pause, exact);
+                match self.wait_wake(waiter, pause, &wait.cancel).await? {
+                    Wake::Cancelled => {
+                        // The shared connection may still be blocked: leave on a fresh one.
+                        if let Ok(conn) = self.conn().await {
+                            waiter.conn = conn;
+                        }
+                        return Err(self.cancelled(req));
+                    }
+                    Wake::Message | Wake::Timeout | Wake::Closed => continue,
+                }
+            }
             let Some(sub) = wakeups.as_mut() else {
                 // Subscribe, then look again at once: a release that came before the
                 // subscription was complete cannot be missed.
                 wakeups = Some(self.subscribe(req, waiter).await?);
                 continue;
             };
-            match sub.wait(self.pause(&busy, wait), &wait.cancel).await {
+            match sub.wait(pause, &wait.cancel).await {
                 Wake::Cancelled => return Err(self.cancelled(req)),
                 Wake::Closed => wakeups = None,
                 Wake::Message | Wake::Timeout => {}
             }
         }
+    }
+
+    /// A fair waiter sleeps in `BLPOP` on its wake list: no subscription, and a wake-up
+    /// sent before the `BLPOP` waits in the list, so it cannot be missed. On an exclusive
+    /// backend it blocks the shared connection (one connection per process); otherwise
+    /// other callers must not queue behind the `BLPOP`, so it opens one of its own.
+    /// If our timer (`pause.client`) or a cancel beats the server's answer, that connection
+    /// is dropped: its `BLPOP` may still be pending.
+    async fn wait_wake(
+        &self,
+        waiter: &mut Waiter,
+        pause: Pause,
+        cancel: &CancellationToken,
+    ) -> Result<Wake> {
+        let exclusive = self.server.tuning.exclusive;
+        let mut conn = match (&waiter.blocking, exclusive) {
+            (_, true) => waiter.conn.clone(),
+            (Some(conn), false) => conn.clone(),
+            (None, false) => {
+                let conn = self.server.open(&self.client().await?).await?;
+                waiter.blocking.insert(conn).clone()
+            }
+        };
+        let mut cmd = Cmd::with_capacity(3, 64);
+        cmd.arg("BLPOP")
+            .arg(format!("{}{}", waiter.keys.wake_prefix, waiter.id))
+            .arg(format!("{:.3}", pause.server.as_secs_f64().max(0.001)));
+        let woken = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Wake::Cancelled,
+            r = cmd.query_async::<Option<(String, String)>>(&mut conn) => match r {
+                Ok(Some(_)) => return Ok(Wake::Message),
+                Ok(None) => return Ok(Wake::Timeout),
+                Err(_) => Wake::Closed,
+            },
+            _ = tokio::time::sleep(pause.client) => Wake::Timeout,
+        };
+        if exclusive {
+            *self.lock_conn() = None;
+        } else {
+            waiter.blocking = None;
+        }
+        Ok(woken)
     }
 
     /// A grant; undone at once if a cancel came while it was in flight.
@@ -985,15 +1085,11 @@ impl RedisBackend {
         Ok(Acquired { lease, guard: None })
     }
 
-    /// Opens the pub/sub connection and subscribes to this waiter's wake-up channel.
+    /// Opens the pub/sub connection of an unfair waiter, subscribed to the channel every
+    /// release is published on.
     async fn subscribe(&self, req: &AcquireRequest, waiter: &Waiter) -> Result<Wakeups> {
-        let channel = if req.fair {
-            format!("{}{}", waiter.keys.wake_prefix, waiter.id)
-        } else {
-            waiter.keys.released.clone()
-        };
         let what = format!("cannot wait for lock '{}'", req.key);
-        let pubsub = self.subscribe_to(&channel, &what).await?;
+        let pubsub = self.subscribe_to(&waiter.keys.released, &what).await?;
         Ok(Wakeups { pubsub })
     }
 
@@ -1013,14 +1109,18 @@ impl RedisBackend {
     }
 
     /// How long to sleep when no message comes: until the lease (or a stale head) may have
-    /// expired, at most one heartbeat, and never past the deadline.
-    fn pause(&self, busy: &Busy, wait: &WaitOptions) -> Duration {
+    /// expired, at most one heartbeat, and never past the deadline (then `true`: the
+    /// pause must end on time).
+    fn pause(&self, busy: &Busy, wait: &WaitOptions) -> (Duration, bool) {
         let heartbeat = self.server.tuning.heartbeat;
-        let mut pause = busy.retry.map_or(heartbeat, |r| r.min(heartbeat));
-        if let Some(deadline) = wait.deadline {
-            pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+        let pause = busy.retry.map_or(heartbeat, |r| r.min(heartbeat));
+        match wait.deadline {
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                (pause.min(left), left <= pause)
+            }
+            None => (pause, false),
         }
-        pause
     }
 
     fn not_obtained(&self, req: &AcquireRequest, busy: &Busy, waited: Option<Duration>) -> Error {

@@ -135,6 +135,7 @@ impl Default for RedlockTuning {
                 op_timeout: Duration::from_secs(1),
                 heartbeat: Duration::from_secs(1),
                 liveness: Duration::from_secs(4),
+                exclusive: false,
             },
             jitter: Duration::from_millis(10),
             reconnect_every: Duration::from_secs(1),

@@ -48,7 +48,7 @@ async fn open(global: &Global, key: Option<&str>) -> Result<(BackendSpec, Arc<dy
         check_key(key)?;
     }
     let spec = BackendSpec::from_urls(&global.urls)?;
-    let backend = backend::open(&spec).await?;
+    let backend = backend::open_exclusive(&spec).await?;
     Ok((spec, backend))
 }
 

@@ -48,8 +48,9 @@ if not current and (not fair or not head or head == waiter) then
     'host', ARGV[9], 'pid', ARGV[10], 'user', ARGV[11], 'command', ARGV[12],
     'acquired_ms', now, 'ttl_ms', ttl)
   redis.call('PEXPIRE', lease, ttl)
-  if queued then
+  if queued and waiter ~= '' then
     leave_queue(queue, alive, info, waiter)
+    redis.call('DEL', wake_prefix .. waiter)
   end
   return {1, owner, token, 1, 0, now, ttl}
 end

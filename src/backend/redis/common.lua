@@ -6,6 +6,7 @@
 --   queue  ZSET  waiter id -> arrival ticket (FIFO order)
 --   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)
 --   info   HASH  waiter id -> holder JSON, for `status`
+--   wake:<waiter id>  LIST  a pending wake-up for that waiter (see wake)
 
 -- Server time in milliseconds: one clock for every client. Scripts may read TIME because
 -- Redis (5+, and only this way in 7) replicates their effects, not the scripts.
@@ -45,9 +46,17 @@ local function prune(queue, alive, info, now)
   end
 end
 
--- Tells the head waiter, and only it, that the lock may be free (no thundering herd).
+-- Tells the head waiter, and only it, that the lock may be free (no thundering herd): one
+-- element in its wake list, which it pops with BLPOP on the connection it already has. A
+-- wake that comes while it is not blocked stays there for its next BLPOP, so none is lost.
+-- The list expires on its own if the waiter died.
+local WAKE_TTL_MS = 60000
 local function wake(wake_prefix, head)
   if head then
-    redis.call('PUBLISH', wake_prefix .. head, 'free')
+    local k = wake_prefix .. head
+    if redis.call('RPUSH', k, 1) > 1 then
+      redis.call('LTRIM', k, 0, 0)
+    end
+    redis.call('PEXPIRE', k, WAKE_TTL_MS)
   end
 end

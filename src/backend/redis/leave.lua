@@ -5,6 +5,7 @@
 -- Returns 1 when the waiter was queued.
 local queue, alive, info, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local was_queued = leave_queue(queue, alive, info, ARGV[1])
+redis.call('DEL', ARGV[2] .. ARGV[1])
 if was_queued == 1 and redis.call('EXISTS', lease) == 0 then
   local head = prune(queue, alive, info, now_ms())
   wake(ARGV[2], head)
