@@ -20,7 +20,9 @@ pub fn completion(shell: Shell) -> Vec<u8> {
         Shell::Powershell => Gen::PowerShell,
     };
     let mut out = Vec::new();
-    clap_complete::generate(gen, &mut command(), "dlock", &mut out);
+    let mut cmd = command();
+    cmd.build(); // subcommands are deferred (see `cli::Command`): complete them first
+    clap_complete::generate(gen, &mut cmd, "dlock", &mut out);
     out
 }
 
