@@ -315,11 +315,7 @@ async fn no_wait_on_a_held_key_fails_at_once() {
     assert!(msg.contains(&server.url()) && !msg.contains('\n'), "{msg}");
     assert!(elapsed < Duration::from_millis(200), "{elapsed:?}");
     assert_eq!(queue_len(&server, "busy"), 0, "--no-wait must not queue");
-    assert_eq!(
-        sleeping(&server, "busy"),
-        0,
-        "--no-wait must not sleep"
-    );
+    assert_eq!(sleeping(&server, "busy"), 0, "--no-wait must not sleep");
 }
 
 #[tokio::test]

@@ -256,7 +256,9 @@ async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backen
                 exclusive,
                 ..redis::Tuning::default()
             };
-            Ok(Arc::new(redis::RedisBackend::connect_with(url, tuning).await?))
+            Ok(Arc::new(
+                redis::RedisBackend::connect_with(url, tuning).await?,
+            ))
         }
         BackendSpec::Redlock(urls) => Ok(Arc::new(redlock::RedlockBackend::connect(urls).await?)),
     }

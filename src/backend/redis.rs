@@ -14,6 +14,7 @@
 //! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`] as JSON, for `status` |
 //!
 //! | `dlock:{K}:wake:<waiter id>` | LIST | a pending wake-up of that fair waiter (expires after 60 s) |
+//! | `dlock:{K}:unfair` | STRING | set (for twice the liveness window) by every refused unfair attempt: a release publishes on the released channel only while it exists |
 //!
 //! The three queue keys get a TTL of twice the liveness window on every refresh, so they
 //! vanish on their own when every waiter has died. The channel `dlock:{K}:released` wakes
@@ -422,6 +423,7 @@ struct Keys {
     info: String,
     wake_prefix: String,
     released: String,
+    unfair: String,
 }
 
 impl Keys {
@@ -434,6 +436,7 @@ impl Keys {
             info: key_name(key, ":info"),
             wake_prefix: key_name(key, ":wake:"),
             released: key_name(key, ":released"),
+            unfair: key_name(key, ":unfair"),
         }
     }
 }
@@ -906,7 +909,9 @@ impl RedisBackend {
         let h = &req.holder;
         let flag = |b: bool| if b { "1" } else { "0" };
         let script = &self.scripts.acquire;
-        let keys = [&*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info];
+        let keys = [
+            &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
+        ];
         let mut cmd = evalsha(script, &keys, 13 + req.reenter.len());
         cmd.arg(&req.owner)
             .arg(millis(req.ttl))
@@ -1183,7 +1188,8 @@ impl RedisBackend {
             ("", "")
         };
         let script = &self.scripts.release;
-        let mut cmd = evalsha(script, &[&k.lease, &k.queue, &k.alive, &k.info], 4);
+        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair];
+        let mut cmd = evalsha(script, &keys, 4);
         cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
         let what = || format!("cannot release lock '{key}'");
         let reply = self.eval(what, script, &cmd).await?;

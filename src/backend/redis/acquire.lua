@@ -1,19 +1,22 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
--- KEYS: lease, fence, queue, alive, info
+-- KEYS: lease, fence, queue, alive, info, unfair
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1), liveness_ms, wake_prefix,
 --       waiter_json, host, pid, user, command, floor, reenter owners...
 -- floor: a fresh grant first raises the fencing counter to at least this (Redlock; 0 = none).
 -- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, host, pid, user, command,
 --  acquired_ms} (holder fields nil when the lock is free but reserved for the queue head).
-local lease, fence, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, fence, queue, alive, info, unfair =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
 local wake_prefix, waiter_json = ARGV[7], ARGV[8]
 local floor = tonumber(ARGV[13]) or 0
 local FIRST_REENTER = 14
 local now = now_ms()
-local current = redis.call('HGET', lease, 'owner')
+-- The common case, a key nobody holds or waits for, costs one call to find out.
+local busy = redis.call('EXISTS', lease, queue) > 0
+local current = busy and redis.call('HGET', lease, 'owner') or nil
 
 -- Re-entry: one of the caller's owners holds it. The queue does not apply.
 if current then
@@ -31,8 +34,7 @@ if current then
   end
 end
 
--- The common case, a key nobody waits for, skips every queue command.
-local queued = redis.call('EXISTS', queue) == 1
+local queued = busy and redis.call('EXISTS', queue) == 1
 local head, dropped = nil, 0
 if queued then
   head, dropped = prune(queue, alive, info, now)
@@ -53,6 +55,11 @@ if not current and (not fair or not head or head == waiter) then
     redis.call('DEL', wake_prefix .. waiter)
   end
   return {1, owner, token, 1, 0, now, ttl}
+end
+
+-- An unfair waiter sleeps on the released channel: releases must publish there for a while.
+if not fair then
+  redis.call('SET', unfair, 1, 'PX', 2 * liveness)
 end
 
 -- Free but reserved for a head that took over from dropped waiters: it may be asleep.

@@ -1,11 +1,11 @@
 -- Release (one level, all levels, or by force), in one round trip. A deletion wakes the
 -- head waiter (fair waiters) and publishes on the released channel (unfair waiters).
--- KEYS: lease, queue, alive, info
+-- KEYS: lease, queue, alive, info, unfair
 -- ARGV: owner, mode (one/all/force), wake_prefix, released_channel (both empty: tell no one,
 --       as when Redlock takes back a grant that did not make a majority)
 -- Returns {1, previous_owner, still_held}, {0} when free (force), {-1} when the lease is
 -- gone, {-2} when another owner holds it.
-local lease, queue, alive, info = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, queue, alive, info, unfair = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, mode, wake_prefix, released = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local current = redis.call('HMGET', lease, 'owner', 'depth')
 if not current[1] then
@@ -22,11 +22,14 @@ if mode == 'one' and tonumber(current[2]) > 1 then
   return {1, current[1], 1}
 end
 redis.call('DEL', lease)
-if released ~= '' then
+-- Nobody waiting, fair or unfair (the common case), costs one call to find out.
+if released ~= '' and redis.call('EXISTS', queue, unfair) > 0 then
   if redis.call('EXISTS', queue) == 1 then
     local head = prune(queue, alive, info, now_ms())
     wake(wake_prefix, head)
   end
-  redis.call('PUBLISH', released, 'free')
+  if redis.call('EXISTS', unfair) == 1 then
+    redis.call('PUBLISH', released, 'free')
+  end
 end
 return {1, current[1], 0}
