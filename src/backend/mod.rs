@@ -8,7 +8,8 @@
 //! * Acquiring a key already held by one of `reenter` owners re-enters it: the depth goes
 //!   up, the owner and token stay the same, and only the matching number of releases frees it.
 //! * Waiting is the backend's job, because only it knows how to be told of a release
-//!   (Redis pub/sub, kernel file locks) instead of polling.
+//!   (a Redis `BLPOP` on the waiter's own wake list or pub/sub, kernel file locks) instead
+//!   of polling.
 
 pub mod local;
 pub mod redis;
