@@ -831,3 +831,64 @@ async fn locks_work_over_tls() {
     assert_eq!(server.cli(&["HGET", "dlock:{secure}:lease", "owner"]), "o");
     b.release("secure", "o", ReleaseMode::All).await.unwrap();
 }
+
+/// A grant whose reply a waiter never read (it gave up while the attempt was on its way)
+/// is found by the next attempt of the same request, by owner id: claimed, with its TTL
+/// restarted and its token kept, not waited for as if someone else held it.
+#[tokio::test]
+async fn an_attempt_claims_its_own_unread_grant() {
+    let server = RedisServer::start();
+    let b = connect(&server).await;
+    let first = take(&b, "unread", "o1").await.lease;
+    server.cli(&["PEXPIRE", "dlock:{unread}:lease", "2000"]);
+    let again = take(&b, "unread", "o1").await.lease;
+    assert_eq!(again.fencing_token, first.fencing_token);
+    assert!(!again.reentered);
+    let pttl: u64 = server
+        .cli(&["PTTL", "dlock:{unread}:lease"])
+        .parse()
+        .unwrap();
+    assert!(pttl > 9_000, "TTL restarted: {pttl}");
+    assert_eq!(server.cli(&["HGET", "dlock:{unread}:lease", "depth"]), "1");
+    // Anyone else is still refused.
+    refused(b.acquire(&req("unread", "o2"), &no_wait()).await);
+}
+
+/// The leave script, run as the backend runs it (helpers prepended), on hand-made state:
+/// a waiter leaving while a grant to it was on its way releases that lease and wakes the
+/// next live waiter.
+#[test]
+fn leaving_releases_an_unread_grant_and_wakes_the_next() {
+    let server = RedisServer::start();
+    let lua = |name: &str| std::fs::read_to_string(format!("src/backend/redis/{name}")).unwrap();
+    let script = format!("{}\n{}", lua("common.lua"), lua("leave.lua"));
+    let k = |s: &str| format!("dlock:{{gone}}:{s}");
+    server.cli(&[
+        "HSET",
+        &k("lease"),
+        "owner",
+        "me",
+        "token",
+        "7",
+        "depth",
+        "1",
+    ]);
+    server.cli(&["ZADD", &k("queue"), "1", "next"]);
+    server.cli(&["ZADD", &k("alive"), "99999999999999", "next"]);
+    let (queue, alive, info, lease) = (k("queue"), k("alive"), k("info"), k("lease"));
+    let wake = k("wake:");
+    let args = [
+        "EVAL", &script, "4", &queue, &alive, &info, &lease, "w-me", &wake, "me",
+    ];
+    assert_eq!(server.cli(&args), "0", "it had left the queue already");
+    assert_eq!(server.cli(&["EXISTS", &lease]), "0");
+    assert_eq!(
+        server.cli(&["LLEN", &k("wake:next")]),
+        "1",
+        "the next one is woken"
+    );
+    // Someone else's lease is left alone.
+    server.cli(&["HSET", &lease, "owner", "other"]);
+    server.cli(&args);
+    assert_eq!(server.cli(&["HGET", &lease, "owner"]), "other");
+}

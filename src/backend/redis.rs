@@ -35,9 +35,13 @@
 //!   the connection it already has (one connection per process, no subscription). A
 //!   release (and a waiter leaving a free lock) prunes the dead and pushes one element to
 //!   the live head's list only: no thundering herd; a push that comes before the `BLPOP`
-//!   waits in the list, so none is missed. The `BLPOP` times out when the lease or a stale
-//!   head may have expired, or after at most one heartbeat; every retry refreshes the
-//!   waiter's liveness.
+//!   waits in the list, so none is missed. The next acquire attempt is pipelined behind
+//!   the `BLPOP`, so the server runs it the moment the waiter is woken: a hand-off costs
+//!   no client round trip. The `BLPOP` times out when the lease or a stale head may have
+//!   expired, or after at most one heartbeat; every attempt refreshes the waiter's
+//!   liveness. An attempt whose reply was never read (the wait was given up meanwhile) may
+//!   have been granted: the next attempt of the same owner claims that lease, and leaving
+//!   the queue releases it.
 //! * Waiting, unfair (`--no-fair`): the waiter subscribes to the released channel on a
 //!   separate pub/sub connection and tries again at once, so no release can slip between
 //!   the refusal and the subscription, then sleeps until a message or the same timeouts.
@@ -583,7 +587,16 @@ pub(crate) enum Attempt {
     Busy(Busy),
 }
 
-/// Why a waiter stopped sleeping.
+/// How a fair waiter's sleep ended.
+enum Woken {
+    /// The attempt pipelined behind the `BLPOP` was answered.
+    Answered(Attempt),
+    /// No answer to use: try again with a plain attempt.
+    Retry,
+    Cancelled,
+}
+
+/// Why an unfair waiter stopped sleeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     Message,
@@ -651,6 +664,8 @@ struct QueueArgs<'a> {
 /// Dropped while queued (the acquire future was dropped), it leaves from a spawned task.
 struct Waiter {
     id: String,
+    /// The owner id of the request: a grant whose reply was never read is released too.
+    owner: String,
     keys: Keys,
     /// The holder JSON stored for `status`.
     json: String,
@@ -667,7 +682,8 @@ impl Waiter {
     /// Leaves the queue, best effort: if this fails, liveness expiry removes us.
     async fn leave(&mut self) {
         if std::mem::take(&mut self.queued) {
-            let request = leave_queue(self.conn.clone(), &self.scripts, &self.keys, &self.id);
+            let conn = self.conn.clone();
+            let request = leave_queue(conn, &self.scripts, &self.keys, &self.id, &self.owner);
             let _ = tokio::time::timeout(self.limit, request).await;
         }
     }
@@ -682,19 +698,25 @@ impl Drop for Waiter {
             return;
         };
         let (conn, scripts, keys) = (self.conn.clone(), self.scripts.clone(), self.keys.clone());
-        let (id, limit) = (std::mem::take(&mut self.id), self.limit);
+        let (id, owner) = (
+            std::mem::take(&mut self.id),
+            std::mem::take(&mut self.owner),
+        );
+        let limit = self.limit;
         runtime.spawn(async move {
-            let _ = tokio::time::timeout(limit, leave_queue(conn, &scripts, &keys, &id)).await;
+            let leave = leave_queue(conn, &scripts, &keys, &id, &owner);
+            let _ = tokio::time::timeout(limit, leave).await;
         });
     }
 }
 
-/// Runs the leave script for waiter `id`.
+/// Runs the leave script for waiter `id` of request `owner`.
 async fn leave_queue(
     mut conn: MultiplexedConnection,
     scripts: &Scripts,
     keys: &Keys,
     id: &str,
+    owner: &str,
 ) -> redis::RedisResult<i64> {
     let mut invocation = scripts.leave.prepare_invoke();
     invocation
@@ -703,7 +725,8 @@ async fn leave_queue(
         .key(&keys.info)
         .key(&keys.lease)
         .arg(id)
-        .arg(&keys.wake_prefix);
+        .arg(&keys.wake_prefix)
+        .arg(owner);
     invocation.invoke_async(&mut conn).await
 }
 
@@ -838,6 +861,7 @@ impl RedisBackend {
     fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
         Waiter {
             id: format!("{:016x}", rand::random::<u64>()),
+            owner: req.owner.clone(),
             keys: Keys::new(&req.key),
             json: serde_json::to_string(&req.holder).unwrap_or_default(),
             queued: false,
@@ -906,6 +930,15 @@ impl RedisBackend {
         queue: QueueArgs<'_>,
         floor: u64,
     ) -> Result<Attempt> {
+        let cmd = self.acquire_cmd(req, k, queue, floor);
+        let what = || format!("cannot acquire lock '{}'", req.key);
+        let sent_at = Instant::now();
+        let reply = self.eval(what, &self.scripts.acquire, &cmd).await?;
+        self.parse_attempt(req, sent_at, reply)
+    }
+
+    /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
+    fn acquire_cmd(&self, req: &AcquireRequest, k: &Keys, queue: QueueArgs<'_>, floor: u64) -> Cmd {
         let h = &req.holder;
         let flag = |b: bool| if b { "1" } else { "0" };
         let script = &self.scripts.acquire;
@@ -929,10 +962,7 @@ impl RedisBackend {
         for owner in &req.reenter {
             cmd.arg(owner);
         }
-        let what = || format!("cannot acquire lock '{}'", req.key);
-        let sent_at = Instant::now();
-        let reply = self.eval(what, script, &cmd).await?;
-        self.parse_attempt(req, sent_at, reply)
+        cmd
     }
 
     fn parse_attempt(
@@ -984,11 +1014,19 @@ impl RedisBackend {
         let no_wait = wait.expired();
         let mut wakeups: Option<Wakeups> = None;
         let mut last_gist = None;
+        // The attempt a fair waiter sent behind its BLPOP, already answered.
+        let mut answered: Option<Attempt> = None;
         loop {
             let enqueue = req.fair && !wait.expired();
             waiter.queued |= enqueue;
-            waiter.conn = self.conn().await?; // the current one, should it have been reopened
-            let busy = match self.attempt(req, waiter, enqueue).await? {
+            let attempt = match answered.take() {
+                Some(attempt) => attempt,
+                None => {
+                    waiter.conn = self.conn().await?; // the current one, if it was reopened
+                    self.attempt(req, waiter, enqueue).await?
+                }
+            };
+            let busy = match attempt {
                 Attempt::Granted(lease) => return self.granted(req, wait, waiter, lease).await,
                 Attempt::Busy(busy) => busy,
             };
@@ -1006,16 +1044,18 @@ impl RedisBackend {
             let (pause, exact) = self.pause(&busy, wait);
             if req.fair {
                 let pause = Pause::new(pause, exact);
-                match self.wait_wake(waiter, pause, &wait.cancel).await? {
-                    Wake::Cancelled => {
+                match self.wait_wake(req, waiter, pause, &wait.cancel).await? {
+                    Woken::Cancelled => {
                         // The shared connection may still be blocked: leave on a fresh one.
                         if let Ok(conn) = self.conn().await {
                             waiter.conn = conn;
                         }
                         return Err(self.cancelled(req));
                     }
-                    Wake::Message | Wake::Timeout | Wake::Closed => continue,
+                    Woken::Answered(attempt) => answered = Some(attempt),
+                    Woken::Retry => {}
                 }
+                continue;
             }
             let Some(sub) = wakeups.as_mut() else {
                 // Subscribe, then look again at once: a release that came before the
@@ -1032,17 +1072,24 @@ impl RedisBackend {
     }
 
     /// A fair waiter sleeps in `BLPOP` on its wake list: no subscription, and a wake-up
-    /// sent before the `BLPOP` waits in the list, so it cannot be missed. On an exclusive
-    /// backend it blocks the shared connection (one connection per process); otherwise
-    /// other callers must not queue behind the `BLPOP`, so it opens one of its own.
-    /// If our timer (`pause.client`) or a cancel beats the server's answer, that connection
-    /// is dropped: its `BLPOP` may still be pending.
+    /// sent before the `BLPOP` waits in the list, so it cannot be missed. The next acquire
+    /// attempt is pipelined behind the `BLPOP`: the server runs it the moment the waiter is
+    /// woken (or its `BLPOP` times out), so a hand-off costs no round trip of ours. The
+    /// attempt's lease is counted from before the `BLPOP` was sent: safe, and stale by
+    /// the wait at most; a grant staler than a tenth of the TTL is claimed again at once.
+    ///
+    /// On an exclusive backend this blocks the shared connection (one connection per
+    /// process); otherwise other callers must not queue behind it, so the waiter opens one
+    /// of its own. If our timer (`pause.client`) or a cancel beats the server's answer,
+    /// that connection is dropped; the attempt may still be granted on its way, which the
+    /// next attempt (or leaving) finds by the owner id.
     async fn wait_wake(
         &self,
+        req: &AcquireRequest,
         waiter: &mut Waiter,
         pause: Pause,
         cancel: &CancellationToken,
-    ) -> Result<Wake> {
+    ) -> Result<Woken> {
         let exclusive = self.server.tuning.exclusive;
         let mut conn = match (&waiter.blocking, exclusive) {
             (_, true) => waiter.conn.clone(),
@@ -1052,19 +1099,36 @@ impl RedisBackend {
                 waiter.blocking.insert(conn).clone()
             }
         };
-        let mut cmd = Cmd::with_capacity(3, 64);
-        cmd.arg("BLPOP")
+        let mut blpop = Cmd::with_capacity(3, 64);
+        blpop
+            .arg("BLPOP")
             .arg(format!("{}{}", waiter.keys.wake_prefix, waiter.id))
             .arg(format!("{:.3}", pause.server.as_secs_f64().max(0.001)));
+        let queue = QueueArgs {
+            waiter: &waiter.id,
+            json: &waiter.json,
+            fair: true,
+            enqueue: true,
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(blpop)
+            .add_command(self.acquire_cmd(req, &waiter.keys, queue, 0));
+        let sent_at = Instant::now();
         let woken = tokio::select! {
             biased;
-            _ = cancel.cancelled() => Wake::Cancelled,
-            r = cmd.query_async::<Option<(String, String)>>(&mut conn) => match r {
-                Ok(Some(_)) => return Ok(Wake::Message),
-                Ok(None) => return Ok(Wake::Timeout),
-                Err(_) => Wake::Closed,
+            _ = cancel.cancelled() => Woken::Cancelled,
+            r = pipe.query_async::<(Value, Value)>(&mut conn) => match r {
+                Ok((_, reply)) => match self.parse_attempt(req, sent_at, reply) {
+                    Ok(Attempt::Granted(lease)) if sent_at.elapsed() > req.ttl / 10 => {
+                        drop(lease);
+                        return Ok(Woken::Retry); // claimed again, fresh, by the next attempt
+                    }
+                    Ok(attempt) => return Ok(Woken::Answered(attempt)),
+                    Err(_) => Woken::Retry,
+                },
+                Err(_) => Woken::Retry, // e.g. NOSCRIPT: the next attempt loads the script
             },
-            _ = tokio::time::sleep(pause.client) => Wake::Timeout,
+            _ = tokio::time::sleep(pause.client) => Woken::Retry,
         };
         if exclusive {
             *self.lock_conn() = None;

@@ -18,6 +18,19 @@ local now = now_ms()
 local busy = redis.call('EXISTS', lease, queue) > 0
 local current = busy and redis.call('HGET', lease, 'owner') or nil
 
+-- Our own lease: an earlier attempt of this very request was granted, but its reply was
+-- never read (a wait given up while that attempt was on its way). Claim it, its TTL
+-- restarted, so that the caller may count the lease from this attempt.
+if current == owner then
+  redis.call('PEXPIRE', lease, ttl)
+  if waiter ~= '' then
+    leave_queue(queue, alive, info, waiter)
+    redis.call('DEL', wake_prefix .. waiter)
+  end
+  local held = redis.call('HMGET', lease, 'token', 'depth')
+  return {1, owner, held[1], held[2], 0, now, ttl}
+end
+
 -- Re-entry: one of the caller's owners holds it. The queue does not apply.
 if current then
   for i = FIRST_REENTER, #ARGV do
