@@ -7,11 +7,11 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `dlock:{K}:lease` | HASH | owner, token, depth, host, pid, user, command, acquired_ms, ttl_ms; `PEXPIRE` = TTL |
+//! | `dlock:{K}:lease` | HASH | owner, token, depth, holder (JSON `[host, pid, user, command, requested_ms]`), acquired_ms; `PEXPIRE` = TTL |
 //! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
 //! | `dlock:{K}:queue` | ZSET | waiter id → arrival ticket (last ticket + 1): the FIFO line |
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
-//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`] as JSON, for `status` |
+//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`] as the same JSON array, for `status` |
 //!
 //! | `dlock:{K}:wake:<waiter id>` | LIST | a pending wake-up of that fair waiter (expires after 60 s) |
 //! | `dlock:{K}:unfair` | STRING | set (for twice the liveness window) by every refused unfair attempt: a release publishes on the released channel only while it exists |
@@ -99,17 +99,9 @@ const RELEASE_LUA: &str = include_str!("redis/release.lua");
 const LEAVE_LUA: &str = include_str!("redis/leave.lua");
 const FENCE_LUA: &str = include_str!("redis/fence.lua");
 
-/// The lease hash fields read back, in this order (see [`lock_info`]).
-const LEASE_FIELDS: [&str; 8] = [
-    "owner",
-    "token",
-    "depth",
-    "host",
-    "pid",
-    "user",
-    "command",
-    "acquired_ms",
-];
+/// The lease hash fields read back, in this order (see [`lock_info`]). The holder's host,
+/// pid, user and command travel as one JSON field: a grant stores 5 fields, not 8.
+const LEASE_FIELDS: [&str; 5] = ["owner", "token", "depth", "holder", "acquired_ms"];
 
 /// One SCAN finds both `dlock:{K}:lease` and `dlock:{K}:queue`, and no other key of ours,
 /// so listing walks the keyspace once.
@@ -521,22 +513,39 @@ impl<'a> Reply<'a> {
 /// A lock's state from its lease fields (in [`LEASE_FIELDS`] order) and PTTL; `None` when
 /// free.
 fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockInfo> {
-    let [owner, token, depth, host, pid, user, command, acquired]: [Option<String>; 8] =
-        fields.try_into().ok()?;
+    let [owner, token, depth, holder, acquired]: [Option<String>; 5] = fields.try_into().ok()?;
     let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let holder = holder.as_deref().and_then(parse_holder);
     Some(LockInfo {
         key: key.to_string(),
         owner: owner?,
         fencing_token: num(token),
         depth: num(depth) as u32,
         holder: Holder {
-            host: host.unwrap_or_default(),
-            pid: num(pid) as u32,
-            user: user.unwrap_or_default(),
-            command: command.unwrap_or_default(),
-            acquired_at_ms: num(acquired),
+            acquired_at_ms: num(acquired), // the server's clock
+            ..holder.unwrap_or_default()
         },
         ttl_left_ms: u64::try_from(pttl).ok(),
+    })
+}
+
+/// The holder as stored in the lease and queue hashes: a JSON array `[host, pid, user,
+/// command, since_ms]`, short enough that a small lease hash keeps Redis's compact
+/// encoding (values up to 64 bytes).
+fn holder_json(h: &Holder) -> String {
+    serde_json::to_string(&(&h.host, h.pid, &h.user, &h.command, h.acquired_at_ms))
+        .unwrap_or_default()
+}
+
+/// Reads [`holder_json`] back.
+fn parse_holder(json: &str) -> Option<Holder> {
+    let (host, pid, user, command, acquired_at_ms) = serde_json::from_str(json).ok()?;
+    Some(Holder {
+        host,
+        pid,
+        user,
+        command,
+        acquired_at_ms,
     })
 }
 
@@ -863,7 +872,7 @@ impl RedisBackend {
             id: format!("{:016x}", rand::random::<u64>()),
             owner: req.owner.clone(),
             keys: Keys::new(&req.key),
-            json: serde_json::to_string(&req.holder).unwrap_or_default(),
+            json: holder_json(&req.holder),
             queued: false,
             conn,
             blocking: None,
@@ -891,9 +900,10 @@ impl RedisBackend {
     /// One Redlock attempt on this server: one round trip that never joins (nor respects) a
     /// queue, and raises the fencing counter to at least `floor` before a fresh grant.
     pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Attempt> {
+        let json = holder_json(&req.holder);
         let queue = QueueArgs {
             waiter: "",
-            json: "",
+            json: &json,
             fair: false,
             enqueue: false,
         };
@@ -939,13 +949,12 @@ impl RedisBackend {
 
     /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
     fn acquire_cmd(&self, req: &AcquireRequest, k: &Keys, queue: QueueArgs<'_>, floor: u64) -> Cmd {
-        let h = &req.holder;
         let flag = |b: bool| if b { "1" } else { "0" };
         let script = &self.scripts.acquire;
         let keys = [
             &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
         ];
-        let mut cmd = evalsha(script, &keys, 13 + req.reenter.len());
+        let mut cmd = evalsha(script, &keys, 9 + req.reenter.len());
         cmd.arg(&req.owner)
             .arg(millis(req.ttl))
             .arg(queue.waiter)
@@ -954,10 +963,6 @@ impl RedisBackend {
             .arg(millis(self.server.tuning.liveness))
             .arg(&k.wake_prefix)
             .arg(queue.json)
-            .arg(&h.host)
-            .arg(h.pid)
-            .arg(&h.user)
-            .arg(&h.command)
             .arg(floor);
         for owner in &req.reenter {
             cmd.arg(owner);
@@ -1332,7 +1337,7 @@ impl RedisBackend {
             let waiters = order.into_iter().filter(live).map(|id| {
                 let holder = info
                     .remove(&id)
-                    .and_then(|json| serde_json::from_str(&json).ok())
+                    .and_then(|json| parse_holder(&json))
                     .unwrap_or_default();
                 WaiterInfo { id, holder }
             });
@@ -1505,16 +1510,14 @@ mod tests {
     #[test]
     fn lock_info_reads_fields() {
         let f = |s: &str| Some(s.to_string());
-        let fields = vec![
-            f("o1"),
-            f("7"),
-            f("2"),
-            f("h"),
-            f("42"),
-            f("u"),
-            f("sleep 1"),
-            f("1000"),
-        ];
+        let holder = &holder_json(&Holder {
+            host: "h".into(),
+            pid: 42,
+            user: "u".into(),
+            command: "sleep 1".into(),
+            acquired_at_ms: 5,
+        });
+        let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000")];
         let info = lock_info("k", fields, 500).unwrap();
         assert_eq!(info.owner, "o1");
         assert_eq!(info.fencing_token, 7);
@@ -1522,6 +1525,7 @@ mod tests {
         assert_eq!(info.holder.pid, 42);
         assert_eq!(info.ttl_left_ms, Some(500));
         assert_eq!(info.describe(), "o1 (h pid 42: sleep 1)");
-        assert!(lock_info("k", vec![None; 8], -2).is_none());
+        assert_eq!(info.holder.acquired_at_ms, 1000);
+        assert!(lock_info("k", vec![None; 5], -2).is_none());
     }
 }

@@ -1,18 +1,18 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
 -- KEYS: lease, fence, queue, alive, info, unfair
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1), liveness_ms, wake_prefix,
---       waiter_json, host, pid, user, command, floor, reenter owners...
+--       holder (JSON: host, pid, user, command), floor, reenter owners...
 -- floor: a fresh grant first raises the fencing counter to at least this (Redlock; 0 = none).
 -- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
--- {0, position, waiters, retry_ms, pttl, owner, token, depth, host, pid, user, command,
---  acquired_ms} (holder fields nil when the lock is free but reserved for the queue head).
+-- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms}
+-- (lease fields nil when the lock is free but reserved for the queue head).
 local lease, fence, queue, alive, info, unfair =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
-local wake_prefix, waiter_json = ARGV[7], ARGV[8]
-local floor = tonumber(ARGV[13]) or 0
-local FIRST_REENTER = 14
+local wake_prefix, holder = ARGV[7], ARGV[8]
+local floor = tonumber(ARGV[9]) or 0
+local FIRST_REENTER = 10
 local now = now_ms()
 -- The common case, a key nobody holds or waits for, costs one call to find out.
 local busy = redis.call('EXISTS', lease, queue) > 0
@@ -59,9 +59,8 @@ if not current and (not fair or not head or head == waiter) then
     redis.call('SET', fence, floor)
   end
   local token = redis.call('INCR', fence)
-  redis.call('HSET', lease, 'owner', owner, 'token', token, 'depth', 1,
-    'host', ARGV[9], 'pid', ARGV[10], 'user', ARGV[11], 'command', ARGV[12],
-    'acquired_ms', now, 'ttl_ms', ttl)
+  redis.call('HSET', lease, 'owner', owner, 'token', token, 'depth', 1, 'holder', holder,
+    'acquired_ms', now)
   redis.call('PEXPIRE', lease, ttl)
   if queued and waiter ~= '' then
     leave_queue(queue, alive, info, waiter)
@@ -90,7 +89,7 @@ if fair and enqueue then
       ticket = tonumber(last[2]) + 1
     end
     redis.call('ZADD', queue, ticket, waiter)
-    redis.call('HSET', info, waiter, waiter_json)
+    redis.call('HSET', info, waiter, holder)
   end
   redis.call('ZADD', alive, now + liveness, waiter)
   -- The queue keys outlive their last waiter by a little, then vanish on their own.
@@ -116,6 +115,5 @@ elseif head then
   retry = tonumber(redis.call('ZSCORE', alive, head)) - now + 1
 end
 
-local fields = redis.call('HMGET', lease, 'owner', 'token', 'depth', 'host', 'pid', 'user',
-  'command', 'acquired_ms')
+local fields = redis.call('HMGET', lease, 'owner', 'token', 'depth', 'holder', 'acquired_ms')
 return {0, position, redis.call('ZCARD', queue), retry, pttl, unpack(fields)}

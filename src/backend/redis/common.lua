@@ -1,7 +1,7 @@
 -- Helpers shared by every dlock script (prepended to each one).
 --
 -- A lock K owns these keys, all with the hash tag {K} so that they share one cluster slot:
---   lease  HASH  owner, token, depth, host, pid, user, command, acquired_ms, ttl_ms (PEXPIRE ttl)
+--   lease  HASH  owner, token, depth, holder (JSON), acquired_ms (PEXPIRE ttl)
 --   fence  STRING  fencing counter (INCR), never deleted nor expired
 --   queue  ZSET  waiter id -> arrival ticket (FIFO order)
 --   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)

@@ -17,5 +17,4 @@ if pttl < ttl then
   redis.call('PEXPIRE', lease, ttl)
   pttl = ttl
 end
-redis.call('HSET', lease, 'ttl_ms', ttl)
 return {1, current[2], now_ms(), pttl}
