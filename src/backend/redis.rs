@@ -68,8 +68,8 @@ use redis::aio::{MultiplexedConnection, PubSub};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
-    FromRedisValue, IntoConnectionInfo, RedisError, Script, ServerErrorKind, TlsCertificates,
-    TlsMode, Value,
+    FromRedisValue, IntoConnectionInfo, RedisError, ServerErrorKind, TlsCertificates, TlsMode,
+    Value,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -92,12 +92,51 @@ pub const TLS_KEY_ENV: &str = "DLOCK_TLS_KEY";
 /// the URL's credentials are for the master.
 pub const SENTINEL_PASSWORD_ENV: &str = "DLOCK_SENTINEL_PASSWORD";
 
-const COMMON_LUA: &str = include_str!("redis/common.lua");
-const ACQUIRE_LUA: &str = include_str!("redis/acquire.lua");
-const RENEW_LUA: &str = include_str!("redis/renew.lua");
-const RELEASE_LUA: &str = include_str!("redis/release.lua");
-const LEAVE_LUA: &str = include_str!("redis/leave.lua");
-const FENCE_LUA: &str = include_str!("redis/fence.lua");
+/// A Lua script as sent: `common.lua` in front of its own file, and the SHA1 that
+/// `build.rs` computed from the same text (hashing at run time cost every `dlock` run
+/// about 40 µs).
+struct Lua {
+    body: &'static str,
+    sha: &'static str,
+}
+
+macro_rules! lua {
+    ($file:literal, $sha:literal) => {
+        Lua {
+            body: concat!(
+                include_str!("redis/common.lua"),
+                "\n",
+                include_str!(concat!("redis/", $file))
+            ),
+            sha: env!($sha),
+        }
+    };
+}
+
+impl Lua {
+    /// `SCRIPT LOAD`s the body, for a server that answered `NOSCRIPT`.
+    async fn load(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.body);
+        cmd.query_async::<String>(conn).await.map(drop)
+    }
+}
+
+/// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
+/// loaded and the call made again, once.
+async fn run_script(
+    conn: &mut MultiplexedConnection,
+    script: &Lua,
+    cmd: &Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load(conn).await?;
+            cmd.query_async(conn).await
+        }
+        reply => reply,
+    }
+}
 
 /// The lease hash fields read back, in this order (see [`lock_info`]). The holder's host,
 /// pid, user and command travel as one JSON field: a grant stores 5 fields, not 8.
@@ -389,22 +428,21 @@ impl Server {
 
 /// The scripts, each sent by SHA (`EVALSHA`) and only in full when the server lacks it.
 struct Scripts {
-    acquire: Script,
-    renew: Script,
-    release: Script,
-    leave: Script,
-    fence: Script,
+    acquire: Lua,
+    renew: Lua,
+    release: Lua,
+    leave: Lua,
+    fence: Lua,
 }
 
 impl Scripts {
     fn new() -> Scripts {
-        let script = |body: &str| Script::new(&format!("{COMMON_LUA}\n{body}"));
         Scripts {
-            acquire: script(ACQUIRE_LUA),
-            renew: script(RENEW_LUA),
-            release: script(RELEASE_LUA),
-            leave: script(LEAVE_LUA),
-            fence: script(FENCE_LUA),
+            acquire: lua!("acquire.lua", "DLOCK_LUA_SHA_ACQUIRE"),
+            renew: lua!("renew.lua", "DLOCK_LUA_SHA_RENEW"),
+            release: lua!("release.lua", "DLOCK_LUA_SHA_RELEASE"),
+            leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
+            fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
         }
     }
 }
@@ -465,9 +503,9 @@ fn key_name(key: &str, suffix: &str) -> String {
 /// An `EVALSHA` of `script` on `keys`, to which the caller adds `args` arguments. Built
 /// straight into one command buffer: a `ScriptInvocation` copies every key and argument
 /// into a vector of its own first, a dozen allocations per call on the hot path.
-fn evalsha(script: &Script, keys: &[&str], args: usize) -> Cmd {
+fn evalsha(script: &Lua, keys: &[&str], args: usize) -> Cmd {
     let mut cmd = Cmd::with_capacity(3 + keys.len() + args, 256);
-    cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+    cmd.arg("EVALSHA").arg(script.sha).arg(keys.len());
     for key in keys {
         cmd.arg(*key);
     }
@@ -727,16 +765,14 @@ async fn leave_queue(
     id: &str,
     owner: &str,
 ) -> redis::RedisResult<i64> {
-    let mut invocation = scripts.leave.prepare_invoke();
-    invocation
-        .key(&keys.queue)
-        .key(&keys.alive)
-        .key(&keys.info)
-        .key(&keys.lease)
-        .arg(id)
-        .arg(&keys.wake_prefix)
-        .arg(owner);
-    invocation.invoke_async(&mut conn).await
+    let script = &scripts.leave;
+    let mut cmd = evalsha(
+        script,
+        &[&keys.queue, &keys.alive, &keys.info, &keys.lease],
+        3,
+    );
+    cmd.arg(id).arg(&keys.wake_prefix).arg(owner);
+    Ok(redis::from_redis_value(run_script(&mut conn, script, &cmd).await?)?)
 }
 
 /// Locks kept in one Redis server.
@@ -848,28 +884,15 @@ impl RedisBackend {
 
     /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]), and returns its raw reply;
     /// on `NOSCRIPT` the script is loaded and the call made again, once.
-    async fn eval(
-        &self,
-        what: impl FnOnce() -> String,
-        script: &Script,
-        cmd: &Cmd,
-    ) -> Result<Value> {
+    async fn eval(&self, what: impl FnOnce() -> String, script: &Lua, cmd: &Cmd) -> Result<Value> {
         let mut conn = self.conn().await?;
-        let request = async {
-            match cmd.query_async(&mut conn).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(&mut conn).await?;
-                    cmd.query_async(&mut conn).await
-                }
-                reply => reply,
-            }
-        };
-        self.call_with(what, request).await
+        self.call_with(what, run_script(&mut conn, script, cmd))
+            .await
     }
 
     fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
         Waiter {
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: crate::holder::new_owner_id(), // a waiter id is as random as an owner id
             owner: req.owner.clone(),
             keys: Keys::new(&req.key),
             json: holder_json(&req.holder),
@@ -1505,6 +1528,14 @@ mod tests {
         assert_eq!(lock_name(&k.lease, ":lease"), Some("a}:b{c"));
         assert_eq!(lock_name(&k.queue, ":queue"), Some("a}:b{c"));
         assert_eq!(lock_name(&k.fence, ":lease"), None);
+    }
+
+    #[test]
+    fn build_time_hashes_match_the_scripts() {
+        let s = Scripts::new();
+        for lua in [&s.acquire, &s.renew, &s.release, &s.leave, &s.fence] {
+            assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
+        }
     }
 
     #[test]

@@ -1,0 +1,25 @@
+//! Computes the SHA1 of each Redis script (`src/backend/redis/*.lua`, each with
+//! `common.lua` in front, exactly as `src/backend/redis.rs` sends it) at build time, so
+//! that `dlock` does not hash some 20 KB of Lua on every run only to send `EVALSHA`.
+//! A unit test in `redis.rs` checks the two agree.
+
+use std::fs;
+use std::path::Path;
+
+fn main() {
+    let dir = Path::new("src/backend/redis");
+    println!("cargo:rerun-if-changed=src/backend/redis");
+    let read = |name: &str| {
+        let path = dir.join(name);
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let common = read("common.lua");
+    for name in ["acquire", "renew", "release", "leave", "fence"] {
+        let body = format!("{common}\n{}", read(&format!("{name}.lua")));
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        println!(
+            "cargo:rustc-env=DLOCK_LUA_SHA_{}={sha}",
+            name.to_uppercase()
+        );
+    }
+}
