@@ -905,3 +905,51 @@ fn leaving_releases_an_unread_grant_and_wakes_the_next() {
     server.cli(&args);
     assert_eq!(server.cli(&["HGET", &lease, "owner"]), "other");
 }
+
+/// The acquire attempt pipelined behind a waiter's `BLPOP` may run after that waiter gave
+/// up and left (its connection not yet seen closed): then it must neither take a free lock
+/// nor queue the waiter again.
+#[test]
+fn a_pipelined_attempt_of_a_waiter_that_left_does_nothing() {
+    let server = RedisServer::start();
+    let lua = |name: &str| std::fs::read_to_string(format!("src/backend/redis/{name}")).unwrap();
+    let script = format!("{}\n{}", lua("common.lua"), lua("acquire.lua"));
+    let k = |s: &str| format!("dlock:{{left}}:{s}");
+    let keys = [
+        k("lease"),
+        k("fence"),
+        k("queue"),
+        k("alive"),
+        k("info"),
+        k("unfair"),
+    ];
+    let attempt = |enqueue: &str| {
+        let mut args = vec!["EVAL", &script, "6"];
+        args.extend(keys.iter().map(String::as_str));
+        let wake = k("wake:");
+        let argv = [
+            "ghost",
+            "10000",
+            "w1",
+            "1",
+            enqueue,
+            "4000",
+            &wake,
+            r#"["h",1,"u","c",0]"#,
+            "0",
+        ];
+        args.extend(argv);
+        server.cli(&args)
+    };
+    assert_eq!(attempt("2"), "2");
+    assert_eq!(
+        server.cli(&["KEYS", "dlock:{left}:*"]),
+        "",
+        "nothing written"
+    );
+    // The same attempt from a waiter that is queued takes the free lock.
+    server.cli(&["ZADD", &k("queue"), "1", "w1"]);
+    server.cli(&["ZADD", &k("alive"), "99999999999999", "w1"]);
+    assert!(attempt("2").starts_with("1\nghost\n1"), "granted");
+    assert_eq!(server.cli(&["ZCARD", &k("queue")]), "0");
+}

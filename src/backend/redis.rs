@@ -634,6 +634,12 @@ pub(crate) enum Attempt {
     Busy(Busy),
 }
 
+/// True when a pipelined attempt found its waiter no longer queued (`{2}`), e.g. pruned
+/// after a pause: the next attempt joins the queue again.
+fn left_queue(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(2))))
+}
+
 /// How a fair waiter's sleep ended.
 enum Woken {
     /// The attempt pipelined behind the `BLPOP` was answered.
@@ -705,6 +711,8 @@ struct QueueArgs<'a> {
     json: &'a str,
     fair: bool,
     enqueue: bool,
+    /// Sent behind a `BLPOP`: acts only if the waiter is still queued.
+    pipelined: bool,
 }
 
 /// One waiting acquisition: its id in the queue, and the duty to leave the queue.
@@ -772,7 +780,9 @@ async fn leave_queue(
         3,
     );
     cmd.arg(id).arg(&keys.wake_prefix).arg(owner);
-    Ok(redis::from_redis_value(run_script(&mut conn, script, &cmd).await?)?)
+    Ok(redis::from_redis_value(
+        run_script(&mut conn, script, &cmd).await?,
+    )?)
 }
 
 /// Locks kept in one Redis server.
@@ -916,6 +926,7 @@ impl RedisBackend {
             json: &waiter.json,
             fair: req.fair,
             enqueue,
+            pipelined: false,
         };
         self.run_acquire(req, &waiter.keys, queue, 0).await
     }
@@ -929,6 +940,7 @@ impl RedisBackend {
             json: &json,
             fair: false,
             enqueue: false,
+            pipelined: false,
         };
         self.run_acquire(req, &Keys::new(&req.key), queue, floor)
             .await
@@ -982,7 +994,11 @@ impl RedisBackend {
             .arg(millis(req.ttl))
             .arg(queue.waiter)
             .arg(flag(queue.fair))
-            .arg(flag(queue.enqueue))
+            .arg(match (queue.enqueue, queue.pipelined) {
+                (_, true) => "2",
+                (true, false) => "1",
+                (false, false) => "0",
+            })
             .arg(millis(self.server.tuning.liveness))
             .arg(&k.wake_prefix)
             .arg(queue.json)
@@ -1137,6 +1153,7 @@ impl RedisBackend {
             json: &waiter.json,
             fair: true,
             enqueue: true,
+            pipelined: true,
         };
         let mut pipe = redis::pipe();
         pipe.add_command(blpop)
@@ -1146,6 +1163,7 @@ impl RedisBackend {
             biased;
             _ = cancel.cancelled() => Woken::Cancelled,
             r = pipe.query_async::<(Value, Value)>(&mut conn) => match r {
+                Ok((_, reply)) if left_queue(&reply) => return Ok(Woken::Retry),
                 Ok((_, reply)) => match self.parse_attempt(req, sent_at, reply) {
                     Ok(Attempt::Granted(lease)) if sent_at.elapsed() > req.ttl / 10 => {
                         drop(lease);

@@ -1,18 +1,24 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
 -- KEYS: lease, fence, queue, alive, info, unfair
--- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1), liveness_ms, wake_prefix,
+-- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1/2), liveness_ms, wake_prefix,
 --       holder (JSON: host, pid, user, command), floor, reenter owners...
 -- floor: a fresh grant first raises the fencing counter to at least this (Redlock; 0 = none).
+-- enqueue 2: the attempt pipelined behind a waiter's BLPOP. It may run after its client
+-- gave up and left (the server had not yet seen the connection close), so it does nothing
+-- at all unless the waiter is still queued, and returns {2}.
 -- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms}
 -- (lease fields nil when the lock is free but reserved for the queue head).
 local lease, fence, queue, alive, info, unfair =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] == '1', tonumber(ARGV[6])
+local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6])
 local wake_prefix, holder = ARGV[7], ARGV[8]
 local floor = tonumber(ARGV[9]) or 0
 local FIRST_REENTER = 10
+if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
+  return {2}
+end
 local now = now_ms()
 -- The common case, a key nobody holds or waits for, costs one call to find out.
 local busy = redis.call('EXISTS', lease, queue) > 0
