@@ -937,6 +937,7 @@ fn a_pipelined_attempt_of_a_waiter_that_left_does_nothing() {
             &wake,
             r#"["h",1,"u","c",0]"#,
             "0",
+            "1",
         ];
         args.extend(argv);
         server.cli(&args)

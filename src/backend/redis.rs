@@ -989,7 +989,7 @@ impl RedisBackend {
         let keys = [
             &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
         ];
-        let mut cmd = evalsha(script, &keys, 9 + req.reenter.len());
+        let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
         cmd.arg(&req.owner)
             .arg(millis(req.ttl))
             .arg(queue.waiter)
@@ -1002,7 +1002,8 @@ impl RedisBackend {
             .arg(millis(self.server.tuning.liveness))
             .arg(&k.wake_prefix)
             .arg(queue.json)
-            .arg(floor);
+            .arg(floor)
+            .arg(crate::backend::now_ms());
         for owner in &req.reenter {
             cmd.arg(owner);
         }

@@ -1,12 +1,15 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
 -- KEYS: lease, fence, queue, alive, info, unfair
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1/2), liveness_ms, wake_prefix,
---       holder (JSON: host, pid, user, command), floor, reenter owners...
+--       holder (JSON: host, pid, user, command), floor, client_ms, reenter owners...
+-- client_ms: the caller's wall clock, stored as the time of acquisition (shown by status
+-- only). The server's TIME is read only when the queue is involved, where every client
+-- must use one clock; a free key costs one call less.
 -- floor: a fresh grant first raises the fencing counter to at least this (Redlock; 0 = none).
 -- enqueue 2: the attempt pipelined behind a waiter's BLPOP. It may run after its client
 -- gave up and left (the server had not yet seen the connection close), so it does nothing
 -- at all unless the waiter is still queued, and returns {2}.
--- Returns {1, owner, token, depth, reentered, now_ms, pttl} when granted, else
+-- Returns {1, owner, token, depth, reentered, client_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms}
 -- (lease fields nil when the lock is free but reserved for the queue head).
 local lease, fence, queue, alive, info, unfair =
@@ -15,14 +18,15 @@ local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6])
 local wake_prefix, holder = ARGV[7], ARGV[8]
 local floor = tonumber(ARGV[9]) or 0
-local FIRST_REENTER = 10
+local client_ms = tonumber(ARGV[10])
+local FIRST_REENTER = 11
 if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
   return {2}
 end
-local now = now_ms()
 -- The common case, a key nobody holds or waits for, costs one call to find out.
 local busy = redis.call('EXISTS', lease, queue) > 0
 local current = busy and redis.call('HGET', lease, 'owner') or nil
+local now = busy and now_ms() or client_ms
 
 -- Our own lease: an earlier attempt of this very request was granted, but its reply was
 -- never read (a wait given up while that attempt was on its way). Claim it, its TTL
@@ -34,7 +38,7 @@ if current == owner then
     redis.call('DEL', wake_prefix .. waiter)
   end
   local held = redis.call('HMGET', lease, 'token', 'depth')
-  return {1, owner, held[1], held[2], 0, now, ttl}
+  return {1, owner, held[1], held[2], 0, client_ms, ttl}
 end
 
 -- Re-entry: one of the caller's owners holds it. The queue does not apply.
@@ -48,7 +52,7 @@ if current then
         pttl = ttl
       end
       leave_queue(queue, alive, info, waiter)
-      return {1, current, redis.call('HGET', lease, 'token'), depth, 1, now, pttl}
+      return {1, current, redis.call('HGET', lease, 'token'), depth, 1, client_ms, pttl}
     end
   end
 end
@@ -66,13 +70,13 @@ if not current and (not fair or not head or head == waiter) then
   end
   local token = redis.call('INCR', fence)
   redis.call('HSET', lease, 'owner', owner, 'token', token, 'depth', 1, 'holder', holder,
-    'acquired_ms', now)
+    'acquired_ms', client_ms)
   redis.call('PEXPIRE', lease, ttl)
   if queued and waiter ~= '' then
     leave_queue(queue, alive, info, waiter)
     redis.call('DEL', wake_prefix .. waiter)
   end
-  return {1, owner, token, 1, 0, now, ttl}
+  return {1, owner, token, 1, 0, client_ms, ttl}
 end
 
 -- An unfair waiter sleeps on the released channel: releases must publish there for a while.
