@@ -867,14 +867,19 @@ async fn an_attempt_claims_its_own_unread_grant() {
     refused(b.acquire(&req("unread", "o2"), &no_wait()).await);
 }
 
+/// A script's text as the backend sends it: the shared helpers, then the script.
+fn script_text(name: &str) -> String {
+    let lua = |name: &str| std::fs::read_to_string(format!("src/backend/redis/{name}")).unwrap();
+    format!("{}\n{}", lua("common.lua"), lua(name))
+}
+
 /// The leave script, run as the backend runs it (helpers prepended), on hand-made state:
 /// a waiter leaving while a grant to it was on its way releases that lease and wakes the
 /// next live waiter.
 #[test]
 fn leaving_releases_an_unread_grant_and_wakes_the_next() {
     let server = RedisServer::start();
-    let lua = |name: &str| std::fs::read_to_string(format!("src/backend/redis/{name}")).unwrap();
-    let script = format!("{}\n{}", lua("common.lua"), lua("leave.lua"));
+    let script = script_text("leave.lua");
     let k = |s: &str| format!("dlock:{{gone}}:{s}");
     server.cli(&[
         "HSET",
@@ -912,8 +917,7 @@ fn leaving_releases_an_unread_grant_and_wakes_the_next() {
 #[test]
 fn a_pipelined_attempt_of_a_waiter_that_left_does_nothing() {
     let server = RedisServer::start();
-    let lua = |name: &str| std::fs::read_to_string(format!("src/backend/redis/{name}")).unwrap();
-    let script = format!("{}\n{}", lua("common.lua"), lua("acquire.lua"));
+    let script = script_text("acquire.lua");
     let k = |s: &str| format!("dlock:{{left}}:{s}");
     let keys = [
         k("lease"),
