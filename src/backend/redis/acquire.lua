@@ -24,8 +24,11 @@ if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
   return {2}
 end
 -- The common case, a key nobody holds or waits for, costs one call to find out.
-local busy = redis.call('EXISTS', lease, queue) > 0
+local found = redis.call('EXISTS', lease, queue)
+local busy = found > 0
 local current = busy and redis.call('HGET', lease, 'owner') or nil
+-- The queue exists when the count is not all the lease's (a lease always has an owner).
+local queued = found > (current and 1 or 0)
 local now = busy and now_ms() or client_ms
 
 -- Our own lease: an earlier attempt of this very request was granted, but its reply was
@@ -57,7 +60,6 @@ if current then
   end
 end
 
-local queued = busy and redis.call('EXISTS', queue) == 1
 local head, dropped = nil, 0
 if queued then
   head, dropped = prune(queue, alive, info, now)
@@ -102,9 +104,12 @@ if fair and enqueue then
     redis.call('HSET', info, waiter, holder)
   end
   redis.call('ZADD', alive, now + liveness, waiter)
-  -- The queue keys outlive their last waiter by a little, then vanish on their own.
-  for _, k in ipairs({queue, alive, info}) do
-    if redis.call('PTTL', k) < 2 * liveness then
+  -- The queue keys outlive their last waiter by a little, then vanish on their own. They
+  -- are created, emptied and given their TTL together, so one stands for the three; the
+  -- TTL is pushed back to two liveness windows once less than one is left. A live waiter
+  -- refreshes within a heartbeat (shorter than the window), so they never lapse under it.
+  if redis.call('PTTL', alive) < liveness then
+    for _, k in ipairs({queue, alive, info}) do
       redis.call('PEXPIRE', k, 2 * liveness)
     end
   end

@@ -23,12 +23,14 @@ if mode == 'one' and tonumber(current[2]) > 1 then
 end
 redis.call('DEL', lease)
 -- Nobody waiting, fair or unfair (the common case), costs one call to find out.
-if released ~= '' and redis.call('EXISTS', queue, unfair) > 0 then
-  if redis.call('EXISTS', queue) == 1 then
+local waiting = released ~= '' and redis.call('EXISTS', queue, unfair) or 0
+if waiting > 0 then
+  local queued = redis.call('EXISTS', queue)
+  if queued == 1 then
     local head = prune(queue, alive, info, now_ms())
     wake(wake_prefix, head)
   end
-  if redis.call('EXISTS', unfair) == 1 then
+  if waiting > queued then -- the unfair marker is the other one
     redis.call('PUBLISH', released, 'free')
   end
 end
