@@ -20,6 +20,10 @@
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
+//!
+//! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
+//! `.cargo/config.toml` links the binary statically (start-up time is most of what one
+//! `dlock exec` costs).
 
 #![deny(unsafe_code)]
 
