@@ -495,6 +495,8 @@ async fn a_dead_waiter_does_not_stall_the_queue() {
     server.cli(&["ZADD", "dlock:{ghost}:queue", "0", "dead"]);
     server.cli(&["ZADD", "dlock:{ghost}:alive", &dead_at.to_string(), "dead"]);
     server.cli(&["HSET", "dlock:{ghost}:info", "dead", "{}"]);
+    // The release woke it while it was dead: its wake list goes when it is dropped.
+    server.cli(&["RPUSH", "dlock:{ghost}:wake:dead", "1"]);
     let live = spawn_waiter(&b, req("ghost", "live"));
     assert!(eventually(Duration::from_secs(2), || queue_len(&server, "ghost") == 2).await);
     b.release("ghost", "alice", ReleaseMode::All).await.unwrap();
@@ -513,6 +515,7 @@ async fn a_dead_waiter_does_not_stall_the_queue() {
         "the dead head stalled the queue: {waited:?}"
     );
     assert_eq!(queue_len(&server, "ghost"), 0);
+    assert_eq!(server.cli(&["EXISTS", "dlock:{ghost}:wake:dead"]), "0");
 }
 
 #[tokio::test]

@@ -62,7 +62,7 @@ end
 
 local head, dropped = nil, 0
 if queued then
-  head, dropped = prune(queue, alive, info, now)
+  head, dropped = prune(queue, alive, info, now, wake_prefix)
 end
 
 -- A fresh grant: the lock is free and, when fair, nobody live is ahead of the caller.

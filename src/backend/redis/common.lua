@@ -24,16 +24,25 @@ local function leave_queue(queue, alive, info, waiter)
 end
 
 -- Drops waiters that stopped refreshing their liveness (killed, partitioned), plus any queue
--- entry without a liveness record, so a dead waiter never blocks the line.
+-- entry without a liveness record, so a dead waiter never blocks the line. Their wake lists
+-- (woken while dead) go too, when `wake_prefix` is given.
 -- Returns the live head (or nil) and how many waiters were dropped.
-local function prune(queue, alive, info, now)
+local function prune(queue, alive, info, now, wake_prefix)
   local dropped = 0
+  local function forget(ids)
+    if wake_prefix and wake_prefix ~= '' then
+      for _, id in ipairs(ids) do
+        redis.call('DEL', wake_prefix .. id)
+      end
+    end
+  end
   while true do
     local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', now, 'LIMIT', 0, 500)
     if #dead == 0 then break end
     redis.call('ZREM', queue, unpack(dead))
     redis.call('ZREM', alive, unpack(dead))
     redis.call('HDEL', info, unpack(dead))
+    forget(dead)
     dropped = dropped + #dead
   end
   while true do
@@ -42,6 +51,7 @@ local function prune(queue, alive, info, now)
       return head, dropped
     end
     leave_queue(queue, alive, info, head)
+    forget({head})
     dropped = dropped + 1
   end
 end

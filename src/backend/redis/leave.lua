@@ -13,7 +13,7 @@ if freed then
   redis.call('DEL', lease)
 end
 if (was_queued == 1 or freed) and redis.call('EXISTS', lease) == 0 then
-  local head = prune(queue, alive, info, now_ms())
+  local head = prune(queue, alive, info, now_ms(), wake_prefix)
   wake(wake_prefix, head)
 end
 return was_queued

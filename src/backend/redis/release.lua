@@ -27,7 +27,7 @@ local waiting = released ~= '' and redis.call('EXISTS', queue, unfair) or 0
 if waiting > 0 then
   local queued = redis.call('EXISTS', queue)
   if queued == 1 then
-    local head = prune(queue, alive, info, now_ms())
+    local head = prune(queue, alive, info, now_ms(), wake_prefix)
     wake(wake_prefix, head)
   end
   if waiting > queued then -- the unfair marker is the other one
