@@ -435,17 +435,14 @@ struct Scripts {
     fence: Lua,
 }
 
-impl Scripts {
-    fn new() -> Scripts {
-        Scripts {
-            acquire: lua!("acquire.lua", "DLOCK_LUA_SHA_ACQUIRE"),
-            renew: lua!("renew.lua", "DLOCK_LUA_SHA_RENEW"),
-            release: lua!("release.lua", "DLOCK_LUA_SHA_RELEASE"),
-            leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
-            fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
-        }
-    }
-}
+/// Text and hash are both fixed at build time: one static serves every connection.
+static SCRIPTS: Scripts = Scripts {
+    acquire: lua!("acquire.lua", "DLOCK_LUA_SHA_ACQUIRE"),
+    renew: lua!("renew.lua", "DLOCK_LUA_SHA_RENEW"),
+    release: lua!("release.lua", "DLOCK_LUA_SHA_RELEASE"),
+    leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
+    fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
+};
 
 /// The Redis names of one lock's keys and channels.
 #[derive(Debug, Clone)]
@@ -729,7 +726,6 @@ struct Waiter {
     conn: MultiplexedConnection,
     /// The connection this waiter blocks on when the backend is not exclusive.
     blocking: Option<MultiplexedConnection>,
-    scripts: Arc<Scripts>,
     limit: Duration,
 }
 
@@ -738,7 +734,7 @@ impl Waiter {
     async fn leave(&mut self) {
         if std::mem::take(&mut self.queued) {
             let conn = self.conn.clone();
-            let request = leave_queue(conn, &self.scripts, &self.keys, &self.id, &self.owner);
+            let request = leave_queue(conn, &self.keys, &self.id, &self.owner);
             let _ = tokio::time::timeout(self.limit, request).await;
         }
     }
@@ -752,14 +748,14 @@ impl Drop for Waiter {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (conn, scripts, keys) = (self.conn.clone(), self.scripts.clone(), self.keys.clone());
+        let (conn, keys) = (self.conn.clone(), self.keys.clone());
         let (id, owner) = (
             std::mem::take(&mut self.id),
             std::mem::take(&mut self.owner),
         );
         let limit = self.limit;
         runtime.spawn(async move {
-            let leave = leave_queue(conn, &scripts, &keys, &id, &owner);
+            let leave = leave_queue(conn, &keys, &id, &owner);
             let _ = tokio::time::timeout(limit, leave).await;
         });
     }
@@ -768,12 +764,11 @@ impl Drop for Waiter {
 /// Runs the leave script for waiter `id` of request `owner`.
 async fn leave_queue(
     mut conn: MultiplexedConnection,
-    scripts: &Scripts,
     keys: &Keys,
     id: &str,
     owner: &str,
 ) -> redis::RedisResult<i64> {
-    let script = &scripts.leave;
+    let script = &SCRIPTS.leave;
     let mut cmd = evalsha(
         script,
         &[&keys.queue, &keys.alive, &keys.info, &keys.lease],
@@ -791,7 +786,6 @@ pub struct RedisBackend {
     /// The shared multiplexed connection; `None` after it broke, reopened on next use.
     conn: Mutex<Option<MultiplexedConnection>>,
     server: Server,
-    scripts: Arc<Scripts>,
 }
 
 impl RedisBackend {
@@ -817,7 +811,6 @@ impl RedisBackend {
             endpoint,
             conn: Mutex::new(Some(conn)),
             server,
-            scripts: Arc::new(Scripts::new()),
         };
         // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
         // A wrong password already failed in `open` (AUTH is part of the handshake), a
@@ -909,7 +902,6 @@ impl RedisBackend {
             queued: false,
             conn,
             blocking: None,
-            scripts: self.scripts.clone(),
             limit: self.server.tuning.op_timeout,
         }
     }
@@ -950,7 +942,7 @@ impl RedisBackend {
     /// holds the lease here, stamps it with `token`. True when `owner` holds it.
     pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
         let k = Keys::new(key);
-        let script = &self.scripts.fence;
+        let script = &SCRIPTS.fence;
         let mut cmd = evalsha(script, &[&k.lease, &k.fence], 2);
         cmd.arg(owner).arg(token);
         let what = || format!("cannot acquire lock '{key}'");
@@ -978,14 +970,14 @@ impl RedisBackend {
         let cmd = self.acquire_cmd(req, k, queue, floor);
         let what = || format!("cannot acquire lock '{}'", req.key);
         let sent_at = Instant::now();
-        let reply = self.eval(what, &self.scripts.acquire, &cmd).await?;
+        let reply = self.eval(what, &SCRIPTS.acquire, &cmd).await?;
         self.parse_attempt(req, sent_at, reply)
     }
 
     /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
     fn acquire_cmd(&self, req: &AcquireRequest, k: &Keys, queue: QueueArgs<'_>, floor: u64) -> Cmd {
         let flag = |b: bool| if b { "1" } else { "0" };
-        let script = &self.scripts.acquire;
+        let script = &SCRIPTS.acquire;
         let keys = [
             &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
         ];
@@ -1298,7 +1290,7 @@ impl RedisBackend {
         } else {
             ("", "")
         };
-        let script = &self.scripts.release;
+        let script = &SCRIPTS.release;
         let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair];
         let mut cmd = evalsha(script, &keys, 4);
         cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
@@ -1481,7 +1473,7 @@ impl Backend for RedisBackend {
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let lease = lease_key(key);
-        let script = &self.scripts.renew;
+        let script = &SCRIPTS.renew;
         let mut cmd = evalsha(script, &[&lease], 2);
         cmd.arg(owner).arg(millis(ttl));
         let what = || format!("cannot renew lock '{key}'");
@@ -1551,7 +1543,7 @@ mod tests {
 
     #[test]
     fn build_time_hashes_match_the_scripts() {
-        let s = Scripts::new();
+        let s = &SCRIPTS;
         for lua in [&s.acquire, &s.renew, &s.release, &s.leave, &s.fence] {
             assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
         }
