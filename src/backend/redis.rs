@@ -707,9 +707,27 @@ struct QueueArgs<'a> {
     /// The waiter's holder JSON, shown by `status`.
     json: &'a str,
     fair: bool,
-    enqueue: bool,
-    /// Sent behind a `BLPOP`: acts only if the waiter is still queued.
-    pipelined: bool,
+    join: Join,
+}
+
+/// Whether an attempt that is refused joins the queue (the script's `enqueue` argument).
+#[derive(Clone, Copy)]
+enum Join {
+    /// `--no-wait`, an expired deadline, unfair waiters, Redlock.
+    No,
+    Yes,
+    /// Sent behind a `BLPOP`: acts at all only if the waiter is still queued.
+    IfStillQueued,
+}
+
+impl Join {
+    fn arg(self) -> &'static str {
+        match self {
+            Join::No => "0",
+            Join::Yes => "1",
+            Join::IfStillQueued => "2",
+        }
+    }
 }
 
 /// One waiting acquisition: its id in the queue, and the duty to leave the queue.
@@ -917,8 +935,7 @@ impl RedisBackend {
             waiter: &waiter.id,
             json: &waiter.json,
             fair: req.fair,
-            enqueue,
-            pipelined: false,
+            join: if enqueue { Join::Yes } else { Join::No },
         };
         self.run_acquire(req, &waiter.keys, queue, 0).await
     }
@@ -931,8 +948,7 @@ impl RedisBackend {
             waiter: "",
             json: &json,
             fair: false,
-            enqueue: false,
-            pipelined: false,
+            join: Join::No,
         };
         self.run_acquire(req, &Keys::new(&req.key), queue, floor)
             .await
@@ -986,11 +1002,7 @@ impl RedisBackend {
             .arg(millis(req.ttl))
             .arg(queue.waiter)
             .arg(flag(queue.fair))
-            .arg(match (queue.enqueue, queue.pipelined) {
-                (_, true) => "2",
-                (true, false) => "1",
-                (false, false) => "0",
-            })
+            .arg(queue.join.arg())
             .arg(millis(self.server.tuning.liveness))
             .arg(&k.wake_prefix)
             .arg(queue.json)
@@ -1145,8 +1157,7 @@ impl RedisBackend {
             waiter: &waiter.id,
             json: &waiter.json,
             fair: true,
-            enqueue: true,
-            pipelined: true,
+            join: Join::IfStillQueued,
         };
         let mut pipe = redis::pipe();
         pipe.add_command(blpop)
