@@ -1,4 +1,4 @@
-//! The Redis backend: one server, atomic Lua scripts, pub/sub wake-ups, FIFO waiters.
+//! The Redis backend: one server, atomic Lua scripts, FIFO waiters woken one at a time.
 //!
 //! # Key layout
 //!
@@ -647,7 +647,6 @@ enum Woken {
 }
 
 /// Why an unfair waiter stopped sleeping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     Message,
     Timeout,
