@@ -1310,7 +1310,7 @@ fn section_contention(ctx: &mut Ctx) {
             let Some(r) = median_run(runs) else { break };
             match r {
                 Ok(c) => {
-                    let per_s = c.cycles as f64 / c.elapsed.as_secs_f64();
+                    let per_s = c.rate();
                     if name.starts_with("flock") {
                         flock_rate = Some(per_s);
                     }
