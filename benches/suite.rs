@@ -841,15 +841,7 @@ impl Ctx {
 
 fn dlock_cmd(bin: &Path, store: &Store) -> Command {
     let mut c = Command::new(bin);
-    for v in [
-        "DLOCK_URL",
-        "DLOCK_OWNER",
-        "DLOCK_OWNERS",
-        "DLOCK_KEY",
-        "DLOCK_FENCING_TOKEN",
-        "DLOCK_DIR",
-        "REDISCLI_AUTH",
-    ] {
+    for v in dlock::config::INHERITED_ENV {
         c.env_remove(v);
     }
     match store {

@@ -17,6 +17,18 @@ pub const MAX_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
 pub const MAX_KEY_LEN: usize = 512;
 /// Environment variable naming the local store's directory.
 pub const DIR_ENV: &str = "DLOCK_DIR";
+/// The environment variables through which a caller's setting or an enclosing lease reaches
+/// `dlock` (`exec` sets the lease ones for its command). Harnesses that run `dlock` clear
+/// them, so that whatever the caller's shell holds cannot leak into a measurement or a test.
+pub const INHERITED_ENV: [&str; 7] = [
+    "DLOCK_URL",
+    crate::cmd::acquire::OWNER_ENV,
+    crate::cmd::acquire::OWNERS_ENV,
+    "DLOCK_KEY",
+    "DLOCK_FENCING_TOKEN",
+    DIR_ENV,
+    crate::backend::redis::AUTH_ENV,
+];
 /// The local store's directory when neither `file://DIR` nor `DLOCK_DIR` is given:
 /// per host, shared by all users, and kept across reboots so fencing counters never reset.
 pub const DEFAULT_DIR: &str = "/var/tmp/dlock";

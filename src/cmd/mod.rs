@@ -4,7 +4,7 @@
 //! microseconds (what `exec` overhead is made of), and the child must be forked from a
 //! thread that lives as long as dlock (see [`crate::supervisor`]).
 
-mod acquire;
+pub(crate) mod acquire;
 mod completions;
 mod exec;
 mod lock;

@@ -206,15 +206,7 @@ pub fn dlock_bin() -> PathBuf {
 /// A `dlock` command with a clean environment for dlock's own variables.
 pub fn dlock() -> Command {
     let mut c = Command::new(dlock_bin());
-    for v in [
-        "DLOCK_URL",
-        "DLOCK_OWNER",
-        "DLOCK_OWNERS",
-        "DLOCK_KEY",
-        "DLOCK_FENCING_TOKEN",
-        "DLOCK_DIR",
-        "REDISCLI_AUTH",
-    ] {
+    for v in dlock::config::INHERITED_ENV {
         c.env_remove(v);
     }
     c
