@@ -109,20 +109,12 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__exec)
-            opts="-u -q -v -w -n -E -h --url --json --quiet --verbose --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --help"
+            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --url --json --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -u)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -140,6 +132,14 @@ _dlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -263,20 +263,12 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-u -q -v -w -n -E -h --url --json --quiet --verbose --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --export --help"
+            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --export --url --json --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -u)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
                 --ttl)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -297,20 +289,6 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        dlock__subcmd__renew)
-            opts="-u -q -v -h --url --json --quiet --verbose --owner --ttl --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 --url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -319,11 +297,33 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__renew)
+            opts="-u -q -v -h --owner --ttl --url --json --quiet --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 --owner)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -357,21 +357,21 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__unlock)
-            opts="-u -q -v -h --url --json --quiet --verbose --owner --force --help"
+            opts="-u -q -v -h --owner --force --url --json --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 -u)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --owner)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -44,7 +44,7 @@ pub fn all_files() -> Vec<(String, Vec<u8>)> {
         .map(|&s| (format!("completions/{}", completion_file(s)), completion(s)))
         .collect();
     let mut root = command();
-    root.build(); // propagates the global options into every subcommand's page
+    root.build(); // completes every subcommand (help, version) before its page is cut out
     files.push(("man/dlock.1".into(), render_man(root.clone())));
     for sub in root.get_subcommands().filter(|s| s.get_name() != "help") {
         let name = format!("dlock-{}", sub.get_name());

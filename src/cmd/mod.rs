@@ -21,14 +21,15 @@ use crate::error::{Error, Result};
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> Result<u8> {
-    if let Command::Completions(args) = &cli.command {
+    let (global, command) = cli.resolve()?;
+    if let Command::Completions(args) = &command {
         return completions::run(args);
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Internal(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(dispatch(cli.global, cli.command))
+    runtime.block_on(dispatch(global, command))
 }
 
 async fn dispatch(global: Global, command: Command) -> Result<u8> {
