@@ -524,9 +524,12 @@ impl<'a> Session<'a> {
             self.commit()?;
             return Ok(Step::Busy { holder });
         }
-        let ticket = match a.me {
-            Some(n) => n,
-            None => self.join_queue(a.req)?,
+        let (ticket, joined) = match a.me {
+            Some(n) => (n, None),
+            None => {
+                let (t, list) = self.join_queue(a.req)?;
+                (t, Some(list))
+            }
         };
         let ahead = locks::waiter_before(self.file(), ticket)
             .map_err(|e| io_err("cannot probe", &self.kf.path, e))?;
@@ -550,7 +553,10 @@ impl<'a> Session<'a> {
             ..WaitInfo::default()
         };
         if a.want_position {
-            let list = self.live_waiters(Some(ticket))?;
+            let list = match joined {
+                Some(list) => Some(list),
+                None => self.live_waiters(Some(ticket))?,
+            };
             if let Some(list) = list.filter(|l| l.iter().all(|w| w.ticket != UNLISTED)) {
                 info.position = Some(list.iter().filter(|w| w.ticket <= ticket).count() as u64);
                 info.waiters = Some(list.len() as u64);
@@ -600,7 +606,7 @@ impl<'a> Session<'a> {
             return Err(e);
         }
         if let Some(n) = a.me {
-            self.leave_queue(n);
+            self.leave_queue_granted(n);
         }
         Ok(Step::Granted {
             lease: self.lease_of(&l, a.req.ttl, false, a.sent_at),
@@ -626,7 +632,7 @@ impl<'a> Session<'a> {
         self.dirty = true;
         self.commit()?;
         if let Some(n) = a.me {
-            self.leave_queue(n);
+            self.leave_queue_granted(n);
         }
         Ok(Step::Granted {
             lease: self.lease_of(&l, a.req.ttl, true, a.sent_at),
@@ -659,8 +665,9 @@ impl<'a> Session<'a> {
 
     // ---- the waiter list ----
 
-    /// Takes a waiting ticket and adds us to the waiter list.
-    fn join_queue(&mut self, req: &AcquireRequest) -> Result<u64> {
+    /// Takes a waiting ticket and adds us to the waiter list; returns the ticket and the
+    /// list as written (live waiters, us included).
+    fn join_queue(&mut self, req: &AcquireRequest) -> Result<(u64, Vec<WaiterRecord>)> {
         let t = self.take_ticket(wait_lock)?;
         let mut list = self.live_waiters(Some(t))?.unwrap_or_default();
         if list.len() < MAX_LISTED {
@@ -678,11 +685,22 @@ impl<'a> Session<'a> {
                 holder: Default::default(),
             });
         }
-        if let Err(e) = self.write_waiters(list) {
-            let _ = locks::unlock(self.file(), wait_lock(t));
-            return Err(e);
+        match self.write_waiters(list) {
+            Ok(list) => Ok((t, list)),
+            Err(e) => {
+                let _ = locks::unlock(self.file(), wait_lock(t));
+                Err(e)
+            }
         }
-        Ok(t)
+    }
+
+    /// Leaves the queue on being granted the key: only the waiting lock goes (that is what
+    /// the queue is made of). The entry stays in the waiter list until the next join or
+    /// leave rewrites it: readers skip entries whose waiting lock is free, and this runs on
+    /// the hand-off's critical path, where a read, a probe per waiter and a rewrite of the
+    /// list cost more than the rest of the grant.
+    fn leave_queue_granted(&mut self, ticket: u64) {
+        let _ = locks::unlock(self.file(), wait_lock(ticket));
     }
 
     /// Leaves the queue: releases the waiting lock (that is what the queue is made of),
@@ -760,15 +778,17 @@ impl<'a> Session<'a> {
         }))
     }
 
-    fn write_waiters(&self, mut entries: Vec<WaiterRecord>) -> Result<()> {
+    /// Writes the list (sorted by ticket) and hands it back.
+    fn write_waiters(&self, mut entries: Vec<WaiterRecord>) -> Result<Vec<WaiterRecord>> {
         entries.sort_by_key(|w| w.ticket);
-        let bytes = record::encode_waiters(&Waiters {
+        let w = Waiters {
             boot_id: self.ctx.boot_id.clone(),
             entries,
-        });
+        };
         self.file()
-            .write_all_at(&bytes, record::WAITERS_AT)
-            .map_err(|e| self.io("cannot write lock file", e))
+            .write_all_at(&record::encode_waiters(&w), record::WAITERS_AT)
+            .map_err(|e| self.io("cannot write lock file", e))?;
+        Ok(w.entries)
     }
 
     // ---- release, renew, status ----
