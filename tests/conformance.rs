@@ -67,6 +67,7 @@ macro_rules! conformance_suite {
                 status_named_and_all,
                 no_wait_and_timeout,
                 hand_off_is_prompt,
+                release_acquired_hands_over,
                 cancellation_leaves_nothing,
             );
         }
@@ -465,6 +466,57 @@ pub mod suite {
             b.release("h", "b", ReleaseMode::All).await.unwrap();
             drop(got.guard);
         }
+    }
+
+    /// `release_acquired` (what `exec` does last) ends the lease for the next waiter, and
+    /// for a re-entered lease only its own level.
+    pub async fn release_acquired_hands_over<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let holder_of = |b: Arc<dyn Backend>| async move {
+            let st = b.status(&["r".to_string()]).await.unwrap();
+            st[0].lock.as_ref().map(|l| l.owner.clone())
+        };
+        let a = b.acquire(&bound("r", "a"), &no_wait()).await.unwrap();
+        let inner = AcquireRequest {
+            reenter: vec!["a".into()],
+            ..bound("r", "a2")
+        };
+        let nested = b.acquire(&inner, &no_wait()).await.unwrap();
+        assert!(nested.lease.reentered);
+        b.release_acquired(nested, ReleaseMode::One).await.unwrap();
+        assert_eq!(
+            holder_of(b.clone()).await.as_deref(),
+            Some("a"),
+            "one level only"
+        );
+
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.acquire(&bound("r", "b"), &forever()).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "waiter got a held key");
+        let token = a.lease.fencing_token;
+        b.release_acquired(a, ReleaseMode::All).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter was not handed the key")
+            .unwrap()
+            .unwrap();
+        assert!(got.lease.fencing_token > token);
+        assert_eq!(holder_of(b.clone()).await.as_deref(), Some("b"));
+        let token = got.lease.fencing_token;
+        b.release_acquired(got, ReleaseMode::All).await.unwrap();
+        assert_eq!(
+            holder_of(b.clone()).await,
+            None,
+            "free after the last release"
+        );
+        let again = b.acquire(&req("r", "c"), &no_wait()).await.unwrap();
+        assert!(again.lease.fencing_token > token);
+        b.release("r", "c", ReleaseMode::All).await.unwrap();
     }
 
     /// A cancelled wait returns Cancelled promptly and leaves nothing held or queued.

@@ -523,6 +523,21 @@ impl Backend for LocalBackend {
         .await
     }
 
+    /// A bound lease ends with its holding lock: dropping the guard is the whole release,
+    /// and the kernel wakes the next waiter at once. The record still names us until the
+    /// next writer finds the lease stale and clears it (readers already see it free), as
+    /// after a crash; skipping our own read-modify-write takes it off the hand-off's path.
+    async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
+        let Acquired { lease, guard } = acquired;
+        if guard.is_some() && mode == ReleaseMode::All {
+            drop(guard);
+            return Ok(());
+        }
+        let released = self.release(&lease.key, &lease.owner, mode).await;
+        drop(guard);
+        released.map(drop)
+    }
+
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         if keys.is_empty() {
             return self.status_all().await;

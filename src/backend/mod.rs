@@ -123,7 +123,8 @@ pub struct Lease {
 }
 
 /// A granted lease plus whatever the backend must keep alive while it is held
-/// (the local store's file lock). Drop the guard only after releasing.
+/// (the local store's file lock). Drop the guard only after releasing, or hand both to
+/// [`Backend::release_acquired`].
 pub struct Acquired {
     pub lease: Lease,
     pub guard: Option<Box<dyn Any + Send + Sync>>,
@@ -233,6 +234,16 @@ pub trait Backend: Send + Sync {
 
     /// Releases as `mode` says. `NotOwner` when `owner` does not hold it (except `Force`).
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released>;
+
+    /// Releases a lease this process acquired, then drops its guard. A backend whose guard
+    /// alone ends the lease (the local store's bound leases) drops the guard first instead,
+    /// so that the next waiter is woken before any bookkeeping: what `exec` does last.
+    async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
+        let lease = &acquired.lease;
+        let released = self.release(&lease.key, &lease.owner, mode).await;
+        drop(acquired);
+        released.map(drop)
+    }
 
     /// The state of the named keys, in order; with no key, every held lock.
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>>;

@@ -191,10 +191,10 @@ async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
     } else {
         ReleaseMode::All
     };
-    if let Err(e) = backend.release(&lease.key, &lease.owner, mode).await {
+    let key = lease.key.clone();
+    if let Err(e) = backend.release_acquired(acquired, mode).await {
         if warn {
-            eprintln!("dlock: warning: could not release '{}': {e}", lease.key);
+            eprintln!("dlock: warning: could not release '{key}': {e}");
         }
     }
-    drop(acquired);
 }
