@@ -173,52 +173,35 @@ fn temp_dir() -> Result<tempfile::TempDir, String> {
 
 /// On SIGINT, SIGTERM or SIGHUP, asks the suite to stop (it then cleans up as usual); on a
 /// second signal, or if it has not finished 10 s later, kills the servers, removes the
-/// temporary directory and exits. Runs on a thread of its own, so that a backend call
-/// that never returns cannot keep it from acting.
+/// temporary directory and exits. `ctrlc` runs the handler on a thread of its own, so that
+/// a backend call that never returns cannot keep it from acting. (Not tokio's signals:
+/// that feature would make `enable_all` start a signal driver in the dlock binary the
+/// suite measures, which the release build does not have.)
 fn handle_signals() {
-    use tokio::signal::unix::{signal, SignalKind};
-    std::thread::spawn(|| {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async {
-            let kinds = [
-                SignalKind::interrupt(),
-                SignalKind::terminate(),
-                SignalKind::hangup(),
-            ];
-            let Ok(mut streams) = kinds.into_iter().map(signal).collect::<Result<Vec<_>, _>>()
-            else {
-                return;
-            };
-            let [a, b, c] = &mut streams[..] else {
-                return;
-            };
-            tokio::select! {
-                _ = a.recv() => {}
-                _ = b.recv() => {}
-                _ = c.recv() => {}
-            }
-            eprintln!("\nsuite: interrupted; stopping (a second signal quits at once)");
-            INTERRUPTED.store(true, Ordering::SeqCst);
-            tokio::select! {
-                _ = a.recv() => {}
-                _ = b.recv() => {}
-                _ = c.recv() => {}
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
-            }
-            for &pid in lock(&SERVERS).iter() {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            }
-            if let Some(root) = ROOT.get() {
-                let _ = std::fs::remove_dir_all(root);
-            }
-            std::process::exit(130);
+    let handled = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            bail_out();
+        }
+        eprintln!("\nsuite: interrupted; stopping (a second signal quits at once)");
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(10));
+            bail_out();
         });
     });
+    if let Err(e) = handled {
+        eprintln!("suite: cannot catch signals: {e}");
+    }
+}
+
+/// Kills the servers, removes the temporary directory and exits 130.
+fn bail_out() {
+    for &pid in lock(&SERVERS).iter() {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+    if let Some(root) = ROOT.get() {
+        let _ = std::fs::remove_dir_all(root);
+    }
+    std::process::exit(130);
 }
 
 fn server_started(pid: u32) {

@@ -17,7 +17,7 @@ use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
 use crate::error::{Error, Result};
 use crate::lease::Schedule;
-use crate::supervisor::{self, Signals, Supervised};
+use crate::supervisor::{self, Caught, Signals, Supervised};
 
 /// What the keeper tells the supervisor when the lease is in danger.
 #[derive(Debug)]
@@ -114,15 +114,20 @@ async fn supervise(
     let _terminal = supervisor::Foreground::give(sup.pgid);
     loop {
         tokio::select! {
-            status = sup.child.wait() => {
-                let status = status.map_err(|e| Error::Internal(format!("waiting for the command: {e}")))?;
-                if lost.is_some() {
-                    // Leave nothing of the group running on a lease we no longer hold.
-                    supervisor::signal_group(sup.pgid, Signal::SIGKILL);
+            caught = signals.next() => match caught {
+                Caught::Forward(sig) => supervisor::signal_group(sup.pgid, sig),
+                Caught::Child => {
+                    let status = sup.child.try_wait().map_err(|e| {
+                        Error::Internal(format!("waiting for the command: {e}"))
+                    })?;
+                    let Some(status) = status else { continue };
+                    if lost.is_some() {
+                        // Leave nothing of the group running on a lease we no longer hold.
+                        supervisor::signal_group(sup.pgid, Signal::SIGKILL);
+                    }
+                    return Ok((supervisor::exit_code(status), lost));
                 }
-                return Ok((supervisor::exit_code(status), lost));
-            }
-            sig = signals.recv() => supervisor::signal_group(sup.pgid, sig),
+            },
             Some(d) = doom.recv() => {
                 let (sig, why) = match d {
                     Doom::Term(why) => (Signal::SIGTERM, why),
