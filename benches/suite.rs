@@ -1160,8 +1160,9 @@ struct Contention {
     stats: Stats,
 }
 
-/// Runs of each contention row, interleaved with the other rows.
-const CONTENTION_ROUNDS: usize = 3;
+/// Runs of each contention row, interleaved with the other rows. Five: with three, the
+/// median of one 8-process row still moved by 0.1x between two runs on the reference VM.
+const CONTENTION_ROUNDS: usize = 5;
 
 /// The run with the median rate (the first error if any run failed); `None` when none ran.
 fn median_run(runs: Vec<Result<Contention, String>>) -> Option<Result<Contention, String>> {
