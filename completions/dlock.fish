@@ -43,8 +43,8 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -s E -l conflict-exit-
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs' -r
@@ -54,32 +54,32 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s u -l url -d 'Backen
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l export -d 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l owner -d 'The owner id printed by `lock` (default: $DLOCK_OWNER)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l force -d 'Release whoever holds it (says so on stderr)'
-complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l owner -d 'The owner id printed by `lock` (default: $DLOCK_OWNER)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l ttl -d 'New lease length, from now' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand renew" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand renew" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand renew" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand renew" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Machine-readable output on stdout'
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr (repeat for more)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec"

@@ -31,16 +31,15 @@ Exit codes:
 #[command(name = "dlock", version, about, long_about, after_long_help = EXIT_CODES)]
 pub struct Cli {
     #[command(flatten)]
-    pub global: Global,
+    pub global: GlobalArgs,
 
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Options every subcommand takes, before its name (`dlock -q exec …`) or after it (see
-/// [`Late`]).
+/// The global options, given before the subcommand name (`dlock -q exec …`).
 #[derive(Debug, Args)]
-pub struct Global {
+pub struct GlobalArgs {
     /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS),
     /// redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR.
     /// Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers
@@ -57,6 +56,29 @@ pub struct Global {
     )]
     pub urls: Vec<String>,
 
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// The global options once more, for their place after the subcommand name (`dlock exec
+/// -q KEY -- CMD`); [`Cli::resolve`] merges both places into [`Global`].
+///
+/// Every subcommand flattens this instead of clap's `global = true`: propagating global
+/// options costs clap about 90,000 instructions per run, a sixth of all `dlock exec` runs
+/// (callgrind), and dlock's start-up is most of what an `exec` costs.
+#[derive(Debug, Default, Args)]
+pub struct Late {
+    /// Backend URL; $DLOCK_URL when not given (details: dlock --help).
+    #[arg(short = 'u', long = "url", value_delimiter = ',', value_name = "URL")]
+    pub urls: Vec<String>,
+
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// What dlock says, and how much: the same options in both places.
+#[derive(Debug, Default, Args)]
+pub struct Output {
     /// Machine-readable output on stdout (one JSON object, or one per line for lists).
     #[arg(long)]
     pub json: bool,
@@ -70,43 +92,32 @@ pub struct Global {
     pub verbose: u8,
 }
 
-/// The global options once more, for their place after the subcommand name (`dlock exec
-/// -q KEY -- CMD`); [`Cli::resolve`] merges them into [`Global`].
-///
-/// Every subcommand flattens this instead of clap's `global = true`: propagating global
-/// options costs clap about 90,000 instructions per run, a sixth of all `dlock exec` runs
-/// (callgrind), and dlock's start-up is most of what an `exec` costs.
-#[derive(Debug, Default, Args)]
-pub struct Late {
-    /// Backend URL; $DLOCK_URL when not given (details: dlock --help).
-    #[arg(short = 'u', long = "url", value_delimiter = ',', value_name = "URL")]
+/// The global options wherever they were given: what the commands read.
+#[derive(Debug, Default)]
+pub struct Global {
     pub urls: Vec<String>,
-
-    /// Machine-readable output on stdout.
-    #[arg(long)]
     pub json: bool,
-
-    /// Say less on stderr.
-    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
-
-    /// Say more on stderr (repeat for more).
-    #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
 
 impl Cli {
-    /// The global options, wherever they were given, and the subcommand.
+    /// The global options, merged from both places (a `--url` after the subcommand name
+    /// wins), and the subcommand.
     pub fn resolve(self) -> Result<(Global, Command), Error> {
         let mut command = self.command;
         let late = std::mem::take(command.late());
-        let mut g = self.global;
-        if !late.urls.is_empty() {
-            g.urls = late.urls;
-        }
-        g.json |= late.json;
-        g.quiet |= late.quiet;
-        g.verbose = g.verbose.saturating_add(late.verbose);
+        let (before, after) = (self.global.output, late.output);
+        let g = Global {
+            urls: if late.urls.is_empty() {
+                self.global.urls
+            } else {
+                late.urls
+            },
+            json: before.json || after.json,
+            quiet: before.quiet || after.quiet,
+            verbose: before.verbose.saturating_add(after.verbose),
+        };
         if g.quiet && g.verbose > 0 {
             return Err(Error::Usage("--quiet cannot be used with --verbose".into()));
         }
