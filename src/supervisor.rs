@@ -189,7 +189,8 @@ impl Signals {
     /// Starts catching the forwarded signals and SIGCHLD (from now on they no longer kill
     /// dlock). Call it before any other thread starts: they inherit the blocked set.
     pub fn catch() -> Result<Signals, Error> {
-        let fail = |e: &dyn std::fmt::Display| Error::Internal(format!("cannot catch signals: {e}"));
+        let fail =
+            |e: &dyn std::fmt::Display| Error::Internal(format!("cannot catch signals: {e}"));
         let mut set = SigSet::empty();
         for s in FORWARDED.into_iter().chain([Signal::SIGCHLD]) {
             set.add(s);
