@@ -21,6 +21,7 @@
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::AtomicBool;
 
 use nix::sys::signal::{killpg, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -196,6 +197,12 @@ impl Signals {
             set.add(s);
         }
         set.thread_block().map_err(|e| fail(&e))?;
+        // A SIGCHLD left ignored by whoever started dlock (SIG_IGN) makes the kernel reap
+        // CMD itself and send no SIGCHLD at all: dlock would wait forever, holding the lock.
+        // Any handler lifts that; this one never runs (SIGCHLD stays blocked and is read
+        // from the signalfd), and CMD starts with the default again (exec resets handlers).
+        static CHILD_HANDLER_RAN: AtomicBool = AtomicBool::new(false);
+        signal_hook::flag::register(libc::SIGCHLD, &CHILD_HANDLER_RAN).map_err(|e| fail(&e))?;
         let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
             .map_err(|e| fail(&e))?;
         // Deprecated because a type may hand tokio a raw fd that it does not own and closes

@@ -19,6 +19,7 @@ on_every_backend!(
     forwards_signals_to_the_command,
     signal_while_waiting_cancels_cleanly,
     sigkill_of_dlock_kills_the_command,
+    an_ignored_sigchld_does_not_lose_the_command,
     renewal_keeps_a_short_lease_alive,
     nested_exec_reenters,
     bad_input_is_one_line_and_exit_2,
@@ -274,6 +275,32 @@ fn sigkill_of_dlock_kills_the_command(store: Store) {
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Started with SIGCHLD ignored (as some daemons leave it), dlock still sees CMD end and
+/// passes its code through: the kernel would otherwise reap CMD unseen and dlock wait forever.
+fn an_ignored_sigchld_does_not_lose_the_command(store: Store) {
+    let dlock = store.dlock();
+    let mut c = Command::new("env");
+    c.arg("--ignore-signal=CHLD").arg(dlock.get_program());
+    c.args(dlock.get_args());
+    c.args(["exec", "ignored-chld", "--", "sh", "-c", "exit 3"]);
+    for (k, v) in dlock.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let mut child = c.spawn().unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "dlock never saw CMD end"
+    );
 }
 
 fn renewal_keeps_a_short_lease_alive(store: Store) {
