@@ -236,8 +236,8 @@ impl Signals {
                     Ok(sig) => return Caught::Forward(sig),
                     Err(_) => {}
                 },
-                Ok(None) => ready.clear_ready(),
-                Err(_) => ready.clear_ready(),
+                // Drained (or a read error, which a signalfd only gives for a short buffer).
+                Ok(None) | Err(_) => ready.clear_ready(),
             }
         }
     }
