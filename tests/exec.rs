@@ -280,18 +280,11 @@ fn sigkill_of_dlock_kills_the_command(store: Store) {
 /// Started with SIGCHLD ignored (as some daemons leave it), dlock still sees CMD end and
 /// passes its code through: the kernel would otherwise reap CMD unseen and dlock wait forever.
 fn an_ignored_sigchld_does_not_lose_the_command(store: Store) {
-    let dlock = store.dlock();
-    let mut c = Command::new("env");
-    c.arg("--ignore-signal=CHLD").arg(dlock.get_program());
-    c.args(dlock.get_args());
-    c.args(["exec", "ignored-chld", "--", "sh", "-c", "exit 3"]);
-    for (k, v) in dlock.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
-    let mut child = c.spawn().unwrap();
+    let script = format!(
+        "exec env --ignore-signal=CHLD '{}' exec ignored-chld -- sh -c 'exit 3'",
+        common::dlock_bin().display()
+    );
+    let mut child = store.shell(&script).spawn().unwrap();
     let status = wait_exit(&mut child, Duration::from_secs(10));
     if status.is_none() {
         let _ = child.kill();
