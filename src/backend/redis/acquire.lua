@@ -37,8 +37,7 @@ local now = busy and now_ms() or client_ms
 if current == owner then
   redis.call('PEXPIRE', lease, ttl)
   if waiter ~= '' then
-    leave_queue(queue, alive, info, waiter)
-    redis.call('DEL', wake_prefix .. waiter)
+    dequeue(queue, alive, info, wake_prefix, waiter)
   end
   local held = redis.call('HMGET', lease, 'token', 'depth')
   return {1, owner, held[1], held[2], 0, client_ms, ttl}
@@ -75,8 +74,7 @@ if not current and (not fair or not head or head == waiter) then
     'acquired_ms', client_ms)
   redis.call('PEXPIRE', lease, ttl)
   if queued and waiter ~= '' then
-    leave_queue(queue, alive, info, waiter)
-    redis.call('DEL', wake_prefix .. waiter)
+    dequeue(queue, alive, info, wake_prefix, waiter)
   end
   return {1, owner, token, 1, 0, client_ms, ttl}
 end

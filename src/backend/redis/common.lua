@@ -23,6 +23,13 @@ local function leave_queue(queue, alive, info, waiter)
   return n
 end
 
+-- leave_queue, and the waiter's pending wake-up goes too (see wake).
+local function dequeue(queue, alive, info, wake_prefix, waiter)
+  local n = leave_queue(queue, alive, info, waiter)
+  redis.call('DEL', wake_prefix .. waiter)
+  return n
+end
+
 -- Drops waiters that stopped refreshing their liveness (killed, partitioned), plus any queue
 -- entry without a liveness record, so a dead waiter never blocks the line. Their wake lists
 -- (woken while dead) go too, when `wake_prefix` is given.

@@ -6,8 +6,7 @@
 -- Returns 1 when the waiter was queued.
 local queue, alive, info, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local waiter, wake_prefix, owner = ARGV[1], ARGV[2], ARGV[3]
-local was_queued = leave_queue(queue, alive, info, waiter)
-redis.call('DEL', wake_prefix .. waiter)
+local was_queued = dequeue(queue, alive, info, wake_prefix, waiter)
 local freed = owner ~= '' and redis.call('HGET', lease, 'owner') == owner
 if freed then
   redis.call('DEL', lease)
