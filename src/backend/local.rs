@@ -49,9 +49,10 @@
 //! mutex, and takes the key: hand-off costs one kernel wake-up, with no polling and no
 //! thundering herd. (When the waiter ahead is granted the key, the waiter behind it, now
 //! the head, goes straight on to sleep on the new holder's lock, found with `F_OFD_GETLK`,
-//! without waking the process or taking the mutex: one wake-up per waiter per hand-off.) A waiter that gives up releases its waiting lock and its successor
-//! re-targets the next one ahead. New arrivals do not overtake queued waiters when
-//! `req.fair` (the default); with `fair == false` an arrival may take a free key at once.
+//! without waking the process or taking the mutex: one wake-up per waiter per hand-off.)
+//! A waiter that gives up releases its waiting lock and its successor re-targets the next
+//! one ahead. New arrivals do not overtake queued waiters when `req.fair` (the default);
+//! with `fair == false` an arrival may take a free key at once.
 //! A waiter that leaves a free key untaken for a second (a stopped process, `^Z`) is
 //! presumed stuck: whoever comes next may take the key, so one stopped waiter cannot hold
 //! up the queue; it keeps its place and waits again when it resumes.
