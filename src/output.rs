@@ -59,7 +59,7 @@ pub struct StatusJson<'a> {
     pub acquired_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_for_ms: Option<u64>,
-    pub waiters: Option<&'a Vec<WaiterInfo>>,
+    pub waiters: Option<Vec<WaiterJson<'a>>>,
     /// Redlock: each server's view (see [`ServerView`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servers: Option<&'a Vec<ServerView>>,
@@ -77,9 +77,43 @@ impl<'a> StatusJson<'a> {
                 .lock
                 .as_ref()
                 .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms)),
-            waiters: s.waiters.as_ref(),
+            waiters: s
+                .waiters
+                .as_ref()
+                .map(|ws| ws.iter().map(WaiterJson::new).collect()),
             servers: s.servers.as_ref(),
             backend,
+        }
+    }
+}
+
+/// One queued waiter in `status --json`, in queue order. A waiter's
+/// [`Holder`](crate::backend::Holder) time is
+/// when it started waiting, so it is named for that here rather than `acquired_at`.
+#[derive(Debug, Serialize)]
+pub struct WaiterJson<'a> {
+    pub id: &'a str,
+    pub host: &'a str,
+    pub pid: u32,
+    pub user: &'a str,
+    pub command: &'a str,
+    pub waiting_since: String,
+    pub waiting_since_ms: u64,
+    pub waited_ms: u64,
+}
+
+impl<'a> WaiterJson<'a> {
+    pub fn new(w: &'a WaiterInfo) -> Self {
+        let h = &w.holder;
+        WaiterJson {
+            id: &w.id,
+            host: &h.host,
+            pid: h.pid,
+            user: &h.user,
+            command: &h.command,
+            waiting_since: rfc3339_ms(h.acquired_at_ms),
+            waiting_since_ms: h.acquired_at_ms,
+            waited_ms: now_ms().saturating_sub(h.acquired_at_ms),
         }
     }
 }
@@ -266,8 +300,11 @@ impl WaitLine {
         }));
         let ticking = Arc::clone(&state);
         let ticker = tokio::spawn(async move {
-            let mut every =
-                tokio::time::interval(Duration::from_millis(if tty { 120 } else { 1000 }));
+            // The first tick comes once a wait is worth mentioning: the line appears then,
+            // not at the next whole second.
+            let period = Duration::from_millis(if tty { 120 } else { 1000 });
+            let first = tokio::time::Instant::now() + WaitLine::QUIET_FOR;
+            let mut every = tokio::time::interval_at(first, period);
             loop {
                 every.tick().await;
                 ticking.lock().unwrap_or_else(|e| e.into_inner()).tick();

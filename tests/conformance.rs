@@ -450,12 +450,12 @@ pub mod suite {
         ] {
             let a = b.acquire(&holder_req, &no_wait()).await.unwrap();
             let b2 = b.clone();
+            let (wait, waiting) = common::waiting_forever();
             let waiter = tokio::spawn(async move {
-                let got = b2.acquire(&waiter_req, &forever()).await.unwrap();
+                let got = b2.acquire(&waiter_req, &wait).await.unwrap();
                 (Instant::now(), got)
             });
-            tokio::time::sleep(Duration::from_millis(150)).await;
-            assert!(!waiter.is_finished(), "waiter got a held key");
+            waiting.await.expect("waiter got a held key");
             let released = Instant::now();
             b.release("h", "a", ReleaseMode::All).await.unwrap();
             drop(a.guard);
@@ -495,9 +495,9 @@ pub mod suite {
         );
 
         let b2 = b.clone();
-        let waiter = tokio::spawn(async move { b2.acquire(&bound("r", "b"), &forever()).await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!waiter.is_finished(), "waiter got a held key");
+        let (wait, waiting) = common::waiting_forever();
+        let waiter = tokio::spawn(async move { b2.acquire(&bound("r", "b"), &wait).await });
+        waiting.await.expect("waiter got a held key");
         let token = a.lease.fencing_token;
         b.release_acquired(a, ReleaseMode::All).await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -528,14 +528,11 @@ pub mod suite {
         let (b, _g) = factory().await;
         let a = b.acquire(&bound("c", "a"), &no_wait()).await.unwrap();
         let cancel = CancellationToken::new();
-        let wait = WaitOptions {
-            deadline: None,
-            cancel: cancel.clone(),
-            progress: None,
-        };
+        let (mut wait, waiting) = common::waiting_forever();
+        wait.cancel = cancel.clone();
         let b2 = b.clone();
         let waiter = tokio::spawn(async move { b2.acquire(&req("c", "b"), &wait).await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        waiting.await.expect("the waiter never waited");
         let t0 = Instant::now();
         cancel.cancel();
         let e = refused(waiter.await.unwrap());

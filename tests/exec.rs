@@ -4,7 +4,8 @@
 #[macro_use]
 mod common;
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
@@ -23,6 +24,7 @@ on_every_backend!(
     renewal_keeps_a_short_lease_alive,
     nested_exec_reenters,
     bad_input_is_one_line_and_exit_2,
+    a_wait_is_shown_and_listed,
 );
 
 fn sh(store: &Store, key: &str, script: &str) -> Command {
@@ -241,7 +243,7 @@ fn signal_while_waiting_cancels_cleanly(store: Store) {
         .arg(&marker)
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(200)); // let it start waiting; nothing to await
+    await_queued(&store, "queue", 1);
     send_signal(waiter.id(), "INT");
     let status = wait_exit(&mut waiter, Duration::from_secs(5)).expect("cancelled wait must end");
     assert_eq!(status.code(), Some(130));
@@ -363,4 +365,81 @@ fn bad_input_is_one_line_and_exit_2(store: Store) {
         assert_eq!(err.lines().count(), 1, "{args:?}: one line, not {err}");
         assert!(err.starts_with("dlock: "), "{args:?}: {err}");
     }
+}
+
+/// The queue of `key` as `status --json` lists it; `None` when the backend cannot tell
+/// (Redlock).
+fn queue_of(store: &Store, key: &str) -> Option<Vec<serde_json::Value>> {
+    let out = store
+        .dlock()
+        .args(["status", key, "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    v["waiters"].as_array().cloned()
+}
+
+/// Waits until `n` waiters wait on `key`: listed in its queue or, on Redlock (no queue),
+/// subscribed to its release channel on every server.
+fn await_queued(store: &Store, key: &str, n: usize) {
+    let queued = wait_for(Duration::from_secs(10), || match store {
+        Store::Redlock(servers) => servers.iter().all(|s| {
+            let channel = format!("dlock:{{{key}}}:released");
+            let reply = s.cli(&["PUBSUB", "NUMSUB", &channel]);
+            reply.lines().nth(1) == Some(&n.to_string())
+        }),
+        _ => queue_of(store, key).is_some_and(|q| q.len() == n),
+    });
+    assert!(queued, "{n} waiter(s) never showed waiting on {key}");
+}
+
+/// Off a terminal, a waiter says once that it waits, for whom and where it stands, and
+/// `status` lists it; `-q` says nothing.
+fn a_wait_is_shown_and_listed(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "shown", dir.path(), &[]);
+    let waiter = |quiet: bool| {
+        let mut c = store.dlock();
+        c.args(["exec", "shown"]);
+        if quiet {
+            c.arg("-q");
+        }
+        c.args(["--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut quiet = waiter(true);
+    await_queued(&store, "shown", 1);
+    let mut loud = waiter(false);
+    // Its first line, read on a thread so that a missing line fails instead of hanging.
+    let stderr = loud.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stderr).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no waiting line");
+    assert!(line.starts_with("dlock: waiting for 'shown' on "), "{line}");
+    assert!(line.contains(&format!(" pid {} (", holder.id())), "{line}");
+    if let Some(queue) = queue_of(&store, "shown") {
+        assert!(line.contains("position 2 of 2"), "{line}");
+        let pids: Vec<u64> = queue.iter().map(|w| w["pid"].as_u64().unwrap()).collect();
+        assert_eq!(pids, [quiet.id() as u64, loud.id() as u64], "{queue:?}");
+        assert!(queue[1]["waited_ms"].as_u64().unwrap() >= 200, "{queue:?}");
+        assert!(queue[1]["waiting_since"].is_string(), "{queue:?}");
+    }
+    send_signal(holder.id(), "TERM"); // forwarded: the holder ends and releases
+    wait_exit(&mut holder, Duration::from_secs(5)).expect("holder ends");
+    for w in [&mut quiet, &mut loud] {
+        let status = wait_exit(w, Duration::from_secs(10)).expect("waiter ends");
+        assert_eq!(status.code(), Some(0));
+    }
+    let out = quiet.wait_with_output().unwrap();
+    assert!(out.stderr.is_empty(), "-q printed: {:?}", out.stderr);
 }

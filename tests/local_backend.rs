@@ -3,6 +3,8 @@
 //!
 //! Every test works in its own temporary directory, never in the default one.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
@@ -235,27 +237,26 @@ async fn cancelled_waiters_leave_the_queue() {
     let (_d, b) = store();
     let a = b.acquire(&bound("k", "a"), &no_wait()).await.unwrap();
     let cancel = CancellationToken::new();
+    let (mut wait, waiting) = common::waiting_forever();
+    wait.cancel = cancel.clone();
     let first = {
-        let (b, cancel) = (b.clone(), cancel.clone());
+        let b = b.clone();
         tokio::spawn(async move {
-            let wait = WaitOptions {
-                cancel,
-                ..WaitOptions::until(None)
-            };
             b.acquire(&bound("k", "first"), &wait)
                 .await
                 .map(|a| a.lease)
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting.await.expect("first never waited");
+    let (wait, waiting) = common::waiting_forever();
     let second = {
         let b = b.clone();
         tokio::spawn(async move {
-            let got = b.acquire(&bound("k", "second"), &forever()).await.unwrap();
+            let got = b.acquire(&bound("k", "second"), &wait).await.unwrap();
             (Instant::now(), got)
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting.await.expect("second never waited");
     let waiters = |st: Vec<dlock::backend::KeyStatus>| -> Vec<String> {
         st[0]
             .waiters
@@ -289,7 +290,7 @@ async fn waiters_are_served_in_arrival_order() {
     let a = b.acquire(&bound("fifo", "a"), &no_wait()).await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    for i in 0..6 {
+    for i in 0..12 {
         let (b, order) = (b.clone(), order.clone());
         // Alternate bound and detached waiters: both queue the same way.
         let r = if i % 2 == 0 {
@@ -297,35 +298,46 @@ async fn waiters_are_served_in_arrival_order() {
         } else {
             req("fifo", &format!("w{i}"))
         };
+        let (wait, waiting) = common::waiting_forever();
         tasks.push(tokio::spawn(async move {
-            let got = b.acquire(&r, &forever()).await.unwrap();
+            let got = b.acquire(&r, &wait).await.unwrap();
             order.lock().unwrap().push(i);
-            tokio::time::sleep(Duration::from_millis(2)).await;
             b.release("fifo", &r.owner, ReleaseMode::All).await.unwrap();
             drop(got.guard);
         }));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Each waiter is queued before the next one starts: a known arrival order.
+        waiting.await.expect("a waiter never waited");
     }
+    let st = b.status(&["fifo".into()]).await.unwrap();
+    let queued: Vec<String> = st[0]
+        .waiters
+        .iter()
+        .flatten()
+        .map(|w| w.id.clone())
+        .collect();
+    let expected: Vec<String> = (0..12).map(|i| format!("w{i}")).collect();
+    assert_eq!(queued, expected);
     b.release("fifo", "a", ReleaseMode::All).await.unwrap();
     drop(a.guard);
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(*order.lock().unwrap(), (0..12).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn detached_unlock_wakes_the_waiter_at_once() {
     let (_d, b) = store();
     b.acquire(&req("d", "a"), &no_wait()).await.unwrap();
+    let (wait, waiting) = common::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
-            let got = b.acquire(&bound("d", "w"), &forever()).await.unwrap();
+            let got = b.acquire(&bound("d", "w"), &wait).await.unwrap();
             (Instant::now(), got)
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiting.await.expect("the waiter never waited");
     let released = Instant::now();
     b.release("d", "a", ReleaseMode::All).await.unwrap();
     let (at, _got) = waiter.await.unwrap();
@@ -336,11 +348,12 @@ async fn detached_unlock_wakes_the_waiter_at_once() {
 async fn force_unlock_of_a_live_bound_lease_lets_the_waiter_in() {
     let (_d, b) = store();
     let a = b.acquire(&bound("f", "a"), &no_wait()).await.unwrap();
+    let (wait, waiting) = common::waiting_forever();
     let waiter = {
         let b = b.clone();
-        tokio::spawn(async move { b.acquire(&bound("f", "w"), &forever()).await.unwrap() })
+        tokio::spawn(async move { b.acquire(&bound("f", "w"), &wait).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting.await.expect("the waiter never waited");
     let t0 = Instant::now();
     let r = b.release("f", "x", ReleaseMode::Force).await.unwrap();
     assert_eq!(r.previous_owner.as_deref(), Some("a"));
@@ -359,11 +372,12 @@ async fn force_unlock_of_a_live_bound_lease_lets_the_waiter_in() {
 async fn progress_reports_holder_and_position() {
     let (_d, b) = store();
     let _a = b.acquire(&bound("p", "a"), &no_wait()).await.unwrap();
+    let (wait, waiting) = common::waiting_forever();
     let first = {
         let b = b.clone();
-        tokio::spawn(async move { b.acquire(&req("p", "w1"), &forever()).await.map(drop) })
+        tokio::spawn(async move { b.acquire(&req("p", "w1"), &wait).await.map(drop) })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    waiting.await.expect("w1 never waited");
     let seen: Arc<Mutex<Vec<WaitInfo>>> = Arc::default();
     let wait = WaitOptions {
         progress: Some({
@@ -560,14 +574,15 @@ async fn holder_killed_by_sigkill_frees_the_key_at_once() {
 
     // A waiter is queued behind the child; the TTL is 60 s, yet it gets the key the
     // moment the child dies.
+    let (wait, waiting) = common::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
-            let got = b.acquire(&bound("victim", "me"), &forever()).await.unwrap();
+            let got = b.acquire(&bound("victim", "me"), &wait).await.unwrap();
             (Instant::now(), got)
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiting.await.expect("the waiter never waited");
     let killed = Instant::now();
     child.kill();
     let (at, got) = waiter.await.unwrap();
@@ -627,11 +642,12 @@ async fn long_queues_are_counted_but_not_listed() {
 async fn fair_arrivals_queue_behind_waiters_unfair_ones_may_not() {
     let (_d, b) = store();
     let a = b.acquire(&bound("u", "a"), &no_wait()).await.unwrap();
+    let (wait, waiting) = common::waiting_forever();
     let waiter = {
         let b = b.clone();
-        tokio::spawn(async move { b.acquire(&bound("u", "w"), &forever()).await.unwrap() })
+        tokio::spawn(async move { b.acquire(&bound("u", "w"), &wait).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    waiting.await.expect("the waiter never waited");
     // Free the lease while its holder keeps its lock: the waiter only notices at its next
     // recheck, so for a moment the key is free with a waiter queued.
     b.release("u", "x", ReleaseMode::Force).await.unwrap();
