@@ -1154,15 +1154,32 @@ fn section_exec(ctx: &mut Ctx) {
 // ---------------------------------------------------------------------------------------
 // 2. contention
 
+#[derive(Clone)]
 struct Contention {
     cycles: usize,
     elapsed: Duration,
     stats: Stats,
 }
 
-/// Runs of each contention row, interleaved with the other rows. Five: with three, the
+/// Runs of each contention row, interleaved with the other rows. Seven: with three, the
 /// median of one 8-process row still moved by 0.1x between two runs on the reference VM.
-const CONTENTION_ROUNDS: usize = 5;
+const CONTENTION_ROUNDS: usize = 7;
+
+/// Each round's rate over flock's rate in the same round (runs next to each other, so a
+/// machine that speeds up or slows down between rounds cancels out), as (median, min,
+/// max); `None` when no round of both ran.
+fn paired_ratios(
+    runs: &[Result<Contention, String>],
+    flock: &[Result<Contention, String>],
+) -> Option<(f64, f64, f64)> {
+    let mut r: Vec<f64> = runs
+        .iter()
+        .zip(flock)
+        .filter_map(|(a, f)| Some(a.as_ref().ok()?.rate() / f.as_ref().ok()?.rate()))
+        .collect();
+    r.sort_by(f64::total_cmp);
+    Some((*r.get(r.len() / 2)?, r[0], r[r.len() - 1]))
+}
 
 /// The run with the median rate (the first error if any run failed); `None` when none ran.
 fn median_run(runs: Vec<Result<Contention, String>>) -> Option<Result<Contention, String>> {
@@ -1256,7 +1273,14 @@ fn section_contention(ctx: &mut Ctx) {
     }
 
     let mut table = Table::new(&[
-        "N × M", "command", "cycles/s", "p50 ms", "p99 ms", "max ms", "vs flock",
+        "N × M",
+        "command",
+        "cycles/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "vs flock",
+        "rounds vs flock",
     ])
     .text_cols(2);
     let mut out = Vec::new();
@@ -1280,17 +1304,20 @@ fn section_contention(ctx: &mut Ctx) {
                 });
             }
         }
-        let mut flock_rate = None;
+        // flock is the first peer: every row is compared with it, round by round.
+        let flock_runs = runs.first().cloned().unwrap_or_default();
         for ((name, _), runs) in peers.iter().zip(runs) {
             let label = format!("{n} × {m}");
+            let paired = paired_ratios(&runs, &flock_runs);
             let Some(r) = median_run(runs) else { break };
             match r {
                 Ok(c) => {
                     let per_s = c.rate();
-                    if name.starts_with("flock") {
-                        flock_rate = Some(per_s);
-                    }
-                    let vs = flock_rate.map(|f| per_s / f);
+                    let vs = paired.map(|(median, _, _)| median);
+                    let spread = paired.map_or_else(
+                        || "n/a".to_string(),
+                        |(_, lo, hi)| format!("{lo:.2}–{hi:.2}"),
+                    );
                     table.row(vec![
                         label,
                         name.clone(),
@@ -1299,11 +1326,13 @@ fn section_contention(ctx: &mut Ctx) {
                         ms(c.stats.p99),
                         ms(c.stats.max),
                         ratio(vs),
+                        spread,
                     ]);
                     out.push(json!({
                         "n": n, "m": m, "name": name, "cycles": c.cycles,
                         "elapsed_s": c.elapsed.as_secs_f64(), "cycles_per_s": per_s,
                         "per_invocation": c.stats.json(), "vs_flock": vs,
+                        "vs_flock_rounds": paired.map(|(_, lo, hi)| json!({"min": lo, "max": hi})),
                     }));
                     if n == 8 {
                         at8.insert(name.clone(), vs.ok_or_else(|| "flock: n/a".to_string()));
@@ -1321,7 +1350,8 @@ fn section_contention(ctx: &mut Ctx) {
     }
     table.print(
         "2. contention: N processes each running M × `CMD` in sequence on one key \
-         (p50/p99/max: wall time per invocation, waiting included)",
+         (p50/p99/max: wall time per invocation, waiting included; vs flock: median of \
+         the rounds' ratios to the flock run beside them, and their range)",
     );
     ctx.sections
         .insert("contention".into(), json!({ "runs": out }));
