@@ -87,9 +87,9 @@ impl<'a> StatusJson<'a> {
     }
 }
 
-/// One queued waiter in `status --json`, in queue order. A waiter's
-/// [`Holder`](crate::backend::Holder) time is
-/// when it started waiting, so it is named for that here rather than `acquired_at`.
+/// One queued waiter in `status --json`, in queue order. The time in a waiter's
+/// [`Holder`](crate::backend::Holder) is when it started waiting, so it is named for that
+/// here rather than `acquired_at`.
 #[derive(Debug, Serialize)]
 pub struct WaiterJson<'a> {
     pub id: &'a str,
