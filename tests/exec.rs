@@ -25,6 +25,7 @@ on_every_backend!(
     nested_exec_reenters,
     bad_input_is_one_line_and_exit_2,
     a_wait_is_shown_and_listed,
+    a_killed_waiter_does_not_stall_the_queue,
 );
 
 fn sh(store: &Store, key: &str, script: &str) -> Command {
@@ -442,4 +443,43 @@ fn a_wait_is_shown_and_listed(store: Store) {
     }
     let out = quiet.wait_with_output().unwrap();
     assert!(out.stderr.is_empty(), "-q printed: {:?}", out.stderr);
+}
+
+/// A waiter killed outright (SIGKILL: no chance to leave the queue) does not keep the one
+/// behind it waiting past its liveness window (Redis: 4 s without a refresh; the local
+/// store: at once, its lock goes with it), and never runs its command.
+fn a_killed_waiter_does_not_stall_the_queue(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = hold(&store, "ghost", dir.path(), &[]);
+    let marker = |name: &str| dir.path().join(name);
+    let waiter = |name: &str| {
+        store
+            .dlock()
+            .args(["exec", "ghost", "-q", "--", "touch"])
+            .arg(marker(name))
+            .spawn()
+            .unwrap()
+    };
+    let mut first = waiter("first");
+    await_queued(&store, "ghost", 1);
+    let mut second = waiter("second");
+    await_queued(&store, "ghost", 2);
+    first.kill().unwrap(); // SIGKILL
+    first.wait().unwrap();
+    send_signal(holder.id(), "TERM"); // forwarded: the holder ends and releases
+    wait_exit(&mut holder, Duration::from_secs(5)).expect("holder ends");
+    let released = Instant::now();
+    let status = wait_exit(&mut second, Duration::from_secs(10));
+    let waited = released.elapsed();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "stalled for {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(7), "stalled for {waited:?}");
+    assert!(marker("second").exists());
+    assert!(!marker("first").exists(), "the killed waiter's command ran");
+    if let Some(queue) = queue_of(&store, "ghost") {
+        assert!(queue.is_empty(), "left in the queue: {queue:?}");
+    }
 }
