@@ -85,8 +85,8 @@ pub fn check_key(key: &str) -> Result<()> {
 pub enum BackendSpec {
     /// The embedded local store in this directory.
     Local(PathBuf),
-    /// One Redis server (`redis://`, `rediss://`, or the master Sentinels name with
-    /// `redis+sentinel://`, `rediss+sentinel://`).
+    /// One Redis server (`redis://`, `rediss://`, `redis+unix:///PATH` for a Unix socket,
+    /// or the master Sentinels name with `redis+sentinel://`, `rediss+sentinel://`).
     Redis(String),
     /// Several independent Redis servers (each of the kinds above): Redlock quorum.
     Redlock(Vec<String>),
@@ -117,7 +117,7 @@ impl BackendSpec {
                 for u in many {
                     if !is_redis(u) {
                         return Err(Error::Usage(format!(
-                            "several URLs make a Redlock quorum, which needs Redis URLs (redis://, rediss://, redis+sentinel://), not {}",
+                            "several URLs make a Redlock quorum, which needs Redis URLs (redis://, rediss://, redis+unix://, redis+sentinel://), not {}",
                             redact_url(u)
                         )));
                     }
@@ -155,14 +155,23 @@ impl BackendSpec {
         }
         let scheme = url.split("://").next().unwrap_or(url);
         Err(Error::Usage(format!(
-            "unsupported backend URL {} (scheme '{scheme}'; supported: redis://, rediss://, redis+sentinel://, rediss+sentinel://, file://DIR)",
+            "unsupported backend URL {} (scheme '{scheme}'; supported: redis://, rediss://, redis+unix:///PATH, redis+sentinel://, rediss+sentinel://, file://DIR)",
             redact_url(url)
         )))
     }
 }
 
 fn is_redis(url: &str) -> bool {
-    url.starts_with("redis://") || url.starts_with("rediss://") || is_sentinel_url(url)
+    url.starts_with("redis://")
+        || url.starts_with("rediss://")
+        || is_unix_url(url)
+        || is_sentinel_url(url)
+}
+
+/// True for a Redis server on a Unix socket: `redis+unix:///PATH` (or `unix:///PATH`),
+/// with `?db=N&user=U&pass=P` as the Redis client reads them.
+fn is_unix_url(url: &str) -> bool {
+    url.starts_with("redis+unix://") || url.starts_with("unix://")
 }
 
 /// True for a Sentinel URL still in its host list (no `/MASTER` yet).
@@ -307,6 +316,18 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
+    // A Unix-socket URL carries its password in the query (`?pass=P`). The query starts
+    // after the credentials, which may hold an unescaped '?' of their own.
+    let creds_end = rest.rfind('@').map_or(0, |i| i + 1);
+    if let Some(q) = rest[creds_end..].find('?') {
+        let (base, query) = rest.split_at(creds_end + q);
+        let pairs: Vec<String> = query[1..].split('&').map(redact_query_pair).collect();
+        return format!(
+            "{}?{}",
+            redact_url(&format!("{scheme}://{base}")),
+            pairs.join("&")
+        );
+    }
     let (authority, tail) = match rest.find('/') {
         Some(i) => rest.split_at(i),
         None => (rest, ""),
@@ -320,6 +341,14 @@ pub fn redact_url(url: &str) -> String {
         None => format!("{userinfo}:***"),
     };
     format!("{scheme}://{user}@{host}{tail}")
+}
+
+/// `pass=P` (or `password=P`) becomes `pass=***`; any other query pair stays.
+fn redact_query_pair(pair: &str) -> String {
+    match pair.split_once('=') {
+        Some((k, _)) if k == "pass" || k == "password" => format!("{k}=***"),
+        _ => pair.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -363,6 +392,15 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("rediss://tok@h"), "rediss://tok:***@h");
         assert_eq!(redact_url("redis://u:p@ss@h/1"), "redis://u:***@h/1");
+        assert_eq!(
+            redact_url("redis+unix:///run/r.sock?db=1&pass=secret&user=u"),
+            "redis+unix:///run/r.sock?db=1&pass=***&user=u"
+        );
+        assert_eq!(
+            redact_url("redis://:secret@h/0?password=other"),
+            "redis://:***@h/0?password=***"
+        );
+        assert_eq!(redact_url("redis://u:p?ss@h/0"), "redis://u:***@h/0");
     }
 
     #[test]
@@ -375,6 +413,11 @@ mod tests {
         let many = vec!["redis://a,redis://b".to_string(), "redis://c".to_string()];
         assert!(
             matches!(BackendSpec::from_urls(&many).unwrap(), BackendSpec::Redlock(v) if v.len() == 3)
+        );
+        let unix = vec!["redis+unix:///run/redis.sock?db=2".to_string()];
+        assert_eq!(
+            BackendSpec::from_urls(&unix).unwrap(),
+            BackendSpec::Redis("redis+unix:///run/redis.sock?db=2".into())
         );
         let file = vec!["file:///tmp/x".to_string()];
         assert_eq!(

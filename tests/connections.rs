@@ -239,3 +239,52 @@ fn sentinel_finds_the_master() {
         .unwrap();
     assert_unavailable(&out, &sentinel.port.to_string(), &[]);
 }
+
+#[test]
+fn a_unix_socket_url_works_and_keeps_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("redis.sock");
+    let sock_arg = sock.display().to_string();
+    let server = RedisServer::start_with(&["--unixsocket", &sock_arg, "--requirepass", "s3cret"]);
+    let run = |url: &str, args: &[&str]| {
+        common::dlock()
+            .env("DLOCK_URL", url)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let url = format!("redis+unix://{}?pass=s3cret", sock.display());
+    let out = run(
+        &url,
+        &["exec", "k", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+
+    // Held through the socket, seen through TCP: the same server. The socket URL is shown
+    // with its password hidden.
+    let out = run(&url, &["lock", "k", "--ttl", "1m"]);
+    assert!(out.status.success(), "{out:?}");
+    let tcp = format!("redis://:s3cret@127.0.0.1:{}", server.port);
+    let out = run(&tcp, &["status", "k"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = run(&url, &["status", "k", "--json"]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("pass=***"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    // The password from REDISCLI_AUTH, as for redis://.
+    let bare = format!("redis+unix://{}", sock.display());
+    let out = common::dlock()
+        .env("DLOCK_URL", &bare)
+        .env("REDISCLI_AUTH", "s3cret")
+        .args(["exec", "-n", "other", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+
+    // A wrong password: 69, one line naming the socket, no password.
+    let wrong = format!("redis+unix://{}?pass=nope-nope", sock.display());
+    let out = run(&wrong, &["exec", "k2", "--", "true"]);
+    assert_unavailable(&out, "redis.sock", &["nope-nope", "s3cret"]);
+}
