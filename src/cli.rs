@@ -41,7 +41,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS),
-    /// redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR.
+    /// redis+unix:///PATH (a Unix socket), redis+sentinel://host:port[,host:port]/MASTER (the
+    /// master Sentinel names), file://DIR.
     /// Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers
     /// (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock.
     /// Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and
