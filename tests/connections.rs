@@ -23,6 +23,27 @@ fn assert_unavailable(out: &std::process::Output, names: &str, secrets: &[&str])
     }
 }
 
+/// `dlock ARGS` against `url`, with `REDISCLI_AUTH` set when a password is given.
+fn run_at(url: &str, auth: Option<&str>, args: &[&str]) -> std::process::Output {
+    let mut c = common::dlock();
+    c.env("DLOCK_URL", url).args(args);
+    if let Some(password) = auth {
+        c.env("REDISCLI_AUTH", password);
+    }
+    c.output().unwrap()
+}
+
+/// The first `exec` of key `k` on a fresh server runs, with fencing token 1.
+fn assert_first_exec_runs(url: &str) {
+    let out = run_at(
+        url,
+        None,
+        &["exec", "k", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+}
+
 #[test]
 fn an_acl_user_with_rights_on_dlock_keys_only_works() {
     // Least privilege: dlock's keys and channels, no dangerous commands.
@@ -37,19 +58,8 @@ fn an_acl_user_with_rights_on_dlock_keys_only_works() {
         "-@dangerous",
     ]);
     let url = format!("redis://alice:wonderland@127.0.0.1:{}", server.port);
-    let run = |url: &str, args: &[&str]| {
-        common::dlock()
-            .env("DLOCK_URL", url)
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let out = run(
-        &url,
-        &["exec", "k", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"],
-    );
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "1");
+    let run = |url: &str, args: &[&str]| run_at(url, None, args);
+    assert_first_exec_runs(&url);
     let out = run(&url, &["lock", "k", "--ttl", "1m"]);
     assert!(out.status.success(), "{out:?}");
     let out = run(&url, &["status", "--json"]);
@@ -58,12 +68,11 @@ fn an_acl_user_with_rights_on_dlock_keys_only_works() {
 
     // The user in the URL, the password from REDISCLI_AUTH.
     let bare = format!("redis://alice@127.0.0.1:{}", server.port);
-    let out = common::dlock()
-        .env("DLOCK_URL", &bare)
-        .env("REDISCLI_AUTH", "wonderland")
-        .args(["exec", "-n", "other", "--", "true"])
-        .output()
-        .unwrap();
+    let out = run_at(
+        &bare,
+        Some("wonderland"),
+        &["exec", "-n", "other", "--", "true"],
+    );
     assert!(out.status.success(), "{out:?}");
 
     // A wrong password: 69, one line, no password.
@@ -246,20 +255,9 @@ fn a_unix_socket_url_works_and_keeps_its_password() {
     let sock = dir.path().join("redis.sock");
     let sock_arg = sock.display().to_string();
     let server = RedisServer::start_with(&["--unixsocket", &sock_arg, "--requirepass", "s3cret"]);
-    let run = |url: &str, args: &[&str]| {
-        common::dlock()
-            .env("DLOCK_URL", url)
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |url: &str, args: &[&str]| run_at(url, None, args);
     let url = format!("redis+unix://{}?pass=s3cret", sock.display());
-    let out = run(
-        &url,
-        &["exec", "k", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"],
-    );
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "1");
+    assert_first_exec_runs(&url);
 
     // Held through the socket, seen through TCP: the same server. The socket URL is shown
     // with its password hidden.
@@ -275,12 +273,11 @@ fn a_unix_socket_url_works_and_keeps_its_password() {
 
     // The password from REDISCLI_AUTH, as for redis://.
     let bare = format!("redis+unix://{}", sock.display());
-    let out = common::dlock()
-        .env("DLOCK_URL", &bare)
-        .env("REDISCLI_AUTH", "s3cret")
-        .args(["exec", "-n", "other", "--", "true"])
-        .output()
-        .unwrap();
+    let out = run_at(
+        &bare,
+        Some("s3cret"),
+        &["exec", "-n", "other", "--", "true"],
+    );
     assert!(out.status.success(), "{out:?}");
 
     // A wrong password: 69, one line naming the socket, no password.
