@@ -317,8 +317,10 @@ pub fn redact_url(url: &str) -> String {
         return url.to_string();
     };
     // A Unix-socket URL carries its password in the query (`?pass=P`). The query starts
-    // after the credentials, which may hold an unescaped '?' of their own.
-    let creds_end = rest.rfind('@').map_or(0, |i| i + 1);
+    // after the credentials (which may hold an unescaped '?' of their own), and an '@' in
+    // the path or the query is not theirs.
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let creds_end = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
     if let Some(q) = rest[creds_end..].find('?') {
         let (base, query) = rest.split_at(creds_end + q);
         let pairs: Vec<String> = query[1..].split('&').map(redact_query_pair).collect();
@@ -401,6 +403,10 @@ mod tests {
             "redis://:***@h/0?password=***"
         );
         assert_eq!(redact_url("redis://u:p?ss@h/0"), "redis://u:***@h/0");
+        assert_eq!(
+            redact_url("redis+unix:///r.sock?pass=a@b&db=1"),
+            "redis+unix:///r.sock?pass=***&db=1"
+        );
     }
 
     #[test]
