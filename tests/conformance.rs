@@ -476,10 +476,6 @@ pub mod suite {
         Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
     {
         let (b, _g) = factory().await;
-        let holder_of = |b: Arc<dyn Backend>| async move {
-            let st = b.status(&["r".to_string()]).await.unwrap();
-            st[0].lock.as_ref().map(|l| l.owner.clone())
-        };
         let a = b.acquire(&bound("r", "a"), &no_wait()).await.unwrap();
         let inner = AcquireRequest {
             reenter: vec!["a".into()],
@@ -489,7 +485,7 @@ pub mod suite {
         assert!(nested.lease.reentered);
         b.release_acquired(nested, ReleaseMode::One).await.unwrap();
         assert_eq!(
-            holder_of(b.clone()).await.as_deref(),
+            held_by(&b, "r").await.as_deref(),
             Some("a"),
             "one level only"
         );
@@ -506,14 +502,10 @@ pub mod suite {
             .unwrap()
             .unwrap();
         assert!(got.lease.fencing_token > token);
-        assert_eq!(holder_of(b.clone()).await.as_deref(), Some("b"));
+        assert_eq!(held_by(&b, "r").await.as_deref(), Some("b"));
         let token = got.lease.fencing_token;
         b.release_acquired(got, ReleaseMode::All).await.unwrap();
-        assert_eq!(
-            holder_of(b.clone()).await,
-            None,
-            "free after the last release"
-        );
+        assert_eq!(held_by(&b, "r").await, None, "free after the last release");
         let again = b.acquire(&req("r", "c"), &no_wait()).await.unwrap();
         assert!(again.lease.fencing_token > token);
         b.release("r", "c", ReleaseMode::All).await.unwrap();
