@@ -1154,7 +1154,6 @@ fn section_exec(ctx: &mut Ctx) {
 // ---------------------------------------------------------------------------------------
 // 2. contention
 
-#[derive(Clone)]
 struct Contention {
     cycles: usize,
     elapsed: Duration,
@@ -1165,17 +1164,21 @@ struct Contention {
 /// median of one 8-process row still moved by 0.1x between two runs on the reference VM.
 const CONTENTION_ROUNDS: usize = 7;
 
+/// Each round's rate, `None` for a round that failed.
+fn rates(runs: &[Result<Contention, String>]) -> Vec<Option<f64>> {
+    runs.iter()
+        .map(|r| r.as_ref().ok().map(Contention::rate))
+        .collect()
+}
+
 /// Each round's rate over flock's rate in the same round (runs next to each other, so a
 /// machine that speeds up or slows down between rounds cancels out), as (median, min,
 /// max); `None` when no round of both ran.
-fn paired_ratios(
-    runs: &[Result<Contention, String>],
-    flock: &[Result<Contention, String>],
-) -> Option<(f64, f64, f64)> {
+fn paired_ratios(runs: &[Option<f64>], flock: &[Option<f64>]) -> Option<(f64, f64, f64)> {
     let mut r: Vec<f64> = runs
         .iter()
         .zip(flock)
-        .filter_map(|(a, f)| Some(a.as_ref().ok()?.rate() / f.as_ref().ok()?.rate()))
+        .filter_map(|(a, f)| Some((*a)? / (*f)?))
         .collect();
     r.sort_by(f64::total_cmp);
     Some((*r.get(r.len() / 2)?, r[0], r[r.len() - 1]))
@@ -1305,10 +1308,10 @@ fn section_contention(ctx: &mut Ctx) {
             }
         }
         // flock is the first peer: every row is compared with it, round by round.
-        let flock_runs = runs.first().cloned().unwrap_or_default();
+        let flock_rates = runs.first().map(|r| rates(r)).unwrap_or_default();
         for ((name, _), runs) in peers.iter().zip(runs) {
             let label = format!("{n} × {m}");
-            let paired = paired_ratios(&runs, &flock_runs);
+            let paired = paired_ratios(&rates(&runs), &flock_rates);
             let Some(r) = median_run(runs) else { break };
             match r {
                 Ok(c) => {
