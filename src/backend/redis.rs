@@ -557,7 +557,7 @@ fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockIn
         fencing_token: num(token),
         depth: num(depth) as u32,
         holder: Holder {
-            acquired_at_ms: num(acquired), // the server's clock
+            acquired_at_ms: num(acquired), // the holder's clock at the grant
             ..holder.unwrap_or_default()
         },
         ttl_left_ms: u64::try_from(pttl).ok(),
