@@ -392,14 +392,17 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
-        let sent_at = Instant::now();
-        let nowait = wait.deadline.is_some_and(|d| d <= sent_at);
+        let started = Instant::now();
+        let nowait = wait.deadline.is_some_and(|d| d <= started);
         let kf = self
             .key_file(&req.key, true, true)?
             .expect("created when missing");
         let req = Arc::new(req.clone());
         let mut w = Waiting::new(kf.clone());
         loop {
+            // The lease's clock starts at the attempt that is granted, not when the wait
+            // began: a long wait must not eat into the lease.
+            let sent_at = Instant::now();
             let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
             let out = wait::locked(
                 &self.ctx,
@@ -429,7 +432,7 @@ impl Backend for LocalBackend {
                     return Err(match why {
                         Abort::Cancelled => self.cancelled(&req.key),
                         Abort::Deadline => {
-                            self.not_obtained(&req.key, w.holder.as_ref(), Some(sent_at.elapsed()))
+                            self.not_obtained(&req.key, w.holder.as_ref(), Some(started.elapsed()))
                         }
                     });
                 }
@@ -478,7 +481,7 @@ impl Backend for LocalBackend {
                             Abort::Deadline => self.not_obtained(
                                 &req.key,
                                 w.holder.as_ref(),
-                                Some(sent_at.elapsed()),
+                                Some(started.elapsed()),
                             ),
                         });
                     }

@@ -116,8 +116,13 @@ pub struct Lease {
     /// True when this acquisition re-entered a lease the caller's tree already held.
     pub reentered: bool,
     /// Monotonic time at which the granting request was sent: the lease is valid at most
-    /// until `sent_at + ttl` (see [`crate::lease`] for the safety margins).
+    /// until `sent_at + ttl` (see [`crate::lease`] for the safety margins). It is the send
+    /// time of the attempt that was granted, never the start of a wait before it.
     pub sent_at: Instant,
+    /// The lease lives exactly as long as this process holds its guard (the local store's
+    /// `exec` leases): it cannot expire while we live, so a renewal that fails or is slow
+    /// is not a lost lease. Only an answer that the lease is gone (`unlock --force`) is.
+    pub bound: bool,
     /// Wall-clock expiry, milliseconds since the Unix epoch (for `--json` output).
     pub expires_at_ms: u64,
 }

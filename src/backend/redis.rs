@@ -1034,6 +1034,7 @@ impl RedisBackend {
                 ttl: req.ttl,
                 reentered,
                 sent_at,
+                bound: false,
                 expires_at_ms: now_ms + pttl,
             }));
         }
@@ -1502,6 +1503,7 @@ impl Backend for RedisBackend {
                     ttl,
                     reentered: false,
                     sent_at,
+                    bound: false,
                     expires_at_ms: now_ms + pttl,
                 })
             }

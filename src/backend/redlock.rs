@@ -570,6 +570,7 @@ impl RedlockBackend {
                         ttl: req.ttl,
                         reentered: was_reentered,
                         sent_at,
+                        bound: false,
                         expires_at_ms: now_ms() + validity.as_millis() as u64,
                     });
                 }
@@ -958,6 +959,7 @@ impl Backend for RedlockBackend {
                 ttl,
                 reentered: false,
                 sent_at,
+                bound: false,
                 expires_at_ms: now_ms() + validity.as_millis() as u64,
             });
         }

@@ -142,8 +142,12 @@ async fn supervise(
 
 /// Renews the lease every TTL/3. When renewal keeps failing, sends `Term` in time for the
 /// child to be dead (`Kill`) before the lease may expire; when the backend says the lease
-/// is gone, sends `Kill` at once.
+/// is gone, sends `Kill` at once. A bound lease cannot expire while we live: only the
+/// backend's word that it is gone ends it.
 async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Doom>) {
+    if lease.bound {
+        return keep_bound(backend, lease, tx).await;
+    }
     let plan = Schedule::for_ttl(lease.ttl);
     let mut last_ok = lease.sent_at;
     let mut next = last_ok + plan.renew_every;
@@ -155,7 +159,13 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         }
         sleep_until(next.into()).await;
         let sent = Instant::now();
-        let limit = (sent + plan.request_timeout()).min(term_at);
+        // Woken past the deadline (this process was stopped): one short try still tells
+        // whether the lease survived, since the server renews only a lease that is ours.
+        let limit = if sent < term_at {
+            (sent + plan.request_timeout()).min(term_at)
+        } else {
+            sent + plan.retry_every
+        };
         match timeout_at(
             limit.into(),
             backend.renew(&lease.key, &lease.owner, lease.ttl),
@@ -185,6 +195,22 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
     let _ = tx.send(Doom::Term(why.clone())).await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// Checks a bound lease every TTL/3 for a release by someone else (`unlock --force`).
+/// A check that fails or hangs (the store busy) is tried again later: it cannot mean
+/// that the lease expired.
+async fn keep_bound(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Doom>) {
+    let plan = Schedule::for_ttl(lease.ttl);
+    loop {
+        sleep_until((Instant::now() + plan.renew_every).into()).await;
+        let check = backend.renew(&lease.key, &lease.owner, lease.ttl);
+        if let Ok(Err(e @ Error::NotOwner(_))) = tokio::time::timeout(plan.renew_every, check).await
+        {
+            let _ = tx.send(Doom::Kill(e.to_string())).await;
+            return;
+        }
+    }
 }
 
 /// Releases the lease (one level when we re-entered it, entirely otherwise). A failure

@@ -485,6 +485,7 @@ impl<'a> Session<'a> {
             ttl,
             reentered,
             sent_at,
+            bound: l.bound,
             expires_at_ms: if l.bound {
                 now_ms() + ttl.as_millis() as u64
             } else {
