@@ -37,6 +37,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The environment variable that names the backend when no `--url` is given.
+pub const URL_ENV: &str = "DLOCK_URL";
+
 /// The global options, given before the subcommand name (`dlock -q exec …`).
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
@@ -44,13 +47,14 @@ pub struct GlobalArgs {
     /// redis+unix:///PATH (a Unix socket), redis+sentinel://host:port[,host:port]/MASTER (the
     /// master Sentinel names), file://DIR.
     /// Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers
-    /// (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock.
+    /// (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an
+    /// empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store.
     /// Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and
     /// DLOCK_TLS_KEY name PEM files.
     #[arg(
         short = 'u',
         long = "url",
-        env = "DLOCK_URL",
+        env = URL_ENV,
         value_delimiter = ',',
         hide_env_values = true,
         value_name = "URL"

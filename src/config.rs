@@ -33,20 +33,31 @@ pub const INHERITED_ENV: [&str; 7] = [
 /// per host, shared by all users, and kept across reboots so fencing counters never reset.
 pub const DEFAULT_DIR: &str = "/var/tmp/dlock";
 
+/// The longest duration any option takes (a century): anything longer is a typo, and
+/// refusing it keeps every `Instant + Duration` and millisecond count far from overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Parses a duration: humantime (`500ms`, `1h30m`) or a bare number of seconds, as flock does.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
         return Err("empty duration".into());
     }
-    if let Ok(secs) = t.parse::<f64>() {
-        if !secs.is_finite() || secs < 0.0 || secs > MAX_TTL.as_secs_f64() * 10.0 {
+    let d = if let Ok(secs) = t.parse::<f64>() {
+        if !secs.is_finite() || secs < 0.0 {
             return Err(format!("invalid duration '{s}'"));
         }
-        return Ok(Duration::from_secs_f64(secs));
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    } else {
+        humantime::parse_duration(t)
+            .map_err(|e| format!("invalid duration '{s}': {e} (try 30s, 500ms, 5m)"))?
+    };
+    if d > MAX_DURATION {
+        return Err(format!(
+            "duration '{s}' is longer than 100 years (without --timeout, dlock waits forever)"
+        ));
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("invalid duration '{s}': {e} (try 30s, 500ms, 5m)"))
+    Ok(d)
 }
 
 /// Checks a lease length is within [`MIN_TTL`, `MAX_TTL`].
@@ -111,6 +122,11 @@ impl BackendSpec {
             }
         }
         match joined.as_slice() {
+            // An empty value is a mistake (a CI secret that is not set), never a request
+            // for the local store: that would turn cross-host exclusion off without a word.
+            [] if !urls.is_empty() => Err(Error::Usage(
+                "the backend URL is empty: give one, or leave --url and DLOCK_URL out (or use file://DIR) for the local store".into(),
+            )),
             [] => Ok(BackendSpec::Local(default_dir())),
             [one] => Self::single(one),
             many => {
@@ -367,6 +383,12 @@ mod tests {
         assert!(parse_duration("-1").is_err());
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("1e300").is_err());
+        // Past what an Instant can count: refused, never a panic later.
+        assert!(parse_duration("500000000000y").is_err());
+        assert!(parse_duration("18446744073709551615s").is_err());
+        assert!(parse_duration("18446744073709551615").is_err());
+        assert!(parse_duration("100years").is_err());
+        assert!(parse_duration("99years").is_ok());
     }
 
     #[test]
@@ -431,6 +453,14 @@ mod tests {
             BackendSpec::Local("/tmp/x".into())
         );
         assert!(BackendSpec::from_urls(&["etcd://x".to_string()]).is_err());
+        for empty in ["", " ", ",", " , "] {
+            let e = BackendSpec::from_urls(&[empty.to_string()]).unwrap_err();
+            assert!(e.to_string().contains("URL is empty"), "{e}");
+        }
+        assert_eq!(
+            BackendSpec::from_urls(&[]).unwrap(),
+            BackendSpec::Local(default_dir())
+        );
         // The same server twice is not a quorum of independent servers.
         let twice = vec![
             "redis://a:1,redis://b:1".to_string(),

@@ -1,6 +1,6 @@
 //! What dlock prints: JSON shapes, the status table, shell assignments, the waiting line.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
@@ -11,12 +11,58 @@ use crate::backend::{
 };
 use crate::cli::Global;
 
+/// Writes one line to stdout and flushes it. Unlike `println!`, which panics, a reader that
+/// went away (`dlock status | head -1`) is an error the caller may ignore; a caller that must
+/// know whether the line arrived (`lock`: the owner id is the only handle on the lease)
+/// acts on it.
+pub fn write_line(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
+}
+
+/// Writes a line of output whose loss only its reader can mind: a closed pipe ends the
+/// output quietly, as it does for other command-line tools.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        let _ = write_line(&format!($($arg)*));
+    };
+}
+
 /// Prints one JSON object on its own line.
 pub fn print_json<T: Serialize>(value: &T) {
+    let _ = try_print_json(value);
+}
+
+/// Prints one JSON object on its own line; fails when stdout cannot take it.
+pub fn try_print_json<T: Serialize>(value: &T) -> std::io::Result<()> {
     match serde_json::to_string(value) {
-        Ok(line) => println!("{line}"),
-        Err(e) => eprintln!("dlock: cannot encode JSON: {e}"),
+        Ok(line) => write_line(&line),
+        Err(e) => Err(std::io::Error::other(format!("cannot encode JSON: {e}"))),
     }
+}
+
+/// False when this process was started with its stdout closed (`>&-`). Rust's runtime puts
+/// `/dev/null` opened read-write in the place of a closed standard descriptor before `main`,
+/// so that is what a closed stdout looks like here; a shell's `>/dev/null` opens it
+/// write-only, and is the caller's explicit choice.
+pub fn stdout_is_open() -> bool {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use nix::sys::stat::{fstat, stat, SFlag};
+    use std::os::fd::AsRawFd;
+    let fd = std::io::stdout().as_raw_fd();
+    let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) else {
+        return false;
+    };
+    let read_write = OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE == OFlag::O_RDWR;
+    let is_null = match (fstat(fd), stat("/dev/null")) {
+        (Ok(out), Ok(null)) => {
+            SFlag::from_bits_truncate(out.st_mode).contains(SFlag::S_IFCHR)
+                && out.st_rdev == null.st_rdev
+        }
+        _ => false,
+    };
+    !(read_write && is_null)
 }
 
 /// RFC 3339 (UTC, milliseconds) for a time in milliseconds since the epoch.
@@ -121,7 +167,7 @@ impl<'a> WaiterJson<'a> {
 /// The human `status` table.
 pub fn print_status_table(states: &[KeyStatus], backend: &str) {
     if states.is_empty() {
-        println!("no locks held on {backend}");
+        outln!("no locks held on {backend}");
         return;
     }
     let header = [
@@ -148,19 +194,19 @@ pub fn print_status_table(states: &[KeyStatus], backend: &str) {
                 }
             })
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        outln!("{}", padded.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
     for (row, state) in rows.into_iter().zip(states) {
         line(row);
         if let Some(servers) = &state.servers {
             for sub in server_lines(servers, state.lock.is_some()) {
-                println!("{sub}");
+                outln!("{sub}");
             }
         }
         print_queue(state);
     }
-    println!("backend: {backend}");
+    outln!("backend: {backend}");
 }
 
 /// The waiters of one key, in queue order, under its row.
@@ -168,7 +214,7 @@ fn print_queue(state: &KeyStatus) {
     for (i, w) in state.waiters.iter().flatten().enumerate() {
         let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
         let h = &w.holder;
-        println!(
+        outln!(
             "  waiter {}: {}@{} pid {} ({}), waiting {waited}",
             i + 1,
             h.user,

@@ -63,7 +63,8 @@ pub fn deadline(opts: &AcquireOpts) -> Option<Instant> {
     if opts.no_wait {
         Some(Instant::now())
     } else {
-        opts.timeout.map(|t| Instant::now() + t)
+        // A deadline past what the clock can count is no deadline.
+        opts.timeout.and_then(|t| Instant::now().checked_add(t))
     }
 }
 
