@@ -4,6 +4,8 @@
 //! the backend where it knows them. Backend descriptions are always redacted (see
 //! [`crate::config::redact_url`]), so no password ever reaches an error.
 
+use std::time::Duration;
+
 use crate::exit;
 
 /// What went wrong, classified by what the user can do about it.
@@ -49,6 +51,27 @@ impl Error {
     /// True when retrying the same operation later may succeed (network trouble).
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Unavailable(_))
+    }
+
+    /// The lock was not obtained: `why` says what blocked it (`held by OWNER (…)`);
+    /// `waited` is `None` for `--no-wait`. The same words on every backend.
+    pub fn not_obtained(key: &str, backend: &str, why: &str, waited: Option<Duration>) -> Error {
+        let msg = format!("lock '{key}' is {why} on {backend}");
+        Error::NotObtained(match waited {
+            None => msg,
+            Some(d) => {
+                let d = Duration::from_millis(d.as_millis() as u64);
+                format!("gave up after {}: {msg}", humantime::format_duration(d))
+            }
+        })
+    }
+
+    /// A wait was cancelled; the caller, who knows the signal, fills in its number.
+    pub fn cancelled(key: &str, backend: &str) -> Error {
+        Error::Cancelled(
+            format!("cancelled while waiting for lock '{key}' on {backend}"),
+            0,
+        )
     }
 }
 

@@ -699,8 +699,7 @@ async fn wrong_or_missing_password_is_unavailable() {
         Ok(b) => b
             .acquire(&req("auth", "o"), &no_wait())
             .await
-            .err()
-            .expect("no password"),
+            .expect_err("no password"),
     };
     assert_eq!(e.exit_code(), 69, "{e}");
     assert!(!e.to_string().contains('\n'), "{e}");

@@ -12,8 +12,11 @@
 //!   of polling.
 
 pub mod local;
+pub mod memory;
 pub mod redis;
 pub mod redlock;
+pub mod store;
+pub mod waiting;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -133,6 +136,15 @@ pub struct Lease {
 pub struct Acquired {
     pub lease: Lease,
     pub guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Acquired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquired")
+            .field("lease", &self.lease)
+            .field("guard", &self.guard.is_some())
+            .finish()
+    }
 }
 
 /// How `release` treats the lease.

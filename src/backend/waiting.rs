@@ -1,0 +1,204 @@
+//! The one waiting loop, written once for every [`LockStore`]: attempt, report, sleep until
+//! something may have changed, attempt again — until granted, out of time, or cancelled.
+//!
+//! The loop owns everything that must behave the same on every store: the deadline (one
+//! last attempt when it comes, then "not obtained"), cancellation at any point (nothing
+//! left held or queued), progress reports only when something changed, how long a sleep
+//! may last, a grant that raced a cancel given back, and the wording of both failures.
+//! Times are read from tokio's clock so that tests can run it with the clock paused.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::store::{Attempt, Busy, LockStore, Woken};
+use super::WaitOptions;
+use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released};
+use crate::error::{Error, Result};
+
+/// The first back-off of a store without notifications; it doubles per refusal.
+const BACKOFF_FIRST: Duration = Duration::from_millis(10);
+/// The longest back-off.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How long a store without notifications sleeps after `round` refusals: doubling from
+/// 10 ms to 1 s, each drawn from the upper half of its range so that waiters that were
+/// refused together do not come back together.
+pub fn backoff(round: u32) -> Duration {
+    let cap = BACKOFF_FIRST
+        .saturating_mul(1u32 << round.min(16))
+        .min(BACKOFF_MAX);
+    let ms = cap.as_millis() as u64;
+    Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
+}
+
+/// Every lock store is a backend: the loop below does the waiting.
+#[async_trait]
+impl<S: LockStore> Backend for S {
+    fn describe(&self) -> String {
+        LockStore::describe(self)
+    }
+
+    async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
+        acquire(self, req, wait).await
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        LockStore::renew(self, key, owner, ttl).await
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        LockStore::release(self, key, owner, mode).await
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        LockStore::status(self, keys).await
+    }
+}
+
+/// Why the loop stopped without a lease.
+enum Stop {
+    Cancelled,
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Failed(e)
+    }
+}
+
+/// Acquires `req.key` from `store`, waiting as `wait` says.
+pub async fn acquire<S: LockStore + ?Sized>(
+    store: &S,
+    req: &AcquireRequest,
+    wait: &WaitOptions,
+) -> Result<Acquired> {
+    let started = Instant::now();
+    let mut waiter = match cancellable(wait, store.begin(req)).await {
+        Some(w) => w?,
+        None => return Err(cancelled(store, req)),
+    };
+    let stop = match run(store, req, wait, &mut waiter, started).await {
+        Ok(acquired) => return Ok(acquired),
+        Err(stop) => stop,
+    };
+    store.leave(req, waiter).await;
+    Err(match stop {
+        Stop::Cancelled => cancelled(store, req),
+        Stop::Failed(e) => e,
+    })
+}
+
+/// Runs `f` unless the wait is cancelled first (then `None`; `f` is dropped).
+async fn cancellable<F: Future>(wait: &WaitOptions, f: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        _ = wait.cancel.cancelled() => None,
+        out = f => Some(out),
+    }
+}
+
+fn deadline(wait: &WaitOptions) -> Option<Instant> {
+    wait.deadline.map(Instant::from_std)
+}
+
+fn expired(wait: &WaitOptions) -> bool {
+    deadline(wait).is_some_and(|d| Instant::now() >= d)
+}
+
+async fn run<S: LockStore + ?Sized>(
+    store: &S,
+    req: &AcquireRequest,
+    wait: &WaitOptions,
+    waiter: &mut S::Waiter,
+    started: Instant,
+) -> std::result::Result<Acquired, Stop> {
+    let no_wait = expired(wait);
+    let mut reported = None;
+    let mut answered = None;
+    for round in 0u32.. {
+        let attempt = match answered.take() {
+            Some(attempt) => attempt,
+            None => {
+                let enqueue = req.fair && !expired(wait);
+                let attempt = store.attempt(req, waiter, enqueue);
+                cancellable(wait, attempt).await.ok_or(Stop::Cancelled)??
+            }
+        };
+        let busy = match attempt {
+            Attempt::Granted(acquired) => return granted(store, wait, acquired).await,
+            Attempt::Busy(busy) => busy,
+        };
+        if reported.as_ref() != Some(&busy.gist()) {
+            reported = Some(busy.gist());
+            wait.report(&busy.info());
+        }
+        if expired(wait) {
+            let waited = (!no_wait).then(|| started.elapsed());
+            return Err(Stop::Failed(not_obtained(store, req, &busy, waited)));
+        }
+        if wait.cancel.is_cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        let pause = pause(store, wait, &busy);
+        let sleep = store.sleep(req, waiter, &busy, pause, round);
+        let until = tokio::time::sleep(pause);
+        tokio::select! {
+            biased;
+            _ = wait.cancel.cancelled() => return Err(Stop::Cancelled),
+            woken = sleep => if let Woken::Answered(a) = woken? { answered = Some(*a) },
+            _ = until => {}
+        }
+    }
+    unreachable!("the rounds of a wait are counted in u32")
+}
+
+/// How long to sleep before looking again: until what blocks us may expire, at most one
+/// heartbeat, and never past the deadline.
+fn pause<S: LockStore + ?Sized>(store: &S, wait: &WaitOptions, busy: &Busy) -> Duration {
+    let mut pause = store.heartbeat();
+    if let Some(retry) = busy.retry {
+        pause = pause.min(retry);
+    }
+    if let Some(d) = deadline(wait) {
+        pause = pause.min(d.saturating_duration_since(Instant::now()));
+    }
+    pause
+}
+
+/// A grant is returned, unless a cancel came while it was on its way: then it is given
+/// back at once.
+async fn granted<S: LockStore + ?Sized>(
+    store: &S,
+    wait: &WaitOptions,
+    acquired: Acquired,
+) -> std::result::Result<Acquired, Stop> {
+    if !wait.cancel.is_cancelled() {
+        return Ok(acquired);
+    }
+    let lease = &acquired.lease;
+    let _ = store
+        .release(&lease.key, &lease.owner, ReleaseMode::One)
+        .await;
+    Err(Stop::Cancelled)
+}
+
+fn not_obtained<S: LockStore + ?Sized>(
+    store: &S,
+    req: &AcquireRequest,
+    busy: &Busy,
+    waited: Option<std::time::Duration>,
+) -> Error {
+    Error::not_obtained(&req.key, &store.describe(), &busy.describe(), waited)
+}
+
+fn cancelled<S: LockStore + ?Sized>(store: &S, req: &AcquireRequest) -> Error {
+    Error::cancelled(&req.key, &store.describe())
+}
+
+#[cfg(test)]
+mod tests;

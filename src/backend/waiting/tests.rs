@@ -1,0 +1,238 @@
+//! The waiting loop against the in-memory store, with tokio's clock paused: time moves only
+//! when every task is idle, so "how long did it wait" has an exact answer.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{acquire, backoff};
+use crate::backend::memory::MemoryStore;
+use crate::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
+use crate::error::Error;
+
+fn req(key: &str, owner: &str) -> AcquireRequest {
+    AcquireRequest {
+        key: key.into(),
+        owner: owner.into(),
+        reenter: Vec::new(),
+        ttl: Duration::from_secs(60),
+        holder: Holder::default(),
+        detached: true,
+        fair: true,
+    }
+}
+
+fn within(d: Duration) -> WaitOptions {
+    WaitOptions::until(Some((Instant::now() + d).into_std()))
+}
+
+fn forever() -> WaitOptions {
+    WaitOptions::until(None)
+}
+
+async fn queue_len(store: &MemoryStore, key: &str) -> usize {
+    let st = Backend::status(store, &[key.to_string()]).await.unwrap();
+    st[0].waiters.as_ref().map_or(0, Vec::len)
+}
+
+/// Runs until `store` has `n` waiters on `key` (time stands still meanwhile).
+async fn until_queued(store: &MemoryStore, key: &str, n: usize) {
+    while queue_len(store, key).await < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn gives_up_at_the_deadline_after_one_last_attempt() {
+    let store = MemoryStore::new("t");
+    acquire(&store, &req("k", "a"), &forever()).await.unwrap();
+    let t0 = Instant::now();
+    let e = acquire(&store, &req("k", "b"), &within(Duration::from_millis(2500)))
+        .await
+        .unwrap_err();
+    assert_eq!(t0.elapsed(), Duration::from_millis(2500));
+    let msg = e.to_string();
+    assert!(matches!(e, Error::NotObtained(_)), "{e:?}");
+    assert!(
+        msg.starts_with("gave up after 2s 500ms: lock 'k' is held by a ("),
+        "{msg}"
+    );
+    assert!(msg.ends_with("on memory://t"), "{msg}");
+    assert_eq!(queue_len(&store, "k").await, 0, "left in the queue");
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_says_who_holds_it_and_does_not_queue() {
+    let store = MemoryStore::new("t");
+    acquire(&store, &req("k", "a"), &forever()).await.unwrap();
+    let now = WaitOptions::until(Some(Instant::now().into_std()));
+    let e = acquire(&store, &req("k", "b"), &now).await.unwrap_err();
+    assert!(e.to_string().starts_with("lock 'k' is held by a ("), "{e}");
+    assert_eq!(queue_len(&store, "k").await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_while_sleeping_leaves_the_queue() {
+    let store = Arc::new(MemoryStore::new("t"));
+    acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
+    let wait = forever();
+    let cancel = wait.cancel.clone();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move { acquire(&*s, &req("k", "b"), &wait).await });
+    until_queued(&store, "k", 1).await;
+    let t0 = Instant::now();
+    cancel.cancel();
+    let e = waiter.await.unwrap().unwrap_err();
+    assert_eq!(t0.elapsed(), Duration::ZERO, "the cancel was not immediate");
+    assert_eq!(
+        e.to_string(),
+        "cancelled while waiting for lock 'k' on memory://t"
+    );
+    assert_eq!(queue_len(&store, "k").await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_while_an_attempt_hangs_is_immediate() {
+    let store = Arc::new(MemoryStore::new("t"));
+    store.stall(true);
+    let wait = forever();
+    let cancel = wait.cancel.clone();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move { acquire(&*s, &req("k", "b"), &wait).await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!waiter.is_finished());
+    cancel.cancel();
+    let e = waiter.await.unwrap().unwrap_err();
+    assert!(matches!(e, Error::Cancelled(..)), "{e:?}");
+    store.stall(false);
+    let st = Backend::status(&*store, &["k".to_string()]).await.unwrap();
+    assert!(st[0].lock.is_none(), "a lease was left held");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_that_raced_a_cancel_is_given_back() {
+    let store = MemoryStore::new("t");
+    let wait = forever();
+    // The cancel lands while the granting attempt is on its way back.
+    let cancel = wait.cancel.clone();
+    store.on_granted(move || cancel.cancel());
+    let e = acquire(&store, &req("k", "b"), &wait).await.unwrap_err();
+    assert!(matches!(e, Error::Cancelled(..)), "{e:?}");
+    let st = Backend::status(&store, &["k".to_string()]).await.unwrap();
+    assert!(
+        st[0].lock.is_none(),
+        "the raced grant was kept: {:?}",
+        st[0].lock
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_between_attempt_and_sleep_is_not_missed() {
+    let store = Arc::new(MemoryStore::new("t"));
+    acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
+    let s = store.clone();
+    // Released synchronously right after the refusal, before the waiter goes to sleep.
+    store.on_refused(move || {
+        let s = s.clone();
+        futures_util::FutureExt::now_or_never(async move {
+            Backend::release(&*s, "k", "a", ReleaseMode::All).await
+        });
+    });
+    let t0 = Instant::now();
+    let got = acquire(&*store, &req("k", "b"), &forever()).await.unwrap();
+    assert_eq!(got.lease.owner, "b");
+    assert!(
+        t0.elapsed() < Duration::from_millis(1),
+        "slept through the release"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spurious_wake_up_is_harmless() {
+    let store = Arc::new(MemoryStore::new("t"));
+    acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
+    let reports = Arc::new(AtomicUsize::new(0));
+    let r = reports.clone();
+    let wait = WaitOptions {
+        progress: Some(Arc::new(move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+        })),
+        ..forever()
+    };
+    let s = store.clone();
+    let waiter = tokio::spawn(async move { acquire(&*s, &req("k", "b"), &wait).await });
+    until_queued(&store, "k", 1).await;
+    for _ in 0..5 {
+        store.poke();
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !waiter.is_finished(),
+        "a wake-up without a release ended the wait"
+    );
+    assert_eq!(
+        reports.load(Ordering::SeqCst),
+        1,
+        "nothing changed, yet it was reported again"
+    );
+    assert_eq!(queue_len(&store, "k").await, 1);
+    Backend::release(&*store, "k", "a", ReleaseMode::All)
+        .await
+        .unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap().lease.owner, "b");
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_arrival_order() {
+    let store = Arc::new(MemoryStore::new("t"));
+    acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
+    let mut waiters = Vec::new();
+    for (i, name) in ["b", "c", "d"].iter().enumerate() {
+        let s = store.clone();
+        let r = req("k", name);
+        waiters.push(tokio::spawn(
+            async move { acquire(&*s, &r, &forever()).await },
+        ));
+        until_queued(&store, "k", i + 1).await;
+    }
+    let mut holder = "a".to_string();
+    for w in waiters {
+        Backend::release(&*store, "k", &holder, ReleaseMode::All)
+            .await
+            .unwrap();
+        holder = w.await.unwrap().unwrap().lease.owner;
+    }
+    assert_eq!(holder, "d");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expiring_lease_is_taken_when_it_expires() {
+    let store = MemoryStore::new("t");
+    let mut short = req("k", "a");
+    short.ttl = Duration::from_millis(1500);
+    acquire(&store, &short, &forever()).await.unwrap();
+    let t0 = Instant::now();
+    let got = acquire(&store, &req("k", "b"), &forever()).await.unwrap();
+    assert_eq!(got.lease.fencing_token, 2);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_millis(1500),
+        "not woken at the expiry"
+    );
+}
+
+#[test]
+fn backoff_grows_is_jittered_and_bounded() {
+    for round in 0..40 {
+        let cap = Duration::from_millis(10 << round.min(7)).min(Duration::from_secs(1));
+        for _ in 0..20 {
+            let d = backoff(round);
+            assert!(d >= cap / 2 && d <= cap, "round {round}: {d:?}");
+        }
+    }
+    let draws: std::collections::HashSet<_> = (0..50).map(|_| backoff(6)).collect();
+    assert!(draws.len() > 5, "no jitter: {draws:?}");
+}
