@@ -21,7 +21,7 @@ use std::sync::{Arc, Barrier, Mutex, Once, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use dlock::backend::{self, AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
-use dlock::config::BackendSpec;
+use dlock::backend::BackendSpec;
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
@@ -752,7 +752,7 @@ impl Store {
     fn spec(&self) -> BackendSpec {
         match self {
             Store::Local(dir) => BackendSpec::Local(dir.clone()),
-            Store::Redis(url) => BackendSpec::Redis(url.clone()),
+            Store::Redis(url) => BackendSpec::One(url.clone()),
         }
     }
 }

@@ -24,7 +24,7 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS), redis+unix:///PATH (a Unix socket), redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names), file://DIR. Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files' -r
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Say more on stderr (repeat for more)'

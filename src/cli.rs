@@ -40,24 +40,30 @@ pub struct Cli {
 /// The environment variable that names the backend when no `--url` is given.
 pub const URL_ENV: &str = "DLOCK_URL";
 
+/// The `--url` help: every scheme of [`crate::backend::registry`], then how URLs combine.
+fn url_help() -> String {
+    format!(
+        "Backend URL: {}. Repeat it (or separate with commas) for a Redlock quorum of \
+         independent Redis servers (3 or 5). Without any, the embedded local store in \
+         $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an \
+         error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: \
+         DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.",
+        crate::backend::registry::url_help()
+    )
+}
+
 /// The global options, given before the subcommand name (`dlock -q exec …`).
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS),
-    /// redis+unix:///PATH (a Unix socket), redis+sentinel://host:port[,host:port]/MASTER (the
-    /// master Sentinel names), file://DIR.
-    /// Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers
-    /// (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an
-    /// empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store.
-    /// Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and
-    /// DLOCK_TLS_KEY name PEM files.
+    // The help is built from the scheme table, so that it lists exactly what opens.
     #[arg(
         short = 'u',
         long = "url",
         env = URL_ENV,
         value_delimiter = ',',
         hide_env_values = true,
-        value_name = "URL"
+        value_name = "URL",
+        help = url_help()
     )]
     pub urls: Vec<String>,
 

@@ -52,6 +52,19 @@ pub async fn redlock_factory() -> (Arc<dyn Backend>, Guard) {
     (Arc::new(backend), Box::new(servers))
 }
 
+/// The in-memory reference store, opened through the scheme table as a user's URL would be
+/// (a fresh name per test: stores are shared by name within the process).
+pub async fn memory_factory() -> (Arc<dyn Backend>, Guard) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let url = format!("memory://conformance-{n}");
+    let spec = dlock::backend::BackendSpec::from_urls(&[url]).expect("memory URL");
+    let backend = dlock::backend::open(&spec)
+        .await
+        .expect("open memory store");
+    (backend, Box::new(()))
+}
+
 /// Instantiates every test of [`suite`] for one backend, as `mod $name`.
 macro_rules! conformance_suite {
     ($name:ident, $factory:path) => {
@@ -85,6 +98,7 @@ macro_rules! conformance_suite {
 conformance_suite!(local, crate::local_factory);
 conformance_suite!(redis, crate::redis_factory);
 conformance_suite!(redlock, crate::redlock_factory);
+conformance_suite!(memory, crate::memory_factory);
 
 pub mod suite {
     use super::*;

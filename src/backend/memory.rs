@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -63,7 +63,19 @@ pub struct MemoryWaiter {
     seen: watch::Receiver<u64>,
 }
 
+/// The stores opened by name (`memory://NAME`), shared within this process.
+static NAMED: LazyLock<Mutex<HashMap<String, Arc<MemoryStore>>>> = LazyLock::new(Default::default);
+
 impl MemoryStore {
+    /// The store called `name` in this process, created empty on first use.
+    pub fn named(name: &str) -> Arc<MemoryStore> {
+        let mut named = NAMED.lock().unwrap_or_else(PoisonError::into_inner);
+        let store = named.entry(name.to_string());
+        store
+            .or_insert_with(|| Arc::new(MemoryStore::new(name)))
+            .clone()
+    }
+
     /// An empty store, described as `memory://NAME`.
     pub fn new(name: &str) -> MemoryStore {
         MemoryStore {

@@ -15,6 +15,8 @@ pub mod local;
 pub mod memory;
 pub mod redis;
 pub mod redlock;
+pub mod registry;
+mod spec;
 pub mod store;
 pub mod waiting;
 
@@ -26,7 +28,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::BackendSpec;
+pub use self::spec::BackendSpec;
+
 use crate::error::Result;
 
 /// Who holds (or waits for) a lock, shown by `status` and by the waiting line.
@@ -280,16 +283,8 @@ pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
 async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
     match spec {
         BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
-        BackendSpec::Redis(url) => {
-            let tuning = redis::Tuning {
-                exclusive,
-                ..redis::Tuning::default()
-            };
-            Ok(Arc::new(
-                redis::RedisBackend::connect_with(url, tuning).await?,
-            ))
-        }
-        BackendSpec::Redlock(urls) => Ok(Arc::new(redlock::RedlockBackend::connect(urls).await?)),
+        BackendSpec::One(url) => (registry::scheme_of(url)?.open)(url, exclusive).await,
+        BackendSpec::Quorum(urls) => (registry::quorum_of(urls)?.1)(urls).await,
     }
 }
 

@@ -14,9 +14,10 @@ mod unlock;
 
 use std::sync::Arc;
 
+use crate::backend::BackendSpec;
 use crate::backend::{self, Backend};
 use crate::cli::{Cli, Command, Global};
-use crate::config::{check_key, BackendSpec};
+use crate::config::check_key;
 use crate::error::{Error, Result};
 
 /// Runs the parsed command line and returns the exit code.

@@ -1,0 +1,200 @@
+//! The URL schemes dlock understands, in one table: what each opens, its line in the
+//! `--url` help, and how its URLs combine. Adding a store is one entry here (plus its
+//! folder); nothing else lists schemes.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::{local, memory, redis, redlock, Backend};
+use crate::config::{parse_sentinel_url, redact_url};
+use crate::error::{Error, Result};
+
+/// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).
+type OpenFn = for<'a> fn(&'a str, bool) -> BoxFuture<'a, Result<Arc<dyn Backend>>>;
+/// Opens a majority quorum of several URLs of one family.
+type QuorumFn = for<'a> fn(&'a [String]) -> BoxFuture<'a, Result<Arc<dyn Backend>>>;
+
+/// One kind of backend URL.
+pub struct Scheme {
+    /// The URL prefixes that select it, e.g. `redis://`.
+    pub prefixes: &'static [&'static str],
+    /// Its line in the `--url` help; empty for schemes kept out of it (tests only).
+    pub help: &'static str,
+    /// One URL may list several hosts of ONE cluster (`scheme://a:1,b:2/…`): the comma that
+    /// separates quorum URLs in `DLOCK_URL` must not split it.
+    pub host_list: bool,
+    /// Schemes of one family may form a quorum together.
+    pub family: &'static str,
+    /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
+    pub check: fn(&str) -> Result<()>,
+    pub open: OpenFn,
+}
+
+/// Families whose URLs, given several, form a majority quorum: the family and how
+/// the quorum is opened.
+static QUORUMS: &[(&str, &str, QuorumFn)] = &[("redis", "Redlock", open_redlock)];
+
+/// Every scheme, in the order the help lists them.
+pub static SCHEMES: &[Scheme] = &[
+    Scheme {
+        prefixes: &["redis://", "rediss://"],
+        help: "redis://[user:password@]host[:port][/db], rediss:// (TLS)",
+        host_list: false,
+        family: "redis",
+        check: no_check,
+        open: open_redis,
+    },
+    Scheme {
+        prefixes: &["redis+unix://", "unix://"],
+        help: "redis+unix:///PATH (a Unix socket)",
+        host_list: false,
+        family: "redis",
+        check: no_check,
+        open: open_redis,
+    },
+    Scheme {
+        prefixes: &["redis+sentinel://", "rediss+sentinel://"],
+        help: "redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names)",
+        host_list: true,
+        family: "redis",
+        check: check_sentinel,
+        open: open_redis,
+    },
+    Scheme {
+        prefixes: &["file://"],
+        help: "file://DIR (the embedded local store)",
+        host_list: false,
+        family: "file",
+        check: check_file,
+        open: open_file,
+    },
+    Scheme {
+        prefixes: &["memory://"],
+        help: "",
+        host_list: false,
+        family: "memory",
+        check: no_check,
+        open: open_memory,
+    },
+];
+
+/// The scheme of `url`, if dlock knows it.
+pub fn find(url: &str) -> Option<&'static Scheme> {
+    SCHEMES
+        .iter()
+        .find(|s| s.prefixes.iter().any(|p| url.starts_with(p)))
+}
+
+/// The scheme of `url`, or the error that names what is supported.
+pub fn scheme_of(url: &str) -> Result<&'static Scheme> {
+    find(url).ok_or_else(|| {
+        let scheme = url.split("://").next().unwrap_or(url);
+        Error::Usage(format!(
+            "unsupported backend URL {} (scheme '{scheme}'; supported: {})",
+            redact_url(url),
+            supported()
+        ))
+    })
+}
+
+/// `redis://, rediss://, …`: every documented prefix.
+pub fn supported() -> String {
+    let documented = SCHEMES.iter().filter(|s| !s.help.is_empty());
+    let prefixes: Vec<&str> = documented
+        .flat_map(|s| s.prefixes.iter().copied())
+        .collect();
+    prefixes.join(", ")
+}
+
+/// The schemes' lines for the `--url` help.
+pub fn url_help() -> String {
+    let lines: Vec<&str> = SCHEMES
+        .iter()
+        .map(|s| s.help)
+        .filter(|h| !h.is_empty())
+        .collect();
+    lines.join("; ")
+}
+
+/// True when `url` lists hosts of one cluster and has not yet closed the list (no `/`
+/// after the hosts), so a following piece without `://` is one more host of it.
+pub fn host_list_open(url: &str) -> bool {
+    find(url).is_some_and(|s| s.host_list)
+        && url
+            .split_once("://")
+            .is_some_and(|(_, rest)| !rest.contains('/'))
+}
+
+/// The quorum that `urls` (two or more) form, with its name for messages.
+pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
+    let family = scheme_of(&urls[0])?.family;
+    let quorum = QUORUMS.iter().find(|(f, _, _)| *f == family);
+    for u in urls {
+        if quorum.is_none() || scheme_of(u)?.family != family {
+            let kinds: Vec<String> = QUORUMS
+                .iter()
+                .map(|(f, name, _)| format!("{name}: {f} URLs"))
+                .collect();
+            return Err(Error::Usage(format!(
+                "several URLs make a majority quorum of one kind of store ({}), not {}",
+                kinds.join("; "),
+                redact_url(u)
+            )));
+        }
+    }
+    let (_, name, open) = quorum.expect("checked above");
+    Ok((name, *open))
+}
+
+fn no_check(_: &str) -> Result<()> {
+    Ok(())
+}
+
+fn check_sentinel(url: &str) -> Result<()> {
+    parse_sentinel_url(url).map(drop)
+}
+
+fn check_file(url: &str) -> Result<()> {
+    match url.strip_prefix("file://") {
+        Some("") | None => Err(Error::Usage(
+            "file:// needs a directory, e.g. file:///var/tmp/dlock".into(),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let tuning = redis::Tuning {
+            exclusive,
+            ..redis::Tuning::default()
+        };
+        let backend = redis::RedisBackend::connect_with(url, tuning).await?;
+        Ok(Arc::new(backend) as Arc<dyn Backend>)
+    })
+}
+
+fn open_redlock(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let backend = redlock::RedlockBackend::connect(urls).await?;
+        Ok(Arc::new(backend) as Arc<dyn Backend>)
+    })
+}
+
+fn open_file(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        check_file(url)?;
+        let dir = PathBuf::from(&url["file://".len()..]);
+        Ok(Arc::new(local::LocalBackend::open(&dir)?) as Arc<dyn Backend>)
+    })
+}
+
+/// `memory://NAME`: one in-memory store per name, shared within this process.
+fn open_memory(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let name = &url["memory://".len()..];
+        Ok(memory::MemoryStore::named(name) as Arc<dyn Backend>)
+    })
+}
