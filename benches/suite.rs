@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, Once, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use dlock::backend::{self, AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
 use dlock::backend::BackendSpec;
+use dlock::backend::{self, AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};

@@ -66,6 +66,20 @@ impl Error {
         })
     }
 
+    /// `renew`/`release` by `owner` of a lease that no longer exists.
+    pub fn lease_gone(verb: &str, key: &str, backend: &str) -> Error {
+        Error::NotOwner(format!(
+            "cannot {verb} lock '{key}' on {backend}: the lease is gone (expired or released)"
+        ))
+    }
+
+    /// `renew`/`release` by `owner` of a lease someone else holds.
+    pub fn held_by_other(verb: &str, key: &str, backend: &str, owner: &str) -> Error {
+        Error::NotOwner(format!(
+            "cannot {verb} lock '{key}' on {backend}: it is held by another owner, not {owner}"
+        ))
+    }
+
     /// A wait was cancelled; the caller, who knows the signal, fills in its number.
     pub fn cancelled(key: &str, backend: &str) -> Error {
         Error::Cancelled(

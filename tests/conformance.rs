@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
                 hand_off_is_prompt,
                 release_acquired_hands_over,
                 cancellation_leaves_nothing,
+                errors_read_the_same,
             );
         }
     };
@@ -568,5 +569,64 @@ pub mod suite {
         let e = refused(b.acquire(&req("c", "b"), &wait).await);
         assert!(matches!(e, Error::Cancelled(_, 0)), "{e}");
         drop(hold);
+    }
+
+    /// Every error kind reads the same on every backend: the key quoted, the backend named,
+    /// the same words for the same situation.
+    pub async fn errors_read_the_same<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let d = b.describe();
+        b.acquire(&req("w", "a"), &no_wait()).await.unwrap();
+        let holder = format!(
+            "held by a (testhost pid {}: conformance a)",
+            std::process::id()
+        );
+        let e = refused(b.acquire(&req("w", "b"), &no_wait()).await);
+        assert!(matches!(e, Error::NotObtained(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("lock 'w' is {holder} on ")),
+            "{e}"
+        );
+        let e = refused(
+            b.acquire(&req("w", "b"), &within(Duration::from_millis(300)))
+                .await,
+        );
+        let msg = e.to_string();
+        assert!(msg.starts_with("gave up after 3"), "{msg}");
+        assert!(
+            msg.contains(&format!(": lock 'w' is {holder} on ")),
+            "{msg}"
+        );
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let wait = WaitOptions {
+            cancel,
+            ..forever()
+        };
+        let e = refused(b.acquire(&req("w", "b"), &wait).await);
+        assert_eq!(
+            e.to_string(),
+            format!("cancelled while waiting for lock 'w' on {d}")
+        );
+        let e = b.renew("w", "b", Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, Error::NotOwner(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot renew lock 'w' on {d}: ")),
+            "{e}"
+        );
+        b.release("w", "a", ReleaseMode::All).await.unwrap();
+        let e = b.release("w", "a", ReleaseMode::One).await.unwrap_err();
+        assert!(matches!(e, Error::NotOwner(_)), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("cannot release lock 'w' on {d}: ")),
+            "{e}"
+        );
     }
 }

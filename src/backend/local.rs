@@ -161,10 +161,7 @@ impl LocalBackend {
     }
 
     fn cancelled(&self, key: &str) -> Error {
-        Error::Cancelled(
-            format!("cancelled while waiting for {key} ({})", self.ctx.describe),
-            0,
-        )
+        Error::cancelled(key, &self.ctx.describe)
     }
 
     fn not_obtained(
@@ -173,18 +170,11 @@ impl LocalBackend {
         holder: Option<&LockInfo>,
         waited: Option<Duration>,
     ) -> Error {
-        let by = match holder {
+        let why = match holder {
             Some(h) => format!("held by {}", h.describe()),
-            None => "being handed to a queued waiter".to_string(),
+            None => "free but promised to a queued waiter".to_string(),
         };
-        let backend = &self.ctx.describe;
-        Error::NotObtained(match waited {
-            Some(d) => format!(
-                "timed out after {} waiting for {key}: {by} ({backend})",
-                humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
-            ),
-            None => format!("{key} is {by} ({backend})"),
-        })
+        Error::not_obtained(key, &self.ctx.describe, &why, waited)
     }
 
     /// Gives back a lease granted while the wait was being cancelled.
@@ -494,10 +484,7 @@ impl Backend for LocalBackend {
         check_key(key)?;
         let sent_at = Instant::now();
         let Some(kf) = self.key_file(key, false, true)? else {
-            return Err(Error::NotOwner(format!(
-                "cannot renew {key} as owner {owner}: it is not held ({})",
-                self.ctx.describe
-            )));
+            return Err(Error::lease_gone("renew", key, &self.ctx.describe));
         };
         let owner = owner.to_string();
         wait::locked_now(&self.ctx, &kf, Kind::Exclusive, move |s| {
@@ -514,10 +501,7 @@ impl Backend for LocalBackend {
                     previous_owner: None,
                     still_held: false,
                 }),
-                _ => Err(Error::NotOwner(format!(
-                    "cannot release {key} as owner {owner}: it is not held ({})",
-                    self.ctx.describe
-                ))),
+                _ => Err(Error::lease_gone("release", key, &self.ctx.describe)),
             };
         };
         let owner = owner.to_string();

@@ -135,11 +135,11 @@ impl MemoryStore {
         }
     }
 
-    fn not_owner(&self, verb: &str, key: &str, owner: &str) -> Error {
-        Error::NotOwner(format!(
-            "cannot {verb} lock '{key}' on {}: it is not held by {owner}",
-            self.name
-        ))
+    fn not_owner(&self, verb: &str, key: &str, owner: &str, held: Option<&Held>) -> Error {
+        match held {
+            Some(_) => Error::held_by_other(verb, key, &self.name, owner),
+            None => Error::lease_gone(verb, key, &self.name),
+        }
     }
 }
 
@@ -249,7 +249,7 @@ impl LockStore for MemoryStore {
                 let l = l.clone();
                 Ok(self.lease(key, &l, ttl, false))
             }
-            _ => Err(self.not_owner("renew", key, owner)),
+            other => Err(self.not_owner("renew", key, owner, other.as_deref())),
         }
     }
 
@@ -275,7 +275,7 @@ impl LockStore for MemoryStore {
                         still_held,
                     }
                 }
-                _ => return Err(self.not_owner("release", key, owner)),
+                other => return Err(self.not_owner("release", key, owner, other.as_deref())),
             }
         };
         self.poke();

@@ -853,15 +853,11 @@ impl<'a> Session<'a> {
     }
 
     fn not_owner(&self, what: &str, owner: &str, held: Option<&LeaseRecord>) -> Error {
-        let key = &self.st.key;
-        let by = match held {
-            Some(l) => format!("it is held by owner {}", l.owner),
-            None => "it is not held".to_string(),
-        };
-        Error::NotOwner(format!(
-            "cannot {what} {key} as owner {owner}: {by} ({})",
-            self.ctx.describe
-        ))
+        let (key, backend) = (&self.st.key, &self.ctx.describe);
+        match held {
+            Some(_) => Error::held_by_other(what, key, backend, owner),
+            None => Error::lease_gone(what, key, backend),
+        }
     }
 
     /// The state of this key for `status`. Read-only: stale leases are shown as free but
