@@ -157,7 +157,10 @@ async fn wrong_owner_changes_nothing() {
     for mode in [ReleaseMode::One, ReleaseMode::All] {
         let e = b.release("k", "bob", mode).await.unwrap_err();
         assert_eq!(e.exit_code(), 77);
-        assert!(e.to_string().contains("held by another owner, not bob"), "{e}");
+        assert!(
+            e.to_string().contains("held by another owner, not bob"),
+            "{e}"
+        );
     }
     let e = b
         .renew("k", "bob", Duration::from_secs(1))

@@ -226,10 +226,10 @@ impl LockStore for MemoryStore {
         _req: &AcquireRequest,
         w: &mut MemoryWaiter,
         _busy: &Busy,
-        _pause: Duration,
+        pause: Duration,
         _round: u32,
     ) -> Result<super::store::Woken> {
-        let _ = w.seen.changed().await;
+        let _ = tokio::time::timeout(pause, w.seen.changed()).await;
         Ok(super::store::Woken::Again)
     }
 

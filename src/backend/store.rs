@@ -99,7 +99,8 @@ pub trait LockStore: Send + Sync {
         enqueue: bool,
     ) -> Result<Attempt>;
 
-    /// Sleeps until the key may have changed for us, for at most `pause`. A store without
+    /// Sleeps until the key may have changed for us, for at most about `pause` (it must
+    /// keep to it: the loop enforces only the deadline). A store without
     /// notifications keeps this default: a jittered back-off that grows with `round` (how
     /// many times this acquisition was refused so far). The future may be dropped at any
     /// point (cancel, deadline); [`LockStore::leave`] runs after that.

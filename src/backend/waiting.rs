@@ -144,14 +144,21 @@ async fn run<S: LockStore + ?Sized>(
         if wait.cancel.is_cancelled() {
             return Err(Stop::Cancelled);
         }
+        // The store keeps to the pause itself (a server-side timeout may answer a little
+        // late, and cutting it short would cost a connection); the loop keeps the deadline.
         let pause = pause(store, wait, &busy);
         let sleep = store.sleep(req, waiter, &busy, pause, round);
-        let until = tokio::time::sleep(pause);
+        let deadline = async {
+            match deadline(wait) {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             biased;
             _ = wait.cancel.cancelled() => return Err(Stop::Cancelled),
             woken = sleep => if let Woken::Answered(a) = woken? { answered = Some(*a) },
-            _ = until => {}
+            _ = deadline => {}
         }
     }
     unreachable!("the rounds of a wait are counted in u32")
