@@ -285,3 +285,32 @@ fn a_unix_socket_url_works_and_keeps_its_password() {
     let out = run(&wrong, &["exec", "k2", "--", "true"]);
     assert_unavailable(&out, "redis.sock", &["nope-nope", "s3cret"]);
 }
+
+#[test]
+fn no_password_for_a_server_that_wants_one_says_authentication_is_required() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = server.url();
+    let port = server.port.to_string();
+    // Each speaks to the server differently (a script call, a pipeline, a SCAN), and
+    // Redis refuses each in its own words.
+    for args in [
+        &["exec", "k", "--", "true"][..],
+        &["lock", "k"],
+        &["status", "k"],
+        &["status"],
+        &["renew", "k", "--owner", "o"],
+    ] {
+        let out = run_at(&url, None, args);
+        assert_unavailable(&out, &port, &["s3cret"]);
+        let err = text(&out.stderr);
+        assert!(err.contains("authentication required"), "{args:?}: {err}");
+        if args[0] != "status" {
+            assert!(err.contains("'k'"), "{args:?} names the key: {err}");
+        }
+    }
+    // Nothing was left behind by the refused calls.
+    assert_eq!(
+        server.cli(&["-a", "s3cret", "--no-auth-warning", "DBSIZE"]),
+        "0"
+    );
+}

@@ -360,6 +360,20 @@ impl Endpoint {
     }
 }
 
+/// True when the server refused a request because we sent no password. Redis says so in
+/// several ways: `NOAUTH` for a short command, "Protocol error: unauthenticated multibulk
+/// length" (and a closed connection) for a long one such as a script call, "Authentication
+/// required" when the handshake selects a database.
+fn needs_password(e: &RedisError) -> bool {
+    if e.code() == Some("NOAUTH") {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    ["noauth", "unauthenticated", "authentication required"]
+        .iter()
+        .any(|s| text.contains(s))
+}
+
 /// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
 fn install_crypto_provider() {
     static ONCE: Once = Once::new();
@@ -390,6 +404,13 @@ impl Server {
     }
 
     fn unavailable(&self, what: &str, e: &RedisError) -> Error {
+        if needs_password(e) {
+            return Error::Unavailable(self.line(format!(
+                "{}: {what}: authentication required: the server wants a password (give it \
+                 in the URL or in {AUTH_ENV})",
+                self.url
+            )));
+        }
         Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
     }
 
