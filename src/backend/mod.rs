@@ -268,6 +268,24 @@ pub struct Listing {
     pub unreadable: Vec<crate::error::Error>,
 }
 
+/// How long a cancelled `acquire` may spend cleaning up (leaving the queue, giving back a
+/// grant that may be on its way) before it returns anyway: a signal must end a wait at once
+/// even when the store does not answer. What a silent store never hears of ends by itself
+/// (queue entries by liveness, leases by TTL).
+pub const CANCEL_GRACE: Duration = Duration::from_millis(300);
+
+/// Runs `step` unless `cancel` fires first; `None` when it did (`step` is dropped).
+pub(crate) async fn unless_cancelled<T>(
+    cancel: &CancellationToken,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        done = step => Some(done),
+    }
+}
+
 /// Opens the backend a spec names. Connecting may fail with `Unavailable`.
 pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
     open_with(spec, false).await
