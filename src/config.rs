@@ -20,8 +20,9 @@ pub const DIR_ENV: &str = "DLOCK_DIR";
 /// The environment variables through which a caller's setting or an enclosing lease reaches
 /// `dlock` (`exec` sets the lease ones for its command). Harnesses that run `dlock` clear
 /// them, so that whatever the caller's shell holds cannot leak into a measurement or a test.
-pub const INHERITED_ENV: [&str; 7] = [
+pub const INHERITED_ENV: [&str; 8] = [
     "DLOCK_URL",
+    crate::credentials::URL_FD_ENV,
     crate::cmd::acquire::OWNER_ENV,
     crate::cmd::acquire::OWNERS_ENV,
     "DLOCK_KEY",

@@ -10,6 +10,8 @@
 //! * [`generate`]: completions and man pages from [`cli`] (checked in under `completions/`
 //!   and `man/`; `tests/generated.rs` fails when they are stale).
 //! * [`config`]: checked values (durations, keys, backend URLs, redaction of passwords).
+//! * [`credentials`]: backend passwords kept out of `exec`'s command's environment, and
+//!   read back by nested calls.
 //! * [`error`] and [`exit`]: one error type, and every exit code in one place.
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait and one file per store: [`backend::local`]
@@ -31,6 +33,7 @@ pub mod backend;
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod credentials;
 pub mod error;
 pub mod exit;
 pub mod generate;

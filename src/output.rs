@@ -305,7 +305,11 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// The waiting line on stderr: on a terminal one status line redrawn in place; elsewhere a
-/// line when waiting starts and every [`WaitLine::LOG_EVERY`] after. Silent with `-q`.
+/// line when waiting starts, every [`WaitLine::LOG_EVERY`] after, and when what it says
+/// changes between "no answer" and "waiting". Silent with `-q`.
+///
+/// It says it is waiting for a holder only once the backend told of the wait (its progress
+/// callback): until then the store has not answered, and the line says so instead.
 pub struct WaitLine {
     state: Arc<Mutex<LineState>>,
     ticker: Option<tokio::task::JoinHandle<()>>,
@@ -314,11 +318,19 @@ pub struct WaitLine {
 struct LineState {
     key: String,
     backend: String,
+    /// When the line was started: nothing is shown for [`WaitLine::QUIET_FOR`].
     started: Instant,
-    info: WaitInfo,
+    /// False while connecting, true once acquiring.
+    acquiring: bool,
+    /// When the current step (connecting, acquiring) began.
+    since: Instant,
+    /// What the backend last reported; `None` until it answered at all.
+    info: Option<WaitInfo>,
     tty: bool,
     frame: usize,
     last_log: Option<Instant>,
+    /// Whether the last line logged said "no answer".
+    logged_silent: Option<bool>,
     drawn: bool,
 }
 
@@ -328,20 +340,24 @@ impl WaitLine {
     /// Nothing is shown for waits shorter than this (a quick hand-off is not news).
     const QUIET_FOR: Duration = Duration::from_millis(300);
 
-    /// Starts the line for `key`, or returns `None` under `-q`.
+    /// Starts the line for `key` while connecting to `backend`, or returns `None` under `-q`.
     pub fn start(global: &Global, key: &str, backend: &str) -> Option<WaitLine> {
         if global.quiet {
             return None;
         }
         let tty = std::io::stderr().is_terminal();
+        let now = Instant::now();
         let state = Arc::new(Mutex::new(LineState {
             key: key.to_string(),
             backend: backend.to_string(),
-            started: Instant::now(),
-            info: WaitInfo::default(),
+            started: now,
+            acquiring: false,
+            since: now,
+            info: None,
             tty,
             frame: 0,
             last_log: None,
+            logged_silent: None,
             drawn: false,
         }));
         let ticking = Arc::clone(&state);
@@ -353,7 +369,7 @@ impl WaitLine {
             let mut every = tokio::time::interval_at(first, period);
             loop {
                 every.tick().await;
-                ticking.lock().unwrap_or_else(|e| e.into_inner()).tick();
+                lock(&ticking).tick();
             }
         });
         Some(WaitLine {
@@ -362,13 +378,25 @@ impl WaitLine {
         })
     }
 
+    /// Connected to `backend` (its own description): acquiring starts now.
+    pub fn connected(&self, backend: &str) {
+        let mut state = lock(&self.state);
+        state.backend = backend.to_string();
+        state.acquiring = true;
+        state.since = Instant::now();
+    }
+
     /// The callback the backend calls with news about the wait.
     pub fn progress(&self) -> ProgressFn {
         let state = Arc::clone(&self.state);
         Arc::new(move |info: &WaitInfo| {
-            state.lock().unwrap_or_else(|e| e.into_inner()).info = info.clone();
+            lock(&state).info = Some(info.clone());
         })
     }
+}
+
+fn lock(state: &Mutex<LineState>) -> std::sync::MutexGuard<'_, LineState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for WaitLine {
@@ -376,7 +404,7 @@ impl Drop for WaitLine {
         if let Some(t) = self.ticker.take() {
             t.abort();
         }
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = lock(&self.state);
         if state.tty && state.drawn {
             eprint!("\r\x1b[2K");
         }
@@ -385,27 +413,39 @@ impl Drop for WaitLine {
 
 impl LineState {
     fn tick(&mut self) {
-        let waited = self.started.elapsed();
-        if waited < WaitLine::QUIET_FOR {
+        if self.started.elapsed() < WaitLine::QUIET_FOR {
             return;
         }
         if self.tty {
             const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
             self.frame = (self.frame + 1) % SPINNER.len();
-            eprint!("\r\x1b[2K{} {}", SPINNER[self.frame], self.describe(waited));
+            eprint!("\r\x1b[2K{} {}", SPINNER[self.frame], self.describe());
             self.drawn = true;
-        } else if self
+            return;
+        }
+        let silent = self.info.is_none();
+        let due = self
             .last_log
-            .is_none_or(|t| t.elapsed() >= WaitLine::LOG_EVERY)
-        {
-            eprintln!("dlock: {}", self.describe(waited));
+            .is_none_or(|t| t.elapsed() >= WaitLine::LOG_EVERY);
+        if due || self.logged_silent != Some(silent) {
+            eprintln!("dlock: {}", self.describe());
             self.last_log = Some(Instant::now());
+            self.logged_silent = Some(silent);
         }
     }
 
-    fn describe(&self, waited: Duration) -> String {
+    fn describe(&self) -> String {
+        let quiet_for = short_duration(self.since.elapsed().as_millis() as u64);
+        let Some(info) = &self.info else {
+            let step = if self.acquiring {
+                format!("acquiring '{}'", self.key)
+            } else {
+                format!("connecting, for '{}'", self.key)
+            };
+            return format!("no answer from {} for {quiet_for} ({step})", self.backend);
+        };
         let mut s = format!("waiting for '{}' on {}", self.key, self.backend);
-        if let Some(h) = &self.info.holder {
+        if let Some(h) = &info.holder {
             let held = now_ms().saturating_sub(h.holder.acquired_at_ms);
             s += &format!(
                 ", held by {}@{} pid {} ({}) for {}",
@@ -416,12 +456,12 @@ impl LineState {
                 short_duration(held)
             );
         }
-        match (self.info.position, self.info.waiters) {
+        match (info.position, info.waiters) {
             (Some(p), Some(n)) => s += &format!(", position {p} of {n}"),
             (Some(p), None) => s += &format!(", position {p}"),
             _ => {}
         }
-        s + &format!(", waited {}", short_duration(waited.as_millis() as u64))
+        s + &format!(", waited {quiet_for}")
     }
 }
 
@@ -465,6 +505,40 @@ mod tests {
         assert!(lines[0].contains("not the majority's"));
         assert!(lines[2].contains("error: timed out"));
         assert!(lines[3].contains("quorum: no"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn the_waiting_line_claims_a_wait_only_once_the_store_answered() {
+        let now = Instant::now();
+        let mut state = LineState {
+            key: "k".into(),
+            backend: "redis://h:1".into(),
+            started: now,
+            acquiring: false,
+            since: now,
+            info: None,
+            tty: false,
+            frame: 0,
+            last_log: None,
+            logged_silent: None,
+            drawn: false,
+        };
+        let line = state.describe();
+        assert!(
+            line.starts_with("no answer from redis://h:1 for "),
+            "{line}"
+        );
+        assert!(line.ends_with("(connecting, for 'k')"), "{line}");
+        state.acquiring = true;
+        assert!(state.describe().ends_with("(acquiring 'k')"));
+        state.info = Some(WaitInfo {
+            position: Some(2),
+            waiters: Some(3),
+            ..WaitInfo::default()
+        });
+        let line = state.describe();
+        assert!(line.starts_with("waiting for 'k' on redis://h:1"), "{line}");
+        assert!(line.contains("position 2 of 3"), "{line}");
     }
 
     #[test]

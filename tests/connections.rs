@@ -285,3 +285,104 @@ fn a_unix_socket_url_works_and_keeps_its_password() {
     let out = run(&wrong, &["exec", "k2", "--", "true"]);
     assert_unavailable(&out, "redis.sock", &["nope-nope", "s3cret"]);
 }
+
+#[test]
+fn no_password_for_a_server_that_wants_one_says_authentication_is_required() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = server.url();
+    let port = server.port.to_string();
+    // Each speaks to the server differently (a script call, a pipeline, a SCAN), and
+    // Redis refuses each in its own words.
+    for args in [
+        &["exec", "k", "--", "true"][..],
+        &["lock", "k"],
+        &["status", "k"],
+        &["status"],
+        &["renew", "k", "--owner", "o"],
+    ] {
+        let out = run_at(&url, None, args);
+        assert_unavailable(&out, &port, &["s3cret"]);
+        let err = text(&out.stderr);
+        assert!(err.contains("authentication required"), "{args:?}: {err}");
+        if args[0] != "status" {
+            assert!(err.contains("'k'"), "{args:?} names the key: {err}");
+        }
+    }
+    // Nothing was left behind by the refused calls.
+    assert_eq!(
+        server.cli(&["-a", "s3cret", "--no-auth-warning", "DBSIZE"]),
+        "0"
+    );
+}
+
+/// `exec CMD` where CMD prints its environment, then runs nested `dlock exec`s: of the same
+/// key (re-entry: the same token) and of another key. Returns CMD's output.
+fn env_and_nested_calls(url: &str) -> String {
+    let dlock = common::dlock_bin().display().to_string();
+    let script = format!(
+        "env; '{dlock}' exec k -- sh -c 'echo nested-token=$DLOCK_FENCING_TOKEN' \
+         && '{dlock}' exec other -- echo other-ran"
+    );
+    let out = run_at(url, None, &["exec", "k", "--", "sh", "-c", &script]);
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+}
+
+#[test]
+fn the_command_gets_no_password_and_nested_calls_still_reach_the_store() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}", server.port);
+    let out = env_and_nested_calls(&url);
+    assert!(
+        !out.contains("s3cret"),
+        "the environment shows the password: {out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l == format!("DLOCK_URL={}", server.url())),
+        "{out}"
+    );
+    assert!(out.contains("nested-token=1"), "re-entered: {out}");
+    assert!(out.contains("other-ran"), "{out}");
+    assert_eq!(
+        server.cli(&[
+            "-a",
+            "s3cret",
+            "--no-auth-warning",
+            "GET",
+            "dlock:{other}:fence"
+        ]),
+        "1"
+    );
+
+    // The password goes only where it was given: pointed elsewhere, a nested call gets none.
+    let other = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let dlock = common::dlock_bin().display().to_string();
+    let script = format!("DLOCK_URL={} '{dlock}' exec k -- true", other.url());
+    let out = run_at(&url, None, &["exec", "k", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("authentication required"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn each_redlock_server_keeps_its_own_password_through_nested_calls() {
+    let servers: Vec<RedisServer> = ["pw-a", "pw-b", "pw-c"]
+        .iter()
+        .map(|pw| RedisServer::start_with(&["--requirepass", pw]))
+        .collect();
+    let urls: Vec<String> = servers
+        .iter()
+        .zip(["pw-a", "pw-b", "pw-c"])
+        .map(|(s, pw)| format!("redis://:{pw}@127.0.0.1:{}", s.port))
+        .collect();
+    let out = env_and_nested_calls(&urls.join(","));
+    assert!(
+        !out.contains("pw-"),
+        "the environment shows a password: {out}"
+    );
+    assert!(out.contains("nested-token=1"), "re-entered: {out}");
+    assert!(out.contains("other-ran"), "{out}");
+}

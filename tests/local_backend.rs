@@ -441,6 +441,11 @@ async fn assert_refused(b: &LocalBackend, key: &str, damage: impl FnOnce(&Path))
         b.status(&[]).await.is_err(),
         "status of all keys reads it too"
     );
+    let listing = b.list().await.unwrap();
+    assert_eq!(listing.unreadable.len(), 1, "listing names it and goes on");
+    assert!(listing.unreadable[0]
+        .to_string()
+        .contains(&path.display().to_string()));
     assert_eq!(std::fs::read(&path).unwrap(), before, "left as it was");
 }
 

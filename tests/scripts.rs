@@ -258,3 +258,49 @@ fn lock_reenters_with_the_same_token(store: Store) {
         "free after the outermost unlock"
     );
 }
+
+/// One damaged key file does not hide the rest of the local store: `status` lists every
+/// readable lock, names the damaged file on stderr, and exits 70 after the listing;
+/// `status` of that key alone fails with 70 naming it.
+#[test]
+fn status_lists_the_other_keys_past_a_damaged_file() {
+    let store = Store::local();
+    let Store::Local(dir) = &store else {
+        unreachable!()
+    };
+    for key in ["a-held", "c-held", "b-broken"] {
+        assert_eq!(run(&store, &["lock", key, "--ttl", "1m"]).0, 0);
+    }
+    let broken = dir.path().join("b-broken.dlock");
+    assert!(broken.is_file(), "the key file is named after the key");
+    std::fs::write(&broken, b"").unwrap(); // a short file is damage, never a new key
+    let shown = broken.display().to_string();
+
+    for json in [false, true] {
+        let args: &[&str] = if json {
+            &["status", "--json"]
+        } else {
+            &["status"]
+        };
+        let (code, out, err) = run(&store, args);
+        assert_eq!(code, 70, "{out}{err}");
+        assert!(out.contains("a-held") && out.contains("c-held"), "{out}");
+        assert!(!out.contains("b-broken"), "{out}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&shown) && err.contains("damaged"), "{err}");
+        if json {
+            assert_eq!(out.lines().count(), 2, "{out}");
+        }
+    }
+    let (code, out, err) = run(&store, &["status", "b-broken"]);
+    assert_eq!(code, 70, "{out}{err}");
+    assert!(err.contains(&shown), "{err}");
+    // Only the damaged file: nothing readable is held, and the exit code still says so.
+    for key in ["a-held", "c-held"] {
+        assert_eq!(run(&store, &["unlock", key, "--force"]).0, 0);
+    }
+    let (code, out, err) = run(&store, &["status"]);
+    assert_eq!(code, 70, "{out}{err}");
+    assert!(!out.contains("no locks held"), "{out}");
+    assert!(err.contains(&shown), "{err}");
+}

@@ -113,8 +113,8 @@ use self::locks::{hold_lock, wait_lock, Kind};
 use self::store::{Attempt, Ctx, KeyFile, Step, Target};
 use self::wait::{Abort, LockWait, Outcome, Watch};
 use super::{
-    AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo, ReleaseMode, Released, WaitInfo,
-    WaitOptions,
+    AcquireRequest, Acquired, Backend, KeyStatus, Lease, Listing, LockInfo, ReleaseMode, Released,
+    WaitInfo, WaitOptions,
 };
 use crate::config::{check_key, DEFAULT_DIR};
 use crate::error::{Error, Result};
@@ -528,7 +528,11 @@ impl Backend for LocalBackend {
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         if keys.is_empty() {
-            return self.status_all().await;
+            let listing = self.list().await?;
+            return match listing.unreadable.into_iter().next() {
+                Some(e) => Err(e),
+                None => Ok(listing.held),
+            };
         }
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -546,32 +550,41 @@ impl Backend for LocalBackend {
         }
         Ok(out)
     }
-}
 
-impl LocalBackend {
-    /// Every held key in the directory, sorted by key.
-    async fn status_all(&self) -> Result<Vec<KeyStatus>> {
+    /// Every held key in the directory, sorted by key; a file that cannot be read (damaged,
+    /// unreadable) is reported and the others are still listed.
+    async fn list(&self) -> Result<Listing> {
         let dir = &self.ctx.dir;
         let entries = std::fs::read_dir(dir).map_err(|e| {
             Error::Unavailable(format!("cannot list lock directory {}: {e}", dir.display()))
         })?;
-        let mut out = Vec::new();
+        let mut listing = Listing::default();
         for entry in entries.flatten() {
             let name = entry.file_name();
             if !name.to_str().is_some_and(names::is_key_file) {
                 continue;
             }
-            let kf = match KeyFile::open_path(&entry.path(), None) {
-                Ok(kf) => Arc::new(kf),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(store::io_err("cannot open lock file", &entry.path(), e)),
-            };
-            let st = wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?;
-            if st.lock.is_some() {
-                out.push(st);
+            match self.status_of_file(&entry.path()).await {
+                Ok(Some(st)) if st.lock.is_some() => listing.held.push(st),
+                Ok(_) => {}
+                Err(e) => listing.unreadable.push(e),
             }
         }
-        out.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(out)
+        listing.held.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(listing)
+    }
+}
+
+impl LocalBackend {
+    /// The state of the key kept in the file at `path`; `None` when it vanished.
+    async fn status_of_file(&self, path: &Path) -> Result<Option<KeyStatus>> {
+        let kf = match KeyFile::open_path(path, None) {
+            Ok(kf) => Arc::new(kf),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(store::io_err("cannot open lock file", path, e)),
+        };
+        wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status())
+            .await
+            .map(Some)
     }
 }

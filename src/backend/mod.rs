@@ -267,6 +267,43 @@ pub trait Backend: Send + Sync {
 
     /// The state of the named keys, in order; with no key, every held lock.
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>>;
+
+    /// Every held lock, as `status` with no key, but going on past a key that cannot be
+    /// read (the local store's damaged file): why each such key could not be read is in
+    /// [`Listing::unreadable`]. A store that cannot read keys one by one fails as a whole.
+    async fn list(&self) -> Result<Listing> {
+        Ok(Listing {
+            held: self.status(&[]).await?,
+            unreadable: Vec::new(),
+        })
+    }
+}
+
+/// What [`Backend::list`] found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The held locks that could be read, sorted by key.
+    pub held: Vec<KeyStatus>,
+    /// One error per key that could not be read, each naming it.
+    pub unreadable: Vec<crate::error::Error>,
+}
+
+/// How long a cancelled `acquire` may spend cleaning up (leaving the queue, giving back a
+/// grant that may be on its way) before it returns anyway: a signal must end a wait at once
+/// even when the store does not answer. What a silent store never hears of ends by itself
+/// (queue entries by liveness, leases by TTL).
+pub const CANCEL_GRACE: Duration = Duration::from_millis(300);
+
+/// Runs `step` unless `cancel` fires first; `None` when it did (`step` is dropped).
+pub(crate) async fn unless_cancelled<T>(
+    cancel: &CancellationToken,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        done = step => Some(done),
+    }
 }
 
 /// Opens the backend a spec names. Connecting may fail with `Unavailable`.

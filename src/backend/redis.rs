@@ -74,8 +74,8 @@ use redis::{
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    AcquireRequest, Acquired, Backend, Holder, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
-    WaitInfo, WaitOptions, WaiterInfo,
+    unless_cancelled, AcquireRequest, Acquired, Backend, Holder, KeyStatus, Lease, LockInfo,
+    ReleaseMode, Released, WaitInfo, WaitOptions, WaiterInfo, CANCEL_GRACE,
 };
 use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
@@ -360,6 +360,20 @@ impl Endpoint {
     }
 }
 
+/// True when the server refused a request because we sent no password. Redis says so in
+/// several ways: `NOAUTH` for a short command, "Protocol error: unauthenticated multibulk
+/// length" (and a closed connection) for a long one such as a script call, "Authentication
+/// required" when the handshake selects a database.
+fn needs_password(e: &RedisError) -> bool {
+    if e.code() == Some("NOAUTH") {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    ["noauth", "unauthenticated", "authentication required"]
+        .iter()
+        .any(|s| text.contains(s))
+}
+
 /// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
 fn install_crypto_provider() {
     static ONCE: Once = Once::new();
@@ -390,6 +404,13 @@ impl Server {
     }
 
     fn unavailable(&self, what: &str, e: &RedisError) -> Error {
+        if needs_password(e) {
+            return Error::Unavailable(self.line(format!(
+                "{}: {what}: authentication required: the server wants a password (give it \
+                 in the URL or in {AUTH_ENV})",
+                self.url
+            )));
+        }
         Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
     }
 
@@ -755,6 +776,21 @@ impl Waiter {
             let _ = tokio::time::timeout(self.limit, request).await;
         }
     }
+
+    /// Leaves without counting on an answer (the server is not answering): the script is
+    /// sent whole, as a server that never ran it would refuse it by hash, and by then
+    /// nobody may be left to send it again.
+    async fn leave_unanswered(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            let script = &SCRIPTS.leave;
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(script.body);
+            add_leave_args(&mut cmd, &self.keys, &self.id, &self.owner);
+            let mut conn = self.conn.clone();
+            let request = cmd.query_async::<Value>(&mut conn);
+            let _ = tokio::time::timeout(self.limit, request).await;
+        }
+    }
 }
 
 impl Drop for Waiter {
@@ -786,15 +822,22 @@ async fn leave_queue(
     owner: &str,
 ) -> redis::RedisResult<i64> {
     let script = &SCRIPTS.leave;
-    let mut cmd = evalsha(
-        script,
-        &[&keys.queue, &keys.alive, &keys.info, &keys.lease],
-        3,
-    );
-    cmd.arg(id).arg(&keys.wake_prefix).arg(owner);
+    let mut cmd = Cmd::with_capacity(10, 256);
+    cmd.arg("EVALSHA").arg(script.sha);
+    add_leave_args(&mut cmd, keys, id, owner);
     Ok(redis::from_redis_value(
         run_script(&mut conn, script, &cmd).await?,
     )?)
+}
+
+/// The keys and arguments of the leave script, after its body or hash.
+fn add_leave_args(cmd: &mut Cmd, keys: &Keys, id: &str, owner: &str) {
+    cmd.arg(4)
+        .arg(&keys.queue)
+        .arg(&keys.alive)
+        .arg(&keys.info)
+        .arg(&keys.lease);
+    cmd.arg(id).arg(&keys.wake_prefix).arg(owner);
 }
 
 /// Locks kept in one Redis server.
@@ -1071,8 +1114,17 @@ impl RedisBackend {
             let attempt = match answered.take() {
                 Some(attempt) => attempt,
                 None => {
-                    waiter.conn = self.conn().await?; // the current one, if it was reopened
-                    self.attempt(req, waiter, enqueue).await?
+                    let conn = self.conn(); // the current one, if it was reopened
+                    let Some(conn) = unless_cancelled(&wait.cancel, conn).await else {
+                        return Err(self.cancelled(req));
+                    };
+                    waiter.conn = conn?;
+                    let sent = self.attempt(req, waiter, enqueue);
+                    let Some(attempt) = unless_cancelled(&wait.cancel, sent).await else {
+                        waiter.queued = true; // it may have been granted: leaving undoes that
+                        return Err(self.cancelled(req));
+                    };
+                    attempt?
                 }
             };
             let busy = match attempt {
@@ -1094,13 +1146,7 @@ impl RedisBackend {
             if req.fair {
                 let pause = Pause::new(pause, exact);
                 match self.wait_wake(req, waiter, pause, &wait.cancel).await? {
-                    Woken::Cancelled => {
-                        // The shared connection may still be blocked: leave on a fresh one.
-                        if let Ok(conn) = self.conn().await {
-                            waiter.conn = conn;
-                        }
-                        return Err(self.cancelled(req));
-                    }
+                    Woken::Cancelled => return Err(self.cancelled(req)),
                     Woken::Answered(attempt) => answered = Some(attempt),
                     Woken::Retry => {}
                 }
@@ -1109,7 +1155,11 @@ impl RedisBackend {
             let Some(sub) = wakeups.as_mut() else {
                 // Subscribe, then look again at once: a release that came before the
                 // subscription was complete cannot be missed.
-                wakeups = Some(self.subscribe(req, waiter).await?);
+                let subscribing = self.subscribe(req, waiter);
+                let Some(subscribed) = unless_cancelled(&wait.cancel, subscribing).await else {
+                    return Err(self.cancelled(req));
+                };
+                wakeups = Some(subscribed?);
                 continue;
             };
             match sub.wait(pause, &wait.cancel).await {
@@ -1202,6 +1252,20 @@ impl RedisBackend {
             return Err(self.cancelled(req));
         }
         Ok(Acquired { lease, guard: None })
+    }
+
+    /// Leaves the queue after a cancel, on the connection the cancelled attempt went out on
+    /// when there is one (the server, when it answers again, runs the leave after that
+    /// attempt, which undoes a grant it may bring), or on a new one when a cancelled
+    /// `BLPOP` took it (see [`Self::wait_wake`]). The caller bounds the time spent.
+    async fn leave_cancelled(&self, waiter: &mut Waiter) {
+        if self.lock_conn().is_none() {
+            match self.conn().await {
+                Ok(conn) => waiter.conn = conn,
+                Err(_) => return,
+            }
+        }
+        waiter.leave_unanswered().await;
     }
 
     /// Opens the pub/sub connection of an unfair waiter, subscribed to the channel every
@@ -1472,13 +1536,21 @@ impl Backend for RedisBackend {
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));
         }
-        let mut waiter = self.waiter(req, self.conn().await?);
+        let Some(conn) = unless_cancelled(&wait.cancel, self.conn()).await else {
+            return Err(self.cancelled(req));
+        };
+        let mut waiter = self.waiter(req, conn?);
         let result = self.acquire_loop(req, wait, &mut waiter).await;
-        if matches!(result, Err(Error::NotObtained(_) | Error::Cancelled(..))) {
-            waiter.leave().await;
+        match result {
+            Err(Error::NotObtained(_)) => waiter.leave().await,
+            Err(Error::Cancelled(..)) => {
+                let leaving = self.leave_cancelled(&mut waiter);
+                let _ = tokio::time::timeout(CANCEL_GRACE, leaving).await;
+            }
+            // The server may not answer: the waiter's drop leaves in the background instead
+            // of making the caller wait for another timeout.
+            _ => {}
         }
-        // On `Unavailable` the server may not answer: the waiter's drop leaves in the
-        // background instead of making the caller wait for another timeout.
         result
     }
 

@@ -108,8 +108,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::redis::{Attempt, RedisBackend, Tuning};
 use super::{
-    now_ms, AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
-    ServerView, WaitInfo, WaitOptions,
+    now_ms, unless_cancelled, AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo,
+    ReleaseMode, Released, ServerView, WaitInfo, WaitOptions, CANCEL_GRACE,
 };
 use crate::config::redact_url;
 use crate::error::{Error, Result};
@@ -699,10 +699,15 @@ impl RedlockBackend {
         let mut unreachable_since: Option<Instant> = None;
         let mut last_gist = None;
         loop {
-            let refusal = match self.round(req, floor).await {
+            let Some(round) = unless_cancelled(&wait.cancel, self.round(req, floor)).await else {
+                self.give_back_cancelled(req).await;
+                return Err(self.cancelled(req));
+            };
+            let refusal = match round {
                 Round::Won(lease) => {
                     if wait.cancel.is_cancelled() {
-                        let _ = self.release(&req.key, &lease.owner, ReleaseMode::One).await;
+                        let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
+                        let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
                         return Err(self.cancelled(req));
                     }
                     return Ok(Acquired { lease, guard: None });
@@ -710,7 +715,10 @@ impl RedlockBackend {
                 Round::Lost(refusal) => refusal,
             };
             floor = floor.max(refusal.max_token);
-            if last_gist.as_ref() != Some(&refusal.gist()) {
+            // Progress is what the store answered: without a majority there is no answer
+            // to tell (the waiting line then says the servers are not answering).
+            let answered = refusal.answered >= self.quorum;
+            if answered && last_gist.as_ref() != Some(&refusal.gist()) {
                 last_gist = Some(refusal.gist());
                 wait.report(&refusal.info());
             }
@@ -732,7 +740,11 @@ impl RedlockBackend {
             let Some(subs) = wakeups.as_mut() else {
                 // Subscribe, then look again at once: a release that came before the
                 // subscription was complete cannot be missed.
-                wakeups = Some(self.subscribe(&req.key).await);
+                let Some(subs) = unless_cancelled(&wait.cancel, self.subscribe(&req.key)).await
+                else {
+                    return Err(self.cancelled(req));
+                };
+                wakeups = Some(subs);
                 continue;
             };
             let held = refusal
@@ -760,6 +772,15 @@ impl RedlockBackend {
                 _ = tokio::time::sleep(bounded(delay, wait)) => {}
             }
         }
+    }
+
+    /// Takes back, on every server, whatever a round cut short by a cancel may have been
+    /// granted; sent on the connections the round used, so a server that answers late runs
+    /// it after the grant. Bounded by [`CANCEL_GRACE`]: a signal ends the wait at once.
+    async fn give_back_cancelled(&self, req: &AcquireRequest) {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        let giving_back = self.take_back(req, &all, &[], CANCEL_GRACE);
+        let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
     }
 
     fn not_obtained(

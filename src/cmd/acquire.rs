@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions};
+use tokio::time::timeout;
+
+use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE};
 use crate::cli::{AcquireOpts, Global};
-use crate::config::check_ttl;
+use crate::config::{check_ttl, redact_url};
 use crate::error::{Error, Result};
 use crate::holder;
 use crate::output::WaitLine;
@@ -70,13 +72,15 @@ pub fn deadline(opts: &AcquireOpts) -> Option<Instant> {
 
 /// Acquires while watching for signals: a signal cancels the wait and leaves nothing held.
 async fn acquire(
-    global: &Global,
+    line: Option<WaitLine>,
     backend: &dyn Backend,
     req: &AcquireRequest,
     opts: &AcquireOpts,
     signals: &mut Signals,
 ) -> Result<Acquired> {
-    let line = WaitLine::start(global, &req.key, &backend.describe());
+    if let Some(line) = &line {
+        line.connected(&backend.describe());
+    }
     let wait = WaitOptions {
         progress: line.as_ref().map(WaitLine::progress),
         ..WaitOptions::until(deadline(opts))
@@ -92,11 +96,12 @@ async fn acquire(
     };
     drop(line);
     wait.cancel.cancel();
-    if let Ok(won) = attempt.await {
+    // A backend winds up within CANCEL_GRACE of the cancel; the bound here only keeps a
+    // signal from waiting on one that does not.
+    if let Ok(Ok(won)) = timeout(2 * CANCEL_GRACE, attempt).await {
         // The grant raced the signal: give it back at once.
-        let _ = backend
-            .release(&req.key, &won.lease.owner, ReleaseMode::One)
-            .await;
+        let giving_back = backend.release(&req.key, &won.lease.owner, ReleaseMode::One);
+        let _ = timeout(CANCEL_GRACE, giving_back).await;
     }
     Err(Error::Cancelled(
         format!(
@@ -127,17 +132,29 @@ pub async fn connect_and_acquire(
     signals: &mut Signals,
 ) -> Result<Acquisition> {
     let req = request(key, opts, command, detached)?;
+    let line = WaitLine::start(global, key, &named(global));
     let backend = tokio::select! {
         opened = super::open(global, Some(key)) => opened?.1,
         sig = signals.recv() => {
+            drop(line);
             let msg = format!("cancelled by {sig} while connecting for '{key}'");
             return Err(Error::Cancelled(msg, sig as i32));
         }
     };
-    match acquire(global, &*backend, &req, opts, signals).await {
+    match acquire(line, &*backend, &req, opts, signals).await {
         Ok(acquired) => Ok(Acquisition::Held(backend, acquired)),
         Err(e) => conflict_code(global, opts, e).map(Acquisition::NotObtained),
     }
+}
+
+/// The store the global options name, for messages before it is connected (passwords
+/// hidden).
+fn named(global: &Global) -> String {
+    if global.urls.is_empty() {
+        return "the local store".into();
+    }
+    let urls: Vec<String> = global.urls.iter().map(|u| redact_url(u)).collect();
+    urls.join(",")
 }
 
 /// Turns "not obtained" into the `-E` exit code (printing the reason unless `-q`), and

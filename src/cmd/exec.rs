@@ -5,6 +5,7 @@
 //! and when CMD ends release the lease and exit with CMD's code. If the lease cannot be
 //! kept, CMD's group is terminated before the lease can expire and we exit 79.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use tokio::time::{sleep_until, timeout_at};
 use super::acquire::{self, Acquisition};
 use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
+use crate::credentials;
 use crate::error::{Error, Result};
 use crate::lease::Schedule;
 use crate::supervisor::{self, Caught, Signals, Supervised};
@@ -66,8 +68,10 @@ async fn run_child(
     command: &[String],
     signals: &mut Signals,
 ) -> Result<u8> {
-    let env = child_env(global, lease);
-    let child = match supervisor::spawn(command, &env) {
+    let (env, url_fd) = child_env(global, lease)?;
+    let spawned = supervisor::spawn(command, &env);
+    drop(url_fd); // the command has its own copy now
+    let child = match spawned {
         Ok(child) => child,
         Err(e) => {
             eprintln!("dlock: {} (lock '{}' released)", e.message, lease.key);
@@ -88,19 +92,26 @@ async fn run_child(
     }
 }
 
+/// Variables set in CMD's environment.
+type ChildEnv = Vec<(&'static str, String)>;
+
 /// The variables CMD gets: the contract's three, the ancestry for re-entry, and the
-/// backend so that nested `dlock` calls talk to the same store.
-fn child_env(global: &Global, lease: &Lease) -> Vec<(&'static str, String)> {
+/// backend so that nested `dlock` calls talk to the same store, without its passwords
+/// (see [`credentials`]); and the descriptor that carries them, to keep open until spawned.
+fn child_env(global: &Global, lease: &Lease) -> Result<(ChildEnv, Option<OwnedFd>)> {
     let mut env = vec![
         ("DLOCK_KEY", lease.key.clone()),
         ("DLOCK_FENCING_TOKEN", lease.fencing_token.to_string()),
         (acquire::OWNER_ENV, lease.owner.clone()),
         (acquire::OWNERS_ENV, acquire::owners_for_child(&lease.owner)),
     ];
+    let mut url_fd = None;
     if !global.urls.is_empty() {
-        env.push(("DLOCK_URL", global.urls.join(",")));
+        let backend = credentials::for_child(&global.urls)?;
+        env.extend(backend.env());
+        url_fd = backend.fd;
     }
-    env
+    Ok((env, url_fd))
 }
 
 /// Forwards signals and acts on lease trouble until the child ends. Returns the child's

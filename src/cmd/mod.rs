@@ -22,7 +22,8 @@ use crate::error::{Error, Result};
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> Result<u8> {
-    let (global, command) = cli.resolve()?;
+    let (mut global, command) = cli.resolve()?;
+    global.urls = crate::credentials::restore(global.urls);
     if let Command::Completions(args) = &command {
         return completions::run(args);
     }
