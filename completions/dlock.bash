@@ -109,7 +109,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__exec)
-            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --url --json --quiet --verbose --help"
+            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --kill-after --url --json --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -132,6 +132,26 @@ _dlock() {
                     return 0
                     ;;
                 -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --if-unavailable)
+                    COMPREPLY=($(compgen -W "fail skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --command)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-runtime)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --kill-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -263,7 +283,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --export --url --json --quiet --verbose --help"
+            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --export --url --json --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -287,6 +307,10 @@ _dlock() {
                     ;;
                 -E)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --if-unavailable)
+                    COMPREPLY=($(compgen -W "fail skip" -- "${cur}"))
                     return 0
                     ;;
                 --url)

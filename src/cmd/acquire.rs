@@ -7,7 +7,7 @@ use std::time::Instant;
 use tokio::time::timeout;
 
 use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE};
-use crate::cli::{AcquireOpts, Global};
+use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
 use crate::error::{Error, Result};
 use crate::holder;
@@ -134,7 +134,10 @@ pub async fn connect_and_acquire(
     let req = request(key, opts, command, detached)?;
     let line = WaitLine::start(global, key, &named(global));
     let backend = tokio::select! {
-        opened = super::open(global, Some(key)) => opened?.1,
+        opened = super::open(global, Some(key)) => match opened {
+            Ok((_, backend)) => backend,
+            Err(e) => return conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
+        },
         sig = signals.recv() => {
             drop(line);
             let msg = format!("cancelled by {sig} while connecting for '{key}'");
@@ -143,7 +146,7 @@ pub async fn connect_and_acquire(
     };
     match acquire(line, &*backend, &req, opts, signals).await {
         Ok(acquired) => Ok(Acquisition::Held(backend, acquired)),
-        Err(e) => conflict_code(global, opts, e).map(Acquisition::NotObtained),
+        Err(e) => conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
     }
 }
 
@@ -157,16 +160,19 @@ fn named(global: &Global) -> String {
     urls.join(",")
 }
 
-/// Turns "not obtained" into the `-E` exit code (printing the reason unless `-q`), and
-/// passes every other outcome through.
-fn conflict_code(global: &Global, opts: &AcquireOpts, err: Error) -> Result<u8> {
-    match err {
-        Error::NotObtained(msg) => {
-            if !global.quiet {
-                eprintln!("dlock: {msg}");
-            }
-            Ok(opts.conflict_exit_code)
+/// Turns "not obtained" — and, with `--if-unavailable skip`, "backend unavailable" — into
+/// the `-E` exit code (printing the reason unless `-q`), and passes every other outcome
+/// through.
+fn conflict_code(global: &Global, opts: &AcquireOpts, key: &str, err: Error) -> Result<u8> {
+    let msg = match err {
+        Error::NotObtained(msg) => msg,
+        Error::Unavailable(msg) if opts.if_unavailable == IfUnavailable::Skip => {
+            format!("skipped '{key}' (--if-unavailable skip): {msg}")
         }
-        other => Err(other),
+        other => return Err(other),
+    };
+    if !global.quiet {
+        eprintln!("dlock: {msg}");
     }
+    Ok(opts.conflict_exit_code)
 }
