@@ -735,3 +735,66 @@ fn a_herd_of_waiters_all_get_the_lock_in_turn() {
     assert_eq!(done(), WAITERS, "every command ran once");
     println!("{WAITERS} waiters served in {took:?}");
 }
+
+/// One server under two names would vote twice: refused with one line naming both URLs
+/// (passwords redacted), exit 2, before anything is locked.
+#[test]
+fn the_same_server_under_two_names_is_refused() {
+    let secret = "twice-s3cret";
+    let servers: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
+        .collect();
+    let (a, b) = (servers[0].port, servers[1].port);
+    let cases = [
+        vec![
+            format!("redis://:{secret}@127.0.0.1:{a}"),
+            format!("redis://:{secret}@localhost:{a}"),
+        ],
+        vec![
+            format!("redis://:{secret}@127.0.0.1:{a}"),
+            format!("redis://:{secret}@127.0.0.1:{b}"),
+            format!("redis://:{secret}@127.0.0.1:{a}/0"),
+        ],
+    ];
+    for urls in &cases {
+        let mut cmd = common::dlock();
+        for url in urls {
+            cmd.args(["-u", url]);
+        }
+        let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{urls:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains(secret), "leaks the password: {err}");
+        let (first, again) = (&urls[0], urls.last().unwrap());
+        let shown = |u: &str| u.replace(secret, "***");
+        assert!(
+            err.contains(&shown(first)) && err.contains(&shown(again)),
+            "names both: {err}"
+        );
+        assert!(err.contains("same Redis server"), "{err}");
+    }
+    for s in &servers {
+        let keys = s.cli(&["-a", secret, "--no-auth-warning", "KEYS", "dlock:*"]);
+        assert_eq!(keys, "", "nothing was locked");
+    }
+
+    // An ACL user without INFO cannot tell: distinct servers still work.
+    let acl = [
+        "--user",
+        "alice",
+        "on",
+        ">pw",
+        "~dlock:*",
+        "&dlock:*",
+        "+@all",
+        "-@dangerous",
+    ];
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&acl)).collect();
+    let mut cmd = common::dlock();
+    for s in &servers {
+        cmd.args(["-u", &format!("redis://alice:pw@127.0.0.1:{}", s.port)]);
+    }
+    let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

@@ -315,6 +315,29 @@ impl Failure {
     }
 }
 
+/// Refuses a quorum that names one server twice (`127.0.0.1:P` and `localhost:P`): its
+/// vote would count twice. Servers are told apart by their `run_id`; servers that are down
+/// or do not tell it are not compared.
+async fn same_server_twice(members: &[Arc<Member>]) -> Result<()> {
+    let ids = join_all(members.iter().map(|m| async move {
+        match m.backend() {
+            Ok(b) => b.run_id().await,
+            Err(_) => None,
+        }
+    }))
+    .await;
+    for (i, id) in ids.iter().enumerate() {
+        let Some(id) = id else { continue };
+        if let Some(j) = ids[..i].iter().position(|other| other.as_ref() == Some(id)) {
+            return Err(Error::Usage(format!(
+                "{} and {} are the same Redis server (run_id {id}): a Redlock quorum needs independent servers, each named once",
+                members[j].shown, members[i].shown
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Joins per-server error messages into one line.
 fn joined(errors: &[Error]) -> String {
     let lines: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
@@ -462,6 +485,7 @@ impl RedlockBackend {
                 state: Mutex::new(state),
             }));
         }
+        same_server_twice(&members).await?;
         let shown: Vec<&str> = members.iter().map(|m| m.shown.as_str()).collect();
         let lead = (0..members.len())
             .min_by_key(|&i| &members[i].shown)
