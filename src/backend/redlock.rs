@@ -36,8 +36,8 @@
 //! contenders meet on one server instead of splitting the vote. A waiter that loses a
 //! race, sees the vote split, or gets no majority of answers in time backs off (without
 //! listening) for a random delay whose bound doubles each time, up to
-//! [`RedlockTuning::max_backoff`]; see [`wait`]. Taking back a grant that did not make a
-//! majority wakes nobody. A server that does not answer in time is busy, not dead: the
+//! [`RedlockTuning::max_backoff`] (see `redlock/wait.rs`). Taking back a grant that did
+//! not make a majority wakes nobody. A server that does not answer in time is busy, not dead: the
 //! waiter gives it longer next time and fails with `Unavailable` only when a majority is
 //! down (connection refused or reset) for the operation timeout, or when no majority has
 //! answered for [`RedlockTuning::stall`]; with `--no-wait`, at once. Either way the error

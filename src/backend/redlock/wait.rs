@@ -1,24 +1,28 @@
 //! How a Redlock waiter waits: release messages, back-off, and when to give up.
 //!
-//! Every release wakes every waiter of the key, and each retry costs a request to every
-//! server. So that a herd of waiters does not turn into load that makes healthy servers
-//! look dead, a waiter paces itself ([`Pace`]):
+//! A release wakes every waiter of the key, and a retry costs a request to every server.
+//! So that a herd of waiters does not turn into load that makes healthy servers look dead,
+//! a waiter paces itself ([`Pace`]):
 //!
-//! * after a release message it retries within [`RedlockTuning::jitter`]; when someone else
-//!   got the lock first (a race lost), it backs off for a random time, *not* listening,
-//!   whose bound doubles with each race lost, up to [`RedlockTuning::max_backoff`]; then it
-//!   looks once more and listens again. The more waiters, the more races each one loses, so
-//!   the fewer of them are listening at each release;
-//! * when no majority answered in time but a majority is still connected (a busy server, or
-//!   a busy host), it backs off the same way and gives the servers twice as long for the
-//!   next attempt, up to [`max_acquire_timeout`]. It fails with `Unavailable` only when no
-//!   majority answered for [`RedlockTuning::stall`] (a frozen server), or at once when a
+//! * it listens on one server, the *lead* (the smallest URL; the others when the lead
+//!   cannot be reached), with one subscription for its whole wait, and drops the messages
+//!   that arrived before an attempt was sent (that attempt already saw those releases);
+//! * after a release message it retries within [`RedlockTuning::jitter`], asking the lead
+//!   first and stopping there if the lead refuses: contenders meet on one server, which
+//!   grants one of them, instead of splitting the vote between them;
+//! * a race lost (someone else got the lock first), a split vote, or a round without a
+//!   majority of answers in time is a sign of contention: the waiter backs off for a
+//!   random time, *not* listening, whose bound doubles with each, up to
+//!   [`RedlockTuning::max_backoff`]; then it looks once more (lead first) and listens
+//!   again. The more waiters, the more races each one loses, so the fewer of them are
+//!   listening at each release;
+//! * a server that did not answer in time is busy, not dead: the next attempt gives it
+//!   twice as long, up to [`max_acquire_timeout`]. The wait fails with `Unavailable` when
+//!   no majority answered for [`RedlockTuning::stall`] (a frozen server), or when a
 //!   majority is down (connection refused or reset) for the operation timeout;
-//! * when nobody holds a majority (contenders split the servers), it retries after a random
-//!   delay that doubles with each split, up to 16x [`RedlockTuning::jitter`].
-//!
-//! A waiter keeps one subscription per server for its whole wait, and drops the messages
-//! that arrived before an attempt was sent (that attempt already saw those releases).
+//! * looking again after a heartbeat or at the expiry of the lease asks every server at
+//!   once, as the first attempt does: a stale lease left on the lead alone cannot block
+//!   the waiters.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +39,7 @@ use crate::backend::redis::RedisBackend;
 use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions};
 use crate::error::{Error, Result};
 
-/// The release channels a waiter listens to, one per server it could reach.
+/// The release channels a waiter listens to: the lead server's, or every other server's.
 pub(super) struct Wakeups {
     subs: Vec<PubSub>,
 }
