@@ -1385,6 +1385,25 @@ impl RedisBackend {
         }
     }
 
+    /// Redlock: the server's `run_id` (`INFO server`), which tells two names of one server
+    /// from two servers; `None` when the server does not tell (an ACL without `INFO`).
+    pub(crate) async fn run_id(&self) -> Option<String> {
+        let mut conn = self.conn().await.ok()?;
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let text: String = self
+            .call(
+                "cannot read the server's run id",
+                info.query_async(&mut conn),
+            )
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .filter(|id| !id.is_empty())
+    }
+
     /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
     pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
         self.release_with(key, owner, mode, false).await.map(|_| ())
