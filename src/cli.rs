@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::parse_duration;
 use crate::error::Error;
+use crate::events::LogFormat;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -99,9 +100,14 @@ pub struct Output {
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// Say more on stderr (repeat for more).
+    /// Say more on stderr: one line per event (-v), renewals too (-vv).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// The events of -v as `text` lines or `json` objects, one per line on stderr (json
+    /// shows them without -v).
+    #[arg(long, value_name = "FORMAT", env = "DLOCK_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
 }
 
 /// The global options wherever they were given: what the commands read.
@@ -111,6 +117,7 @@ pub struct Global {
     pub json: bool,
     pub quiet: bool,
     pub verbose: u8,
+    pub log_format: LogFormat,
 }
 
 impl Cli {
@@ -129,6 +136,10 @@ impl Cli {
             json: before.json || after.json,
             quiet: before.quiet || after.quiet,
             verbose: before.verbose.saturating_add(after.verbose),
+            log_format: after
+                .log_format
+                .or(before.log_format)
+                .unwrap_or(LogFormat::Text),
         };
         if g.quiet && g.verbose > 0 {
             return Err(Error::Usage("--quiet cannot be used with --verbose".into()));

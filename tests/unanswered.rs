@@ -165,7 +165,7 @@ fn sigint_ends_a_redlock_wait_with_a_silent_member_at_once() {
     let (mut dlock, _lines) = spawn(exec(&urls, "k"));
     // Its connection, then the subscription it waits on, which goes to the lead server
     // (the smallest URL): the silent member, or one of the others.
-    let subscribed = |s: &RedisServer| s.cli(&["PUBSUB", "CHANNELS", "*"]) != "";
+    let subscribed = |s: &RedisServer| !s.cli(&["PUBSUB", "CHANNELS", "*"]).is_empty();
     assert!(common::wait_for(Duration::from_secs(5), || {
         silent.accepted() >= before + 2
             || (silent.accepted() > before && servers.iter().any(subscribed))

@@ -6,7 +6,10 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, LockInfo, ProgressFn, ReleaseMode, WaitInfo, WaitOptions,
+    CANCEL_GRACE,
+};
 use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
 use crate::error::{Error, Result};
@@ -82,14 +85,21 @@ async fn acquire(
         line.connected(&backend.describe());
     }
     let wait = WaitOptions {
-        progress: line.as_ref().map(WaitLine::progress),
+        progress: progress(line.as_ref(), &req.key),
         ..WaitOptions::until(deadline(opts))
     };
+    let started = Instant::now();
     let attempt = backend.acquire(req, &wait);
     tokio::pin!(attempt);
     let signo = tokio::select! {
         result = &mut attempt => {
             drop(line);
+            if let Ok(won) = &result {
+                let (key, token) = (&req.key, won.lease.fencing_token);
+                let waited = started.elapsed().as_millis() as u64;
+                log::info!(target: "dlock", event = "acquired", key = key.as_str(), token = token, waited_ms = waited;
+                    "acquired '{key}': token {token}, waited {waited}ms");
+            }
             return result;
         }
         sig = signals.recv() => sig,
@@ -111,6 +121,29 @@ async fn acquire(
         ),
         signo as i32,
     ))
+}
+
+/// The progress listener: the waiting line, and a `waiting` event whenever the holder or
+/// our place changes (only when `-v` or JSON events are on).
+fn progress(line: Option<&WaitLine>, key: &str) -> Option<ProgressFn> {
+    let line = line.map(WaitLine::progress);
+    if !log::log_enabled!(target: "dlock", log::Level::Info) {
+        return line;
+    }
+    let key = key.to_string();
+    Some(Arc::new(move |info: &WaitInfo| {
+        if let Some(line) = &line {
+            line(info);
+        }
+        let holder = info
+            .holder
+            .as_ref()
+            .map(LockInfo::describe)
+            .unwrap_or_default();
+        let position = info.position.unwrap_or(0);
+        log::info!(target: "dlock", event = "waiting", key = key.as_str(), holder = holder.as_str(), position = position;
+            "waiting for '{key}': held by {holder}, position {position}");
+    }))
 }
 
 /// The result of [`connect_and_acquire`].

@@ -80,9 +80,12 @@ async fn run_child(
     };
     let (tx, rx) = mpsc::channel(2);
     let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
+    let started = Instant::now();
     let result = supervise(child, signals, rx, limit).await;
     keeper.abort();
-    match result? {
+    let ended = result?;
+    log_end(&lease.key, &ended, started.elapsed());
+    match ended {
         Ended::Exited(code) => Ok(code),
         Ended::TooLong => {
             if !global.quiet {
@@ -99,6 +102,25 @@ async fn run_child(
             lease.key,
             backend.describe()
         ))),
+    }
+}
+
+/// The `exited` event (`-v`): how CMD ended and how long it ran.
+fn log_end(key: &str, ended: &Ended, ran: Duration) {
+    let ran_ms = ran.as_millis() as u64;
+    match ended {
+        Ended::Exited(code) => {
+            log::info!(target: "dlock", event = "exited", key = key, code = *code, ran_ms = ran_ms;
+                "the command under '{key}' exited with {code} after {ran_ms}ms");
+        }
+        Ended::TooLong => {
+            log::warn!(target: "dlock", event = "exited", key = key, code = exit::TIMED_OUT, ran_ms = ran_ms;
+                "the command under '{key}' was terminated for running too long, after {ran_ms}ms");
+        }
+        Ended::LeaseLost(why) => {
+            log::error!(target: "dlock", event = "lease_lost", key = key, error = why.as_str(), ran_ms = ran_ms;
+                "lost the lease on '{key}' after {ran_ms}ms: {why}");
+        }
     }
 }
 
@@ -235,28 +257,35 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         .await
         {
             Ok(Ok(_)) => {
+                log_renewed(&lease.key, sent.elapsed());
                 last_ok = sent;
                 next = sent + plan.renew_every;
+                continue;
             }
             Ok(Err(e)) if !e.is_transient() => {
                 let _ = tx.send(Doom::Kill(e.to_string())).await;
                 return;
             }
-            Ok(Err(e)) => {
-                last_error = e.to_string();
-                next = Instant::now() + plan.retry_every;
-            }
-            Err(_) => {
-                last_error = "renewal timed out".into();
-                next = Instant::now() + plan.retry_every;
-            }
+            Ok(Err(e)) => last_error = e.to_string(),
+            Err(_) => last_error = "renewal timed out".into(),
         }
+        let key = lease.key.as_str();
+        log::warn!(target: "dlock", event = "renewal_failed", key = key, error = last_error.as_str();
+            "renewing '{key}' failed, retrying: {last_error}");
+        next = Instant::now() + plan.retry_every;
     }
     let why = format!("renewal kept failing ({last_error})");
     sleep_until(plan.term_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Term(why.clone())).await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// The `renewed` event (`-vv`), with the round trip.
+fn log_renewed(key: &str, rtt: Duration) {
+    let rtt_us = rtt.as_micros() as u64;
+    log::debug!(target: "dlock", event = "renewed", key = key, rtt_us = rtt_us;
+        "renewed '{key}' ({rtt_us}µs round trip)");
 }
 
 /// Checks a bound lease every TTL/3 for a release by someone else (`unlock --force`).
@@ -267,10 +296,14 @@ async fn keep_bound(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
     loop {
         sleep_until((Instant::now() + plan.renew_every).into()).await;
         let check = backend.renew(&lease.key, &lease.owner, lease.ttl);
-        if let Ok(Err(e @ Error::NotOwner(_))) = tokio::time::timeout(plan.renew_every, check).await
-        {
-            let _ = tx.send(Doom::Kill(e.to_string())).await;
-            return;
+        let sent = Instant::now();
+        match tokio::time::timeout(plan.renew_every, check).await {
+            Ok(Ok(_)) => log_renewed(&lease.key, sent.elapsed()),
+            Ok(Err(e @ Error::NotOwner(_))) => {
+                let _ = tx.send(Doom::Kill(e.to_string())).await;
+                return;
+            }
+            _ => {}
         }
     }
 }
@@ -285,9 +318,11 @@ async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
         ReleaseMode::All
     };
     let key = lease.key.clone();
-    if let Err(e) = backend.release_acquired(acquired, mode).await {
-        if warn {
-            eprintln!("dlock: warning: could not release '{key}': {e}");
+    match backend.release_acquired(acquired, mode).await {
+        Ok(()) => {
+            log::info!(target: "dlock", event = "released", key = key.as_str(); "released '{key}'")
         }
+        Err(e) if warn => eprintln!("dlock: warning: could not release '{key}': {e}"),
+        Err(_) => {}
     }
 }
