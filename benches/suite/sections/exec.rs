@@ -1,6 +1,7 @@
 //! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true`, next to flock(1),
 //! `etcdctl lock`, `redis-cli PING` and the spawn of `true` alone.
 
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -74,16 +75,22 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     section
 }
 
-/// A peer that runs `program ARGS…`.
-fn plain(name: &str, program: impl Into<PathBuf>, args: &[&str], runs: usize) -> Peer {
+/// A peer that runs `program ARGS…`; `shown` is its command line in the JSON.
+fn plain(
+    name: &str,
+    shown: &str,
+    program: impl Into<PathBuf>,
+    args: &[&OsStr],
+    runs: usize,
+) -> Peer {
     let program = program.into();
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args: Vec<OsString> = args.iter().map(|&a| a.to_owned()).collect();
     let make: MakeCmd = Box::new(move || {
         let mut c = Command::new(&program);
         c.args(&args);
         c
     });
-    Peer::new(name, name, make, runs)
+    Peer::new(name, shown, make, runs)
 }
 
 /// Every command measured, in the table's order.
@@ -94,22 +101,24 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let etcd = ctx.etcd();
     let lockfile = ctx.file("exec.flock");
 
-    let mut peers: Vec<Peer> = Vec::new();
-    let mut spawn_only = plain("true (spawn only)", "true", &[], runs);
-    spawn_only.shown = "true".into();
-    peers.push(spawn_only);
-    peers.push(plain("dlock --version", &ctx.dlock, &["--version"], runs));
-    let f = lockfile.clone();
-    peers.push(Peer::new(
-        "flock FILE true",
-        "flock FILE true",
-        Box::new(move || {
-            let mut c = Command::new("flock");
-            c.arg(&f).arg("true");
-            c
-        }),
-        runs,
-    ));
+    let true_ = OsStr::new("true");
+    let mut peers = vec![
+        plain("true (spawn only)", "true", "true", &[], runs),
+        plain(
+            "dlock --version",
+            "dlock --version",
+            &ctx.dlock,
+            &[OsStr::new("--version")],
+            runs,
+        ),
+        plain(
+            "flock FILE true",
+            "flock FILE true",
+            "flock",
+            &[lockfile.as_os_str(), true_],
+            runs,
+        ),
+    ];
     for store in [Ok(local), redis] {
         let name_of = |label: &str| format!("dlock exec ({label})");
         let shown = "dlock exec bench-exec -- true";
@@ -131,14 +140,9 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let shown = "redis-cli -p PORT PING";
     peers.push(match redis_port {
         Ok(port) => {
-            let mut p = plain(
-                "redis-cli PING",
-                "redis-cli",
-                &["-p", &port.to_string(), "PING"],
-                runs,
-            );
-            p.shown = shown.into();
-            p
+            let port = port.to_string();
+            let args = [OsStr::new("-p"), OsStr::new(&port), OsStr::new("PING")];
+            plain("redis-cli PING", shown, "redis-cli", &args, runs)
         }
         Err(e) => Peer::failed("redis-cli PING", shown, e),
     });
