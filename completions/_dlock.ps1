@@ -150,12 +150,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help' {
-            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'exec')
-            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'lock')
-            [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'unlock')
-            [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'renew')
-            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'status')
-            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'completions')
+            [CompletionResult]::new('exec', 'exec', [CompletionResultType]::ParameterValue, 'Run CMD while holding KEY')
+            [CompletionResult]::new('lock', 'lock', [CompletionResultType]::ParameterValue, 'Acquire KEY and leave it held until `unlock` or the TTL ends')
+            [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'Release KEY')
+            [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }

@@ -140,12 +140,12 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'dlock;help'= {
-            cand exec 'exec'
-            cand lock 'lock'
-            cand unlock 'unlock'
-            cand renew 'renew'
-            cand status 'status'
-            cand completions 'completions'
+            cand exec 'Run CMD while holding KEY'
+            cand lock 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+            cand unlock 'Release KEY'
+            cand renew 'Extend a held lease'
+            cand status 'Show who holds what (every held lock when no key is given)'
+            cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'dlock;help;exec'= {

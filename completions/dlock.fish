@@ -103,10 +103,10 @@ complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Mac
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "renew"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "status"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "completions"
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec" -d 'Run CMD while holding KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock" -d 'Release KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "renew" -d 'Extend a held lease'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -26,7 +26,8 @@
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
 //! `.cargo/config.toml` links the binary statically (start-up time is most of what one
-//! `dlock exec` costs).
+//! `dlock exec` costs), and `benches/suite/` is the benchmark suite (`sections/` measure,
+//! `report.rs` prints and writes; its Redis servers come from the tests' `tests/common`).
 
 #![deny(unsafe_code)]
 
