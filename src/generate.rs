@@ -2,7 +2,7 @@
 //!
 //! The generated files are checked in (`completions/`, `man/`) so that packagers need no
 //! build step; `tests/generated.rs` compares them with what this module produces and fails
-//! when they are stale (`DLOCK_BLESS=1 cargo test --test generated` rewrites them).
+//! when they are stale (`DLOCK_BLESS=1 cargo test --test integration generated::` rewrites them).
 
 use std::path::Path;
 

@@ -27,7 +27,10 @@
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
 //! `.cargo/config.toml` links the binary statically (start-up time is most of what one
 //! `dlock exec` costs), and `benches/suite/` is the benchmark suite (`sections/` measure,
-//! `report.rs` prints and writes; its Redis servers come from the tests' `tests/common`).
+//! `report.rs` prints and writes; its Redis servers come from the tests' `tests/support/servers`).
+//! `tests/` is one integration test binary: `tests/tests.rs` lists its modules, `tests/macros.rs`
+//! holds the one list of backends that the CLI matrix and the conformance suite expand from, and
+//! `tests/support/` the servers and helpers.
 
 #![deny(unsafe_code)]
 

@@ -1,12 +1,9 @@
 //! Input and output at the edges, through the real binary: absurd durations, empty backend
 //! URLs, and a stdout that is closed or whose reader went away.
 
-#[macro_use]
-mod common;
-
 use std::process::{Command, Output, Stdio};
 
-use common::Store;
+use crate::support::{self, Store};
 
 on_every_backend!(
     a_reader_gone_ends_status_output_quietly,
@@ -69,7 +66,7 @@ fn lock_that_cannot_print_its_owner_holds_nothing(store: Store) {
     assert!(!held(&store, "undelivered"), "the lease was left held");
 
     // Started with stdout closed: refused before anything is acquired.
-    let exe = common::dlock_bin();
+    let exe = support::dlock_bin();
     let sh = format!("exec '{}' lock closed --ttl 1m >&-", exe.display());
     let out = store.shell(&sh).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -112,16 +109,16 @@ fn an_empty_url_is_an_error_not_the_local_store() {
         c.output().unwrap()
     };
     for url in ["", " ", ","] {
-        let out = runs(common::dlock().args(["-u", url]));
+        let out = runs(support::dlock().args(["-u", url]));
         assert_eq!(out.status.code(), Some(2), "-u {url:?}: {out:?}");
         assert!(one_line(&out).contains("URL is empty"));
     }
-    let out = runs(common::dlock().env("DLOCK_URL", ""));
+    let out = runs(support::dlock().env("DLOCK_URL", ""));
     assert_eq!(out.status.code(), Some(2), "DLOCK_URL='': {out:?}");
     assert!(one_line(&out).contains("DLOCK_URL"));
     assert!(!ran.exists(), "the command ran");
     // No URL at all is the local store.
-    let out = runs(&mut common::dlock());
+    let out = runs(&mut support::dlock());
     assert!(out.status.success(), "{out:?}");
     assert!(ran.exists());
 }

@@ -2,104 +2,40 @@
 //!
 //! Each test is a generic async function in [`suite`] that takes a *factory*: an async fn
 //! returning a fresh backend and a guard that keeps whatever it needs alive (a temporary
-//! directory, a redis-server). `conformance_suite!(name, factory)` instantiates every test
-//! for one backend, so a new backend adds one factory and one line at the bottom.
+//! directory, a redis-server). `conformance_suite!` (in `macros.rs`) instantiates every test
+//! listed below for every backend, with the factories of `support::backends::factory`.
 //!
 //! The tests only rely on the trait's documented semantics (no backend-specific details
 //! such as `ttl_left_ms` of bound leases), and each takes well under a second.
 
-mod common;
-
-use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::backend::local::LocalBackend;
 use dlock::backend::{Backend, ReleaseMode};
+
+use crate::support::{self, backends::factory::Guard};
 
 /// The bound on an event-driven wake-up (hand-off, cancellation, no-wait refusal): far
 /// above what any backend needs on an idle machine, but loaded two-core CI boxes can delay
 /// a runnable task by tens of milliseconds.
 pub const PROMPT: Duration = Duration::from_millis(200);
 
-/// Keeps a backend's resources alive for the duration of a test.
-pub type Guard = Box<dyn Any + Send>;
-
-/// The embedded local store, in a fresh temporary directory.
-pub async fn local_factory() -> (Arc<dyn Backend>, Guard) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let backend = LocalBackend::open(dir.path()).expect("open local store");
-    (Arc::new(backend), Box::new(dir))
-}
-
-/// A single Redis server on a free port.
-pub async fn redis_factory() -> (Arc<dyn Backend>, Guard) {
-    let server = common::RedisServer::start();
-    let backend = dlock::backend::redis::RedisBackend::connect(&server.url())
-        .await
-        .expect("connect to redis");
-    (Arc::new(backend), Box::new(server))
-}
-
-/// Redlock over three Redis servers on free ports.
-pub async fn redlock_factory() -> (Arc<dyn Backend>, Guard) {
-    let servers: Vec<common::RedisServer> = (0..3).map(|_| common::RedisServer::start()).collect();
-    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-    let backend = dlock::backend::redlock::RedlockBackend::connect(&urls)
-        .await
-        .expect("connect to the redis servers");
-    (Arc::new(backend), Box::new(servers))
-}
-
-/// The in-memory reference store, opened through the scheme table as a user's URL would be
-/// (a fresh name per test: stores are shared by name within the process).
-pub async fn memory_factory() -> (Arc<dyn Backend>, Guard) {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let url = format!("memory://conformance-{n}");
-    let spec = dlock::backend::BackendSpec::from_urls(&[url]).expect("memory URL");
-    let backend = dlock::backend::open(&spec)
-        .await
-        .expect("open memory store");
-    (backend, Box::new(()))
-}
-
-/// Instantiates every test of [`suite`] for one backend, as `mod $name`.
-macro_rules! conformance_suite {
-    ($name:ident, $factory:path) => {
-        mod $name {
-            conformance_suite!(@tests $factory;
-                exclusion_under_contention,
-                tokens_strictly_increase,
-                owner_checks,
-                detached_lease_expires,
-                renewal_extends,
-                reentrancy,
-                force_release,
-                status_named_and_all,
-                no_wait_and_timeout,
-                hand_off_is_prompt,
-                release_acquired_hands_over,
-                cancellation_leaves_nothing,
-                errors_read_the_same,
-            );
-        }
-    };
-    (@tests $factory:path; $($test:ident),* $(,)?) => {
-        $(
-            #[tokio::test]
-            async fn $test() {
-                crate::suite::$test($factory).await
-            }
-        )*
-    };
-}
-
-conformance_suite!(local, crate::local_factory);
-conformance_suite!(redis, crate::redis_factory);
-conformance_suite!(redlock, crate::redlock_factory);
-conformance_suite!(memory, crate::memory_factory);
+conformance_suite!(
+    exclusion_under_contention,
+    tokens_strictly_increase,
+    owner_checks,
+    detached_lease_expires,
+    renewal_extends,
+    reentrancy,
+    force_release,
+    status_named_and_all,
+    no_wait_and_timeout,
+    hand_off_is_prompt,
+    release_acquired_hands_over,
+    cancellation_leaves_nothing,
+    errors_read_the_same,
+);
 
 pub mod suite {
     use super::*;
@@ -465,7 +401,7 @@ pub mod suite {
         ] {
             let a = b.acquire(&holder_req, &no_wait()).await.unwrap();
             let b2 = b.clone();
-            let (wait, waiting) = common::waiting_forever();
+            let (wait, waiting) = support::waiting_forever();
             let waiter = tokio::spawn(async move {
                 let got = b2.acquire(&waiter_req, &wait).await.unwrap();
                 (Instant::now(), got)
@@ -506,7 +442,7 @@ pub mod suite {
         );
 
         let b2 = b.clone();
-        let (wait, waiting) = common::waiting_forever();
+        let (wait, waiting) = support::waiting_forever();
         let waiter = tokio::spawn(async move { b2.acquire(&bound("r", "b"), &wait).await });
         waiting.await.expect("waiter got a held key");
         let token = a.lease.fencing_token;
@@ -535,7 +471,7 @@ pub mod suite {
         let (b, _g) = factory().await;
         let a = b.acquire(&bound("c", "a"), &no_wait()).await.unwrap();
         let cancel = CancellationToken::new();
-        let (mut wait, waiting) = common::waiting_forever();
+        let (mut wait, waiting) = support::waiting_forever();
         wait.cancel = cancel.clone();
         let b2 = b.clone();
         let waiter = tokio::spawn(async move { b2.acquire(&req("c", "b"), &wait).await });

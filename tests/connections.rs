@@ -1,12 +1,10 @@
 //! Secure and managed connections through the CLI against real servers: ACL users, TLS
 //! with a private CA and client certificates, Sentinel discovery.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{free_port, RedisServer};
+use crate::support::{self, free_port, RedisServer};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).trim().to_string()
@@ -25,7 +23,7 @@ fn assert_unavailable(out: &std::process::Output, names: &str, secrets: &[&str])
 
 /// `dlock ARGS` against `url`, with `REDISCLI_AUTH` set when a password is given.
 fn run_at(url: &str, auth: Option<&str>, args: &[&str]) -> std::process::Output {
-    let mut c = common::dlock();
+    let mut c = support::dlock();
     c.env("DLOCK_URL", url).args(args);
     if let Some(password) = auth {
         c.env("REDISCLI_AUTH", password);
@@ -89,7 +87,7 @@ fn an_acl_user_with_rights_on_dlock_keys_only_works() {
 fn an_acl_user_without_rights_on_the_keys_gets_one_clear_line() {
     let server = RedisServer::start_with(&["--user", "bob", "on", ">builder", "~other:*", "+@all"]);
     let url = format!("redis://bob:builder@127.0.0.1:{}", server.port);
-    let out = common::dlock()
+    let out = support::dlock()
         .env("DLOCK_URL", &url)
         .args(["exec", "k", "--", "true"])
         .output()
@@ -165,7 +163,7 @@ fn tls_with_a_private_ca_and_a_client_certificate() {
     ]);
     let url = format!("rediss://127.0.0.1:{tls_port}");
     let dlock = |env: &[(&str, &PathBuf)]| {
-        let mut c = common::dlock();
+        let mut c = support::dlock();
         c.env("DLOCK_URL", &url);
         for var in ["DLOCK_TLS_CA", "DLOCK_TLS_CERT", "DLOCK_TLS_KEY"] {
             c.env_remove(var);
@@ -219,7 +217,7 @@ fn sentinel_finds_the_master() {
         free_port(),
         sentinel.port
     );
-    let out = common::dlock()
+    let out = support::dlock()
         .env("DLOCK_URL", &url)
         .args(["lock", "found", "--ttl", "1m"])
         .output()
@@ -232,7 +230,7 @@ fn sentinel_finds_the_master() {
         "the lease is on the master"
     );
     // Through -u (split on commas by the CLI, put back together).
-    let out = common::dlock()
+    let out = support::dlock()
         .args(["-u", &url, "unlock", "found", "--owner", &owner])
         .output()
         .unwrap();
@@ -241,7 +239,7 @@ fn sentinel_finds_the_master() {
 
     // A master name the Sentinels do not know: 69, one line.
     let unknown = format!("redis+sentinel://127.0.0.1:{}/nosuch", sentinel.port);
-    let out = common::dlock()
+    let out = support::dlock()
         .env("DLOCK_URL", &unknown)
         .args(["exec", "k", "--", "true"])
         .output()
@@ -318,7 +316,7 @@ fn no_password_for_a_server_that_wants_one_says_authentication_is_required() {
 /// `exec CMD` where CMD prints its environment, then runs nested `dlock exec`s: of the same
 /// key (re-entry: the same token) and of another key. Returns CMD's output.
 fn env_and_nested_calls(url: &str) -> String {
-    let dlock = common::dlock_bin().display().to_string();
+    let dlock = support::dlock_bin().display().to_string();
     let script = format!(
         "env; '{dlock}' exec k -- sh -c 'echo nested-token=$DLOCK_FENCING_TOKEN' \
          && '{dlock}' exec other -- echo other-ran"
@@ -357,7 +355,7 @@ fn the_command_gets_no_password_and_nested_calls_still_reach_the_store() {
 
     // The password goes only where it was given: pointed elsewhere, a nested call gets none.
     let other = RedisServer::start_with(&["--requirepass", "s3cret"]);
-    let dlock = common::dlock_bin().display().to_string();
+    let dlock = support::dlock_bin().display().to_string();
     let script = format!("DLOCK_URL={} '{dlock}' exec k -- true", other.url());
     let out = run_at(&url, None, &["exec", "k", "--", "sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(69), "{out:?}");

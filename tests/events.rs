@@ -1,11 +1,8 @@
 //! What `-v`, `-vv` and `--log-format json` tell about a run, on every backend.
 
-#[macro_use]
-mod common;
-
 use std::time::Duration;
 
-use common::Store;
+use crate::support::{self, Store};
 
 on_every_backend!(
     verbose_tells_the_story_of_a_run,
@@ -91,7 +88,7 @@ fn json_events_are_one_object_per_line(store: Store) {
 
 fn a_wait_is_an_event(store: Store) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut holder, _) = common::hold_with(store.dlock(), "ev", &[], "sleep 60", dir.path());
+    let (mut holder, _) = support::hold_with(store.dlock(), "ev", &[], "sleep 60", dir.path());
     let out = store
         .dlock()
         .args(["-v", "exec", "ev", "--timeout", "1s", "--", "true"])
@@ -102,5 +99,5 @@ fn a_wait_is_an_event(store: Store) {
     let at = find(&lines, "waiting for 'ev': held by ", 0);
     find(&lines, "gave up after 1s", at);
     let _ = holder.kill();
-    let _ = common::wait_exit(&mut holder, Duration::from_secs(5));
+    let _ = support::wait_exit(&mut holder, Duration::from_secs(5));
 }

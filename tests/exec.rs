@@ -1,14 +1,11 @@
 //! `dlock exec` end to end, through the real binary, on every backend: exclusion, exit
 //! codes, environment, signals, renewal, and bad input.
 
-#[macro_use]
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
+use crate::support::{self, alive, read_when_ready, send_signal, wait_exit, wait_for, Store};
 
 on_every_backend!(
     runs_the_command_with_the_lease_in_its_environment,
@@ -41,7 +38,7 @@ fn hold(
     dir: &std::path::Path,
     extra: &[&str],
 ) -> (std::process::Child, u32) {
-    common::hold_with(store.dlock(), key, extra, "exec sleep 60", dir)
+    support::hold_with(store.dlock(), key, extra, "exec sleep 60", dir)
 }
 
 fn runs_the_command_with_the_lease_in_its_environment(store: Store) {
@@ -174,7 +171,7 @@ fn concurrent_execs_never_overlap_and_tokens_increase(store: Store) {
         .map(|_| {
             let loop_script = format!(
                 "for i in $(seq {rounds}); do {} exec contended -- sh -c \"{}\" || exit 1; done",
-                common::dlock_bin().display(),
+                support::dlock_bin().display(),
                 script.replace('"', "\\\"").replace('$', "\\$")
             );
             store.shell(&loop_script).spawn().unwrap()
@@ -285,7 +282,7 @@ fn sigkill_of_dlock_kills_the_command(store: Store) {
 fn an_ignored_sigchld_does_not_lose_the_command(store: Store) {
     let script = format!(
         "exec env --ignore-signal=CHLD '{}' exec ignored-chld -- sh -c 'exit 3'",
-        common::dlock_bin().display()
+        support::dlock_bin().display()
     );
     let mut child = store.shell(&script).spawn().unwrap();
     let status = wait_exit(&mut child, Duration::from_secs(10));
@@ -319,7 +316,7 @@ fn renewal_keeps_a_short_lease_alive(store: Store) {
 }
 
 fn nested_exec_reenters(store: Store) {
-    let bin = common::dlock_bin();
+    let bin = support::dlock_bin();
     let script = format!(
         "outer=$DLOCK_FENCING_TOKEN; {} exec nest -n -- sh -c 'echo $DLOCK_FENCING_TOKEN' > inner.txt || exit 9; \
          [ \"$(cat inner.txt)\" = \"$outer\" ] || exit 8; {} exec other -n -- true || exit 7",

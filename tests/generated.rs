@@ -1,6 +1,6 @@
 //! The checked-in completions and man pages must match the clap definition.
 //!
-//! After changing the CLI: `DLOCK_BLESS=1 cargo test --test generated` rewrites them.
+//! After changing the CLI: `DLOCK_BLESS=1 cargo test --test integration generated::` rewrites them.
 
 use std::path::Path;
 
@@ -13,7 +13,7 @@ fn completions_and_man_pages_are_fresh() {
     let stale = dlock::generate::stale(root);
     assert!(
         stale.is_empty(),
-        "stale generated files {stale:?}: run `DLOCK_BLESS=1 cargo test --test generated` and commit them"
+        "stale generated files {stale:?}: run `DLOCK_BLESS=1 cargo test --test integration generated::` and commit them"
     );
 }
 

@@ -1,13 +1,10 @@
 //! Job control for cron and CI, end to end on every backend: the shell form (`-c`),
 //! `--max-runtime` with `--kill-after`, and `--if-unavailable skip`.
 
-#[macro_use]
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{alive, read_when_ready, wait_exit, Store};
+use crate::support::{self, alive, read_when_ready, wait_exit, Store};
 
 on_every_backend!(
     the_shell_form_runs_the_string_with_sh,
@@ -132,7 +129,7 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
         Store::Local(dir) => {
             let file = dir.path().join("not-a-dir");
             std::fs::write(&file, "").unwrap();
-            let mut c = common::dlock();
+            let mut c = support::dlock();
             c.env("DLOCK_DIR", file.join("store"));
             c
         }

@@ -5,9 +5,6 @@
 //! leases) is never declared lost because a renewal was slow; and a holder that was stopped
 //! and resumed learns from the store whether its lease survived.
 
-#[macro_use]
-mod common;
-
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -15,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{read_when_ready, send_signal, wait_exit, wait_for, Store};
+use crate::support::{read_when_ready, send_signal, wait_exit, wait_for, Store};
 
 on_every_backend!(
     a_long_wait_then_a_contended_renewal_keeps_the_lease,

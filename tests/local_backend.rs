@@ -3,8 +3,7 @@
 //!
 //! Every test works in its own temporary directory, never in the default one.
 
-mod common;
-
+use crate::support;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
@@ -28,6 +27,9 @@ const PROMPT: Duration = Duration::from_millis(200);
 /// Set in a re-executed copy of this test binary: the directory where `child_holder`
 /// takes its lock before waiting to be killed.
 const CHILD_ENV: &str = "DLOCK_TEST_HOLDER_DIR";
+
+/// The full name of `child_holder` in the test binary, for `--exact`.
+const CHILD_TEST: &str = "local_backend::child_holder";
 
 fn req(key: &str, owner: &str) -> AcquireRequest {
     AcquireRequest {
@@ -240,7 +242,7 @@ async fn cancelled_waiters_leave_the_queue() {
     let (_d, b) = store();
     let a = b.acquire(&bound("k", "a"), &no_wait()).await.unwrap();
     let cancel = CancellationToken::new();
-    let (mut wait, waiting) = common::waiting_forever();
+    let (mut wait, waiting) = support::waiting_forever();
     wait.cancel = cancel.clone();
     let first = {
         let b = b.clone();
@@ -251,7 +253,7 @@ async fn cancelled_waiters_leave_the_queue() {
         })
     };
     waiting.await.expect("first never waited");
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let second = {
         let b = b.clone();
         tokio::spawn(async move {
@@ -301,7 +303,7 @@ async fn waiters_are_served_in_arrival_order() {
         } else {
             req("fifo", &format!("w{i}"))
         };
-        let (wait, waiting) = common::waiting_forever();
+        let (wait, waiting) = support::waiting_forever();
         tasks.push(tokio::spawn(async move {
             let got = b.acquire(&r, &wait).await.unwrap();
             order.lock().unwrap().push(i);
@@ -332,7 +334,7 @@ async fn waiters_are_served_in_arrival_order() {
 async fn detached_unlock_wakes_the_waiter_at_once() {
     let (_d, b) = store();
     b.acquire(&req("d", "a"), &no_wait()).await.unwrap();
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
@@ -351,7 +353,7 @@ async fn detached_unlock_wakes_the_waiter_at_once() {
 async fn force_unlock_of_a_live_bound_lease_lets_the_waiter_in() {
     let (_d, b) = store();
     let a = b.acquire(&bound("f", "a"), &no_wait()).await.unwrap();
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move { b.acquire(&bound("f", "w"), &wait).await.unwrap() })
@@ -375,7 +377,7 @@ async fn force_unlock_of_a_live_bound_lease_lets_the_waiter_in() {
 async fn progress_reports_holder_and_position() {
     let (_d, b) = store();
     let _a = b.acquire(&bound("p", "a"), &no_wait()).await.unwrap();
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let first = {
         let b = b.clone();
         tokio::spawn(async move { b.acquire(&req("p", "w1"), &wait).await.map(drop) })
@@ -552,7 +554,7 @@ impl Drop for ChildProc {
 fn spawn_child(dir: &Path, word: &str) -> (ChildProc, String) {
     let mut child = ChildProc(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_holder", "--nocapture", "--test-threads=1"])
+            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -582,7 +584,7 @@ async fn holder_killed_by_sigkill_frees_the_key_at_once() {
 
     // A waiter is queued behind the child; the TTL is 60 s, yet it gets the key the
     // moment the child dies.
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move {
@@ -650,7 +652,7 @@ async fn long_queues_are_counted_but_not_listed() {
 async fn fair_arrivals_queue_behind_waiters_unfair_ones_may_not() {
     let (_d, b) = store();
     let a = b.acquire(&bound("u", "a"), &no_wait()).await.unwrap();
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let waiter = {
         let b = b.clone();
         tokio::spawn(async move { b.acquire(&bound("u", "w"), &wait).await.unwrap() })

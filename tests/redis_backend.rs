@@ -1,11 +1,9 @@
 //! The Redis backend against real redis-server processes (one per test, free ports).
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use crate::support::{self, RedisServer};
 use dlock::backend::redis::{connection_info, RedisBackend, Tuning};
 use dlock::backend::{
     AcquireRequest, Acquired, Backend, Holder, ReleaseMode, WaitInfo, WaitOptions,
@@ -665,7 +663,7 @@ async fn listing_a_hundred_thousand_locks_is_fast() {
 
 #[tokio::test]
 async fn refused_connection_is_unavailable_in_one_line() {
-    let port = common::free_port();
+    let port = support::free_port();
     let url = format!("redis://:topsecret@127.0.0.1:{port}");
     let t0 = Instant::now();
     let e = RedisBackend::connect(&url)
@@ -828,7 +826,7 @@ async fn locks_work_over_tls() {
         println!("skipped: openssl is not installed");
         return;
     };
-    let tls_port = common::free_port().to_string();
+    let tls_port = support::free_port().to_string();
     let server = RedisServer::start_with(&[
         "--tls-port",
         &tls_port,

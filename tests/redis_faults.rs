@@ -2,15 +2,13 @@
 //! credentials. The command must be dead before the lease can expire, and every error is
 //! one line that names the server and never the password.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{alive, free_port, wait_exit, RedisServer, Store};
+use crate::support::{self, alive, free_port, wait_exit, RedisServer, Store};
 
 /// Holds `key` with `ttl` on `store`; returns dlock and the command's pid.
 fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
-    common::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
+    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
 }
 
 fn stderr_of(child: std::process::Child) -> String {
@@ -71,7 +69,7 @@ fn restarted_server_means_the_lease_is_lost() {
 fn unreachable_server_is_exit_69_in_one_line() {
     let url = format!("redis://127.0.0.1:{}", free_port());
     let started = Instant::now();
-    let out = common::dlock()
+    let out = support::dlock()
         .args(["exec", "k", "-u", &url, "--", "true"])
         .output()
         .unwrap();
@@ -86,7 +84,7 @@ fn unreachable_server_is_exit_69_in_one_line() {
 fn wrong_password_is_exit_69_without_the_password() {
     let server = RedisServer::start_with(&["--requirepass", "right-secret"]);
     let url = format!("redis://:wrong-secret@127.0.0.1:{}", server.port);
-    let out = common::dlock()
+    let out = support::dlock()
         .args(["exec", "k", "--", "true"])
         .env("DLOCK_URL", &url)
         .output()
@@ -103,7 +101,7 @@ fn wrong_password_is_exit_69_without_the_password() {
         "names the server: {err}"
     );
     // No password at all: refused the same way.
-    let out = common::dlock()
+    let out = support::dlock()
         .args(["exec", "k", "-u", &server.url(), "--", "true"])
         .output()
         .unwrap();
@@ -114,7 +112,7 @@ fn wrong_password_is_exit_69_without_the_password() {
 fn password_from_url_or_rediscli_auth_works_and_stays_out_of_argv() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
     let url = format!("redis://:s3cret@127.0.0.1:{}", server.port);
-    let out = common::dlock()
+    let out = support::dlock()
         .args([
             "exec",
             "k",
@@ -128,7 +126,7 @@ fn password_from_url_or_rediscli_auth_works_and_stays_out_of_argv() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret"));
-    let status = common::dlock()
+    let status = support::dlock()
         .args(["exec", "k", "-u", &server.url(), "--", "true"])
         .env("REDISCLI_AUTH", "s3cret")
         .status()
@@ -140,7 +138,7 @@ fn password_from_url_or_rediscli_auth_works_and_stays_out_of_argv() {
 fn status_and_errors_never_show_the_password() {
     let server = RedisServer::start_with(&["--requirepass", "hunter2"]);
     let url = format!("redis://:hunter2@127.0.0.1:{}", server.port);
-    let lock = common::dlock()
+    let lock = support::dlock()
         .args(["lock", "shown", "--ttl", "1m"])
         .env("DLOCK_URL", &url)
         .output()
@@ -152,7 +150,7 @@ fn status_and_errors_never_show_the_password() {
         &["status", "shown"],
         &["exec", "shown", "-n", "--", "true"],
     ] {
-        let out = common::dlock()
+        let out = support::dlock()
             .args(args)
             .env("DLOCK_URL", &url)
             .output()

@@ -2,12 +2,10 @@
 //! paused servers, many contending processes. Through the CLI where users would see it,
 //! through the library where timing or internal state is checked.
 
-mod common;
-
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{alive, wait_exit, RedisServer};
+use crate::support::{self, alive, wait_exit, RedisServer};
 use dlock::backend::redis::Tuning;
 use dlock::backend::redlock::{RedlockBackend, RedlockTuning};
 use dlock::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
@@ -28,7 +26,7 @@ fn dlock_url(servers: &[RedisServer]) -> String {
 }
 
 fn dlock(servers: &[RedisServer]) -> std::process::Command {
-    let mut c = common::dlock();
+    let mut c = support::dlock();
     c.env("DLOCK_URL", dlock_url(servers));
     c
 }
@@ -422,7 +420,7 @@ async fn renew_says_not_owner_only_when_a_majority_says_so() {
 
 /// Starts `dlock exec renewed --ttl TTL -- sh -c SCRIPT`; returns dlock and the command's pid.
 fn hold(servers: &[RedisServer], ttl: &str, script: &str, dir: &std::path::Path) -> (Child, u32) {
-    common::hold_with(dlock(servers), "renewed", &["--ttl", ttl], script, dir)
+    support::hold_with(dlock(servers), "renewed", &["--ttl", ttl], script, dir)
 }
 
 #[test]
@@ -471,7 +469,7 @@ fn many_contending_processes_never_overlap_and_tokens_increase() {
     let servers = three();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let bin = common::dlock_bin();
+    let bin = support::dlock_bin();
     let script = format!(
         "for i in 1 2 3 4 5; do '{}' exec -q contended --ttl 5s -- sh -c \
          'echo start $DLOCK_FENCING_TOKEN >> {log}; sleep 0.01; echo end $DLOCK_FENCING_TOKEN >> {log}' \
@@ -585,7 +583,7 @@ fn errors_and_status_name_servers_but_never_their_passwords() {
     let url = |s: &RedisServer| format!("redis://:{secret}@127.0.0.1:{}", s.port);
     let dlock_url = servers.iter().map(url).collect::<Vec<_>>().join(",");
     let run = |args: &[&str]| {
-        let out = common::dlock()
+        let out = support::dlock()
             .env("DLOCK_URL", &dlock_url)
             .args(args)
             .output()
@@ -623,7 +621,7 @@ async fn a_waiter_outlasts_busy_servers_and_gives_up_on_frozen_ones() {
     let b = connect(&servers).await;
     let ttl = Duration::from_secs(10);
     b.acquire(&req("busy", "a", ttl), &no_wait()).await.unwrap();
-    let (wait, waiting) = common::waiting_forever();
+    let (wait, waiting) = support::waiting_forever();
     let second = req("busy", "b", ttl);
     let waiter = b.acquire(&second, &wait);
     let outside = async {
@@ -706,7 +704,7 @@ fn a_herd_of_waiters_all_get_the_lock_in_turn() {
             .unwrap_or(0)
     };
     assert!(
-        common::wait_for(Duration::from_secs(60), || done() >= WAITERS / 4),
+        support::wait_for(Duration::from_secs(60), || done() >= WAITERS / 4),
         "the herd makes progress"
     );
     // Longer than a waiter's operation timeout (1 s) and heartbeat (1 s) together.
@@ -757,7 +755,7 @@ fn the_same_server_under_two_names_is_refused() {
         ],
     ];
     for urls in &cases {
-        let mut cmd = common::dlock();
+        let mut cmd = support::dlock();
         for url in urls {
             cmd.args(["-u", url]);
         }
@@ -791,7 +789,7 @@ fn the_same_server_under_two_names_is_refused() {
         "-@dangerous",
     ];
     let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&acl)).collect();
-    let mut cmd = common::dlock();
+    let mut cmd = support::dlock();
     for s in &servers {
         cmd.args(["-u", &format!("redis://alice:pw@127.0.0.1:{}", s.port)]);
     }

@@ -1,11 +1,8 @@
 //! `lock`, `unlock`, `renew` and `status` through the real binary, on every backend.
 
-#[macro_use]
-mod common;
-
 use std::time::Duration;
 
-use common::Store;
+use crate::support::{self, Store};
 use serde_json::Value;
 
 on_every_backend!(
@@ -79,7 +76,7 @@ fn lock_json_has_the_documented_shape(store: Store) {
 }
 
 fn export_sets_up_a_script_that_can_nest(store: Store) {
-    let bin = common::dlock_bin();
+    let bin = support::dlock_bin();
     let b = bin.display();
     let script = format!(
         r#"eval "$({b} lock scripted --ttl 1m --export)" || exit 10
@@ -129,7 +126,7 @@ fn wrong_owner_is_refused_and_changes_nothing(store: Store) {
 fn expired_lease_cannot_be_renewed_or_unlocked(store: Store) {
     let (_, owner, _) = run(&store, &["lock", "short", "--ttl", "200ms"]);
     let owner = owner.trim().to_string();
-    assert!(common::wait_for(Duration::from_secs(5), || run(
+    assert!(support::wait_for(Duration::from_secs(5), || run(
         &store,
         &["lock", "short", "-n", "-q", "--ttl", "1m"]
     )

@@ -2,8 +2,6 @@
 //! left held), and the waiting line says the server is not answering instead of pretending
 //! to wait for a holder.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -12,7 +10,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{send_signal, wait_exit, RedisServer, Store};
+use crate::support::{self, send_signal, wait_exit, RedisServer, Store};
 
 /// Well under the 3 s request timeout, and far above what a cancel takes (its clean-up is
 /// bounded by a few hundred milliseconds), so that a loaded machine does not fail it.
@@ -70,7 +68,7 @@ fn spawn(mut dlock: Command) -> (Child, Receiver<String>) {
 }
 
 fn exec(url: &str, key: &str) -> Command {
-    let mut c = common::dlock();
+    let mut c = support::dlock();
     c.env("DLOCK_URL", url).args(["exec", key, "--", "true"]);
     c
 }
@@ -113,7 +111,7 @@ fn sigint_ends_a_connection_hanging_on_a_silent_server_at_once() {
     // With a password, connecting waits for the server's answer to AUTH.
     let url = format!("redis://:s3cret@127.0.0.1:{}", silent.port);
     let (mut dlock, lines) = spawn(exec(&url, "k"));
-    assert!(common::wait_for(Duration::from_secs(5), || silent
+    assert!(support::wait_for(Duration::from_secs(5), || silent
         .accepted()
         > 0));
     interrupt_promptly(&mut dlock);
@@ -136,7 +134,7 @@ fn sigint_on_a_paused_server_leaves_nothing_held_once_it_resumes() {
     // The server now runs what was sent before dlock ended: the acquire (which grants)
     // and, behind it on the same connection, the leave that gives the grant back.
     let server = store.server();
-    let granted = common::wait_for(Duration::from_secs(5), || {
+    let granted = support::wait_for(Duration::from_secs(5), || {
         server.cli(&["GET", "dlock:{k}:fence"]) == "1"
     });
     assert!(granted, "the acquire reached the server");
@@ -153,7 +151,7 @@ fn sigint_ends_a_redlock_wait_with_a_silent_member_at_once() {
     let servers = [RedisServer::start(), RedisServer::start()];
     let silent = Silent::start();
     let urls = format!("{},{},{}", servers[0].url(), servers[1].url(), silent.url());
-    let lock = common::dlock()
+    let lock = support::dlock()
         .env("DLOCK_URL", &urls)
         .args(["lock", "k", "--ttl", "1m"])
         .output()
@@ -166,7 +164,7 @@ fn sigint_ends_a_redlock_wait_with_a_silent_member_at_once() {
     // Its connection, then the subscription it waits on, which goes to the lead server
     // (the smallest URL): the silent member, or one of the others.
     let subscribed = |s: &RedisServer| !s.cli(&["PUBSUB", "CHANNELS", "*"]).is_empty();
-    assert!(common::wait_for(Duration::from_secs(5), || {
+    assert!(support::wait_for(Duration::from_secs(5), || {
         silent.accepted() >= before + 2
             || (silent.accepted() > before && servers.iter().any(subscribed))
     }));
@@ -177,12 +175,12 @@ fn sigint_ends_a_redlock_wait_with_a_silent_member_at_once() {
     for server in &servers {
         assert_eq!(server.cli(&["HGET", "dlock:{k}:lease", "owner"]), owner);
     }
-    let unlock = common::dlock()
+    let unlock = support::dlock()
         .env("DLOCK_URL", &urls)
         .args(["unlock", "k", "--owner", &owner])
         .status();
     assert_eq!(unlock.unwrap().code(), Some(0));
-    let status = common::dlock()
+    let status = support::dlock()
         .env("DLOCK_URL", &urls)
         .args(["exec", "-n", "k", "--", "true"])
         .status();
@@ -220,7 +218,7 @@ fn the_waiting_line_says_no_majority_answers() {
     let silent = [Silent::start(), Silent::start()];
     let server = RedisServer::start();
     let urls = format!("{},{},{}", server.url(), silent[0].url(), silent[1].url());
-    let mut cmd = common::dlock();
+    let mut cmd = support::dlock();
     cmd.env("DLOCK_URL", &urls)
         .args(["exec", "k", "--timeout", "2s", "--", "true"]);
     let (mut dlock, lines) = spawn(cmd);

@@ -12,15 +12,17 @@
 //!
 //! `opts` parses the options, `sections/` measures (each section returns its rows), `report`
 //! prints and writes them; `procs` runs and watches child processes, `servers` starts Redis
-//! (through the test harness, `common`) and etcd.
+//! (through the test harness's servers, `test_servers`) and etcd.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 mod opts;
 mod procs;
 mod report;
 mod sections;
 mod servers;
+// Not every server the tests use is benchmarked.
+#[allow(dead_code)]
+#[path = "../../tests/support/servers/mod.rs"]
+mod test_servers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,10 +7,10 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, RedisServer};
 use crate::procs::{
     die_with_parent, interrupted, run, server_started, server_stopped, temp_dir, which, ROOT,
 };
+use crate::test_servers::{free_port, RedisServer};
 
 /// A redis-server with no persistence; killed on drop.
 pub struct Redis(RedisServer);

@@ -1,0 +1,73 @@
+//! The backend matrix, written once.
+//!
+//! [`with_backends!`] holds the one list of backends; the CLI matrix
+//! ([`on_every_backend!`]) and the conformance suite ([`conformance_suite!`]) both expand
+//! from it. Adding a backend is one name in that list, plus what the name stands for in
+//! `support/backends.rs` (a `Store` constructor for a CLI backend, a conformance factory for
+//! every backend) and its server in `support/`.
+
+/// Calls `$then! { cli: [...], library: [...]; ARGS }` with every backend the tests know.
+///
+/// `cli` backends are reached by the `dlock` binary, so they run both the CLI matrix and the
+/// conformance suite; `library` ones only live inside one process (the in-memory reference
+/// store), so they run the conformance suite only.
+macro_rules! with_backends {
+    ($then:ident! { $($args:tt)* }) => {
+        $then! { cli: [local, redis, redlock], library: [memory]; $($args)* }
+    };
+}
+
+/// Runs each test body `fn name(store: Store)` once per CLI backend, as `local::name`,
+/// `redis::name`, `redlock::name`, each with a fresh [`Store`](crate::support::Store).
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        with_backends!(cli_matrix! { [$($name),*] });
+    };
+}
+
+/// [`on_every_backend!`] for the backends [`with_backends!`] passes.
+macro_rules! cli_matrix {
+    (cli: [$($backend:ident),*], library: [$($_library:ident),*]; $names:tt) => {
+        $( mod $backend { cli_tests!($backend $names); } )*
+    };
+}
+
+/// The tests of one backend in [`cli_matrix!`].
+macro_rules! cli_tests {
+    ($backend:ident [$($name:ident),*]) => {
+        $(
+            #[test]
+            fn $name() {
+                super::$name(crate::support::Store::$backend());
+            }
+        )*
+    };
+}
+
+/// Instantiates each named test of `conformance::suite` for every backend, as
+/// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`.
+macro_rules! conformance_suite {
+    ($($test:ident),* $(,)?) => {
+        with_backends!(conformance_matrix! { [$($test),*] });
+    };
+}
+
+/// [`conformance_suite!`] for the backends [`with_backends!`] passes.
+macro_rules! conformance_matrix {
+    (cli: [$($cli:ident),*], library: [$($library:ident),*]; $tests:tt) => {
+        $( mod $cli { conformance_tests!($cli $tests); } )*
+        $( mod $library { conformance_tests!($library $tests); } )*
+    };
+}
+
+/// The conformance tests of one backend in [`conformance_matrix!`].
+macro_rules! conformance_tests {
+    ($backend:ident [$($test:ident),*]) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                crate::conformance::suite::$test(crate::support::backends::factory::$backend).await
+            }
+        )*
+    };
+}

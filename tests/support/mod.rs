@@ -1,0 +1,19 @@
+//! The harness shared by the integration tests.
+//!
+//! - `servers`: real `redis-server`s (and Sentinels) on free loopback ports.
+//! - `processes`: the `dlock` command with a clean environment, holders, signals, polling.
+//! - `backends`: the store of a CLI test and the conformance factories, one per backend of
+//!   the list in `macros.rs`.
+//! - `requests`: requests and wait options for library tests.
+
+#![allow(dead_code)]
+
+pub mod backends;
+mod processes;
+mod requests;
+mod servers;
+
+pub use backends::Store;
+pub use processes::*;
+pub use requests::*;
+pub use servers::*;

@@ -1,0 +1,109 @@
+//! Running the `dlock` binary and watching processes: commands with a clean environment,
+//! holders started and awaited, signals, and polling instead of sleeping.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The dlock binary built for these tests.
+pub fn dlock_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_dlock"))
+}
+
+/// A `dlock` command with a clean environment for dlock's own variables.
+pub fn dlock() -> Command {
+    let mut c = Command::new(dlock_bin());
+    for v in dlock::config::INHERITED_ENV {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// Polls `cond` every millisecond until it holds or `limit` passes; returns whether it held.
+pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits up to `limit` for `child` to exit.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// True while a process with this pid exists (and is not a zombie we could reap).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+/// Sends a signal (by name, e.g. "INT") to a process.
+pub fn send_signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "kill -{sig} {pid}");
+}
+
+/// Reads a file that a child writes, once it exists and is non-empty.
+pub fn read_when_ready(path: &std::path::Path, limit: Duration) -> String {
+    let mut text = String::new();
+    let ready = wait_for(limit, || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    assert!(ready, "{} was not written within {limit:?}", path.display());
+    text.trim().to_string()
+}
+
+/// Starts `dlock exec KEY EXTRA… -- sh -c 'echo $$ > READY; SCRIPT'` from the `dlock`
+/// command given (its environment picks the store), with stdout and stderr piped, and waits
+/// until the command runs. Returns dlock and the command's pid.
+pub fn hold_with(
+    mut dlock: Command,
+    key: &str,
+    extra: &[&str],
+    script: &str,
+    dir: &std::path::Path,
+) -> (Child, u32) {
+    let ready = dir.join(format!("ready-{key}"));
+    dlock
+        .args(["exec", key])
+        .args(extra)
+        .args(["--", "sh", "-c"]);
+    dlock.arg(format!("echo $$ > '{}'; {script}", ready.display()));
+    let child = dlock
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = read_when_ready(&ready, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    (child, pid)
+}

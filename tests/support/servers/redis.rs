@@ -1,0 +1,199 @@
+//! `redis-server` processes for one test each: plain servers and Sentinels, stopped,
+//! paused and restarted on demand.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use std::net::TcpStream;
+
+use super::free_port;
+
+/// A redis-server started for one test; killed on drop.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+    /// For a Sentinel: the configuration it starts from (it rewrites its file).
+    sentinel: Option<String>,
+    /// Applied to the command before each start (the bench makes the server die with it).
+    prepare: fn(&mut Command),
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free loopback port.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::try_start_in(extra, &std::env::temp_dir(), |_| {}).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`RedisServer::start_with`], but the server's directory is made inside `parent`,
+    /// `prepare` is applied to its command, and a server that cannot start is an error.
+    pub fn try_start_in(
+        extra: &[&str],
+        parent: &Path,
+        prepare: fn(&mut Command),
+    ) -> Result<RedisServer, String> {
+        let dir = tempfile::tempdir_in(parent).map_err(|e| format!("temp dir: {e}"))?;
+        let server = RedisServer {
+            port: 0,
+            child: None,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            sentinel: None,
+            prepare,
+        };
+        server.spawn_on_a_free_port()
+    }
+
+    /// Starts a Sentinel (`redis-server --sentinel`) that watches the master on
+    /// `127.0.0.1:master_port` under `name`, with a quorum of one.
+    pub fn start_sentinel(master_port: u16, name: &str) -> RedisServer {
+        let server = RedisServer {
+            port: 0,
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            extra: Vec::new(),
+            sentinel: Some(format!(
+                "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+            )),
+            prepare: |_| {},
+        };
+        server
+            .spawn_on_a_free_port()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn spawn_on_a_free_port(mut self) -> Result<RedisServer, String> {
+        for _ in 0..20 {
+            self.port = free_port();
+            if self.try_spawn()? {
+                return Ok(self);
+            }
+        }
+        Err("could not start redis-server on a free port".into())
+    }
+
+    /// Starts the server on `self.port`: false if it exited (the port was taken) or did not
+    /// get ready in time, an error if it cannot be run at all.
+    fn try_spawn(&mut self) -> Result<bool, String> {
+        let mut command = Command::new("redis-server");
+        (self.prepare)(&mut command);
+        if let Some(config) = &self.sentinel {
+            let file = self.dir.path().join("sentinel.conf");
+            std::fs::write(&file, config).expect("write sentinel.conf");
+            command.arg(file).arg("--sentinel");
+        }
+        command.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"]);
+        if self.sentinel.is_none() {
+            command.args(["--save", "", "--appendonly", "no"]);
+        }
+        // Readiness is read from the server's own log: a TCP connect alone could reach
+        // another test's server that took the same port first (ours then exits).
+        let log = self.dir.path().join("redis.log");
+        let _ = std::fs::remove_file(&log);
+        let ready = if self.sentinel.is_some() {
+            "+monitor master"
+        } else {
+            "Ready to accept connections"
+        };
+        let mut child = command
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-server (apt-get install redis-server): {e}")
+            })?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Ok(false); // port taken by someone else: try another
+            }
+            let logged = std::fs::read_to_string(&log).is_ok_and(|l| l.contains(ready));
+            if logged && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                self.child = Some(child);
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok(false)
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills the server (SIGKILL) and waits for it; its data is lost.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty, as there is no persistence).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.try_spawn().unwrap_or_else(|e| panic!("{e}")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing answers.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+
+    /// Runs `redis-cli` against this server and returns its stdout, trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill(); // SIGKILL works on a paused server too.
+    }
+}

@@ -1,0 +1,46 @@
+//! Every integration test, in one binary: the harness in `support/` is compiled and linked
+//! once. Run one group with `cargo test --test integration MODULE::`, e.g. `exec::redis::`.
+//!
+//! Table of contents:
+//! - `macros`: the one list of backends, and the matrices that expand from it
+//!   (`on_every_backend!` for CLI tests, `conformance_suite!` for the library).
+//! - `support`: real servers on free ports, the `dlock` command, the store of a CLI test,
+//!   the conformance factories and the library helpers (`req`, `no_wait`, …).
+//!
+//! Library API:
+//! - `conformance`: the behaviour every backend shares, run on every backend.
+//! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
+//!
+//! The `dlock` binary on every CLI backend:
+//! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
+//!   `lease_clock`, `cli_edges`.
+//!
+//! The `dlock` binary against particular servers and failures:
+//! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
+//!
+//! The repository and the harness:
+//! - `generated` (completions and man pages; `DLOCK_BLESS=1 cargo test --test integration
+//!   generated::` rewrites them), `harness_smoke` (the servers, and every file here declared below).
+
+#[macro_use]
+mod macros;
+mod support;
+
+mod conformance;
+mod local_backend;
+mod redis_backend;
+mod redlock;
+
+mod cli_edges;
+mod events;
+mod exec;
+mod job_control;
+mod lease_clock;
+mod scripts;
+
+mod connections;
+mod redis_faults;
+mod unanswered;
+
+mod generated;
+mod harness_smoke;
