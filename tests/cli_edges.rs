@@ -29,11 +29,6 @@ fn with_reader_gone(mut cmd: Command) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn held(store: &Store, key: &str) -> bool {
-    let out = store.dlock().args(["status", key]).output().unwrap();
-    out.status.code() == Some(0)
-}
-
 fn a_reader_gone_ends_status_output_quietly(store: Store) {
     let lock = store
         .dlock()
@@ -63,7 +58,7 @@ fn lock_that_cannot_print_its_owner_holds_nothing(store: Store) {
         err.contains("'undelivered'") && err.contains("released it"),
         "{err}"
     );
-    assert!(!held(&store, "undelivered"), "the lease was left held");
+    assert!(!store.held("undelivered"), "the lease was left held");
 
     // Started with stdout closed: refused before anything is acquired.
     let exe = support::dlock_bin();
@@ -71,11 +66,11 @@ fn lock_that_cannot_print_its_owner_holds_nothing(store: Store) {
     let out = store.shell(&sh).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(one_line(&out).contains("stdout is closed"));
-    assert!(!held(&store, "closed"), "the lease was taken");
+    assert!(!store.held("closed"), "the lease was taken");
     // `>/dev/null` is the caller's choice, and still locks.
     let sh = format!("exec '{}' lock devnull --ttl 1m >/dev/null", exe.display());
     assert!(store.shell(&sh).status().unwrap().success());
-    assert!(held(&store, "devnull"));
+    assert!(store.held("devnull"));
 }
 
 #[test]
@@ -95,7 +90,7 @@ fn absurd_timeouts_are_refused_in_one_line() {
         assert_eq!(out.status.code(), Some(2), "{cmd} {value}: {out:?}");
         assert!(one_line(&out).contains(value));
     }
-    assert!(!held(&store, "k"));
+    assert!(!store.held("k"));
 }
 
 #[test]

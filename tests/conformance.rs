@@ -39,57 +39,11 @@ conformance_suite!(
 
 pub mod suite {
     use super::*;
-    use dlock::backend::{AcquireRequest, Holder, WaitOptions};
+    use crate::support::{bound, forever, no_wait, refused, req, within};
+    use dlock::backend::{AcquireRequest, WaitOptions};
     use dlock::error::Error;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio_util::sync::CancellationToken;
-
-    /// A request for `key` by `owner`, detached, fair, with a 10 s lease.
-    pub fn req(key: &str, owner: &str) -> AcquireRequest {
-        AcquireRequest {
-            key: key.into(),
-            owner: owner.into(),
-            reenter: vec![],
-            ttl: Duration::from_secs(10),
-            holder: Holder {
-                host: "testhost".into(),
-                pid: std::process::id(),
-                user: "tester".into(),
-                command: format!("conformance {owner}"),
-                acquired_at_ms: 0,
-            },
-            detached: true,
-            fair: true,
-        }
-    }
-
-    /// The same request, as `exec` makes it (bound to this process where supported).
-    pub fn bound(key: &str, owner: &str) -> AcquireRequest {
-        AcquireRequest {
-            detached: false,
-            ..req(key, owner)
-        }
-    }
-
-    pub fn forever() -> WaitOptions {
-        WaitOptions::until(None)
-    }
-
-    pub fn no_wait() -> WaitOptions {
-        WaitOptions::until(Some(Instant::now()))
-    }
-
-    pub fn within(d: Duration) -> WaitOptions {
-        WaitOptions::until(Some(Instant::now() + d))
-    }
-
-    /// The error of an acquisition that must fail (`Acquired` is not `Debug`).
-    pub fn refused(r: Result<dlock::backend::Acquired, Error>) -> Error {
-        match r {
-            Ok(a) => panic!("unexpectedly acquired: {:?}", a.lease),
-            Err(e) => e,
-        }
-    }
 
     async fn held_by(b: &Arc<dyn Backend>, key: &str) -> Option<String> {
         let st = b.status(&[key.to_string()]).await.expect("status");
@@ -338,7 +292,7 @@ pub mod suite {
         assert_eq!(ly.holder.host, "testhost");
         assert_eq!(ly.holder.pid, std::process::id());
         assert_eq!(ly.holder.user, "tester");
-        assert_eq!(ly.holder.command, "conformance oy");
+        assert_eq!(ly.holder.command, "test oy");
         assert!(ly.holder.acquired_at_ms > 0);
         assert_eq!(ly.depth, 1);
         assert!(st[1].lock.is_none());
@@ -517,10 +471,7 @@ pub mod suite {
         let (b, _g) = factory().await;
         let d = b.describe();
         b.acquire(&req("w", "a"), &no_wait()).await.unwrap();
-        let holder = format!(
-            "held by a (testhost pid {}: conformance a)",
-            std::process::id()
-        );
+        let holder = format!("held by a (testhost pid {}: test a)", std::process::id());
         let e = refused(b.acquire(&req("w", "b"), &no_wait()).await);
         assert!(matches!(e, Error::NotObtained(_)), "{e:?}");
         assert!(

@@ -1,14 +1,9 @@
 //! Secure and managed connections through the CLI against real servers: ACL users, TLS
 //! with a private CA and client certificates, Sentinel discovery.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use crate::support::{self, free_port, RedisServer};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).trim().to_string()
-}
+use crate::support::{self, free_port, pki, text, RedisServer};
 
 /// One line on stderr, exit 69, naming the server, leaking no secret.
 fn assert_unavailable(out: &std::process::Output, names: &str, secrets: &[&str]) {
@@ -95,49 +90,6 @@ fn an_acl_user_without_rights_on_the_keys_gets_one_clear_line() {
     assert_unavailable(&out, &server.port.to_string(), &["builder"]);
     let err = text(&out.stderr).to_lowercase();
     assert!(err.contains("noperm") && err.contains("'k'"), "{err}");
-}
-
-/// A private CA, a server certificate for 127.0.0.1 and a client certificate, all signed
-/// by it, in `dir`; `None` without openssl.
-struct Pki {
-    ca: PathBuf,
-    server_cert: PathBuf,
-    server_key: PathBuf,
-    client_cert: PathBuf,
-    client_key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Option<Pki> {
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").ok()?;
-    // An extension makes it an X.509 v3 certificate: rustls refuses v1.
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").ok()?;
-    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    let sign = "x509 -req -CA ca.pem -CAkey ca.key -CAcreateserial -days 1";
-    let steps = [
-        format!("req -x509 {key} -days 1 -subj /CN=dlock-test-CA -keyout ca.key -out ca.pem"),
-        format!("req {key} -subj /CN=127.0.0.1 -keyout server.key -out server.csr"),
-        format!("{sign} -in server.csr -extfile san.ext -out server.pem"),
-        format!("req {key} -subj /CN=dlock-client -keyout client.key -out client.csr"),
-        format!("{sign} -in client.csr -extfile client.ext -out client.pem"),
-    ];
-    for step in steps {
-        let ok = Command::new("openssl")
-            .current_dir(dir)
-            .args(step.split_whitespace())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return None;
-        }
-    }
-    Some(Pki {
-        ca: dir.join("ca.pem"),
-        server_cert: dir.join("server.pem"),
-        server_key: dir.join("server.key"),
-        client_cert: dir.join("client.pem"),
-        client_key: dir.join("client.key"),
-    })
 }
 
 #[test]

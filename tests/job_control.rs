@@ -34,17 +34,6 @@ fn the_shell_form_runs_the_string_with_sh(store: Store) {
     assert_eq!(both.status.code(), Some(2), "-c and CMD together: {both:?}");
 }
 
-fn held(store: &Store, key: &str) -> bool {
-    store
-        .dlock()
-        .args(["status", key])
-        .output()
-        .unwrap()
-        .status
-        .code()
-        == Some(0)
-}
-
 fn max_runtime_ends_a_command_that_ignores_sigterm(store: Store) {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
@@ -76,7 +65,7 @@ fn max_runtime_ends_a_command_that_ignores_sigterm(store: Store) {
         "ended before the SIGKILL: {took:?}"
     );
     assert!(!alive(pid), "the command survived");
-    assert!(!held(&store, "wedged"), "the lock was not released");
+    assert!(!store.held("wedged"), "the lock was not released");
     let mut err = String::new();
     std::io::Read::read_to_string(&mut dlock.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("ran longer than --max-runtime 700ms"), "{err}");

@@ -3,11 +3,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{self, RedisServer};
+use crate::support::{self, forever, no_wait, refused, req, self_signed, RedisServer};
 use dlock::backend::redis::{connection_info, RedisBackend, Tuning};
-use dlock::backend::{
-    AcquireRequest, Acquired, Backend, Holder, ReleaseMode, WaitInfo, WaitOptions,
-};
+use dlock::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitInfo, WaitOptions};
 use dlock::error::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -29,44 +27,6 @@ async fn connect(server: &RedisServer) -> Arc<RedisBackend> {
 async fn connect_fast(server: &RedisServer) -> Arc<RedisBackend> {
     let backend = RedisBackend::connect_with(&server.url(), fast()).await;
     Arc::new(backend.expect("connect"))
-}
-
-fn holder(pid: u32) -> Holder {
-    Holder {
-        host: "testhost".into(),
-        pid,
-        user: "tester".into(),
-        command: "make deploy".into(),
-        acquired_at_ms: 0,
-    }
-}
-
-fn req(key: &str, owner: &str) -> AcquireRequest {
-    AcquireRequest {
-        key: key.into(),
-        owner: owner.into(),
-        reenter: Vec::new(),
-        ttl: Duration::from_secs(10),
-        holder: holder(4242),
-        detached: true,
-        fair: true,
-    }
-}
-
-fn no_wait() -> WaitOptions {
-    WaitOptions::until(Some(Instant::now()))
-}
-
-fn forever() -> WaitOptions {
-    WaitOptions::until(None)
-}
-
-/// The error of an acquisition that must fail.
-fn refused(result: dlock::error::Result<Acquired>) -> Error {
-    match result {
-        Ok(got) => panic!("unexpectedly acquired: {:?}", got.lease),
-        Err(e) => e,
-    }
 }
 
 async fn take(b: &RedisBackend, key: &str, owner: &str) -> Acquired {
@@ -133,8 +93,9 @@ async fn acquire_renew_release_round_trip() {
         assert!(hash.contains(field), "{field} missing from {hash}");
     }
     let holder = server.cli(&["HGET", "dlock:{job}:lease", "holder"]);
+    let pid = std::process::id();
     assert!(
-        holder.starts_with(r#"["testhost",4242,"tester","make deploy","#),
+        holder.starts_with(&format!(r#"["testhost",{pid},"tester","test o1","#)),
         "{holder}"
     );
 
@@ -316,7 +277,8 @@ async fn no_wait_on_a_held_key_fails_at_once() {
     assert_eq!(e.exit_code(), 75);
     let msg = e.to_string();
     assert!(msg.contains("lock 'busy' is held by alice"), "{msg}");
-    assert!(msg.contains("testhost pid 4242: make deploy"), "{msg}");
+    let holder = format!("testhost pid {}: test alice", std::process::id());
+    assert!(msg.contains(&holder), "{msg}");
     assert!(msg.contains(&server.url()) && !msg.contains('\n'), "{msg}");
     assert!(elapsed < Duration::from_millis(200), "{elapsed:?}");
     assert_eq!(queue_len(&server, "busy"), 0, "--no-wait must not queue");
@@ -445,7 +407,7 @@ async fn waiters_are_served_in_arrival_order() {
         .iter()
         .map(|w| w.holder.pid)
         .collect();
-    assert_eq!(queued, vec![4242; 12]);
+    assert_eq!(queued, vec![std::process::id(); 12]);
     b.release("line", "first", ReleaseMode::All).await.unwrap();
     let mut order = Vec::new();
     for _ in 0..12 {
@@ -607,7 +569,7 @@ async fn status_of_named_keys_and_of_all_keys() {
     take(&b, "c-key", "oc").await;
     b.release("c-key", "oc", ReleaseMode::All).await.unwrap();
     let mut waiting = req("a-key", "w");
-    waiting.holder = holder(777);
+    waiting.holder.pid = 777;
     let waiter = spawn_waiter(&b, waiting);
     assert!(eventually(Duration::from_secs(2), || queue_len(&server, "a-key") == 1).await);
 
@@ -616,8 +578,9 @@ async fn status_of_named_keys_and_of_all_keys() {
     assert_eq!(named[0].key, "c-key");
     assert!(named[0].lock.is_none());
     let a = named[1].lock.as_ref().unwrap();
-    assert_eq!((a.owner.as_str(), a.depth, a.holder.pid), ("oa", 1, 4242));
-    assert_eq!(a.holder.command, "make deploy");
+    let pid = std::process::id();
+    assert_eq!((a.owner.as_str(), a.depth, a.holder.pid), ("oa", 1, pid));
+    assert_eq!(a.holder.command, "test oa");
     assert!(a.ttl_left_ms.unwrap() > 9_000);
     let waiters = named[1].waiters.as_ref().unwrap();
     assert_eq!(waiters.len(), 1);
@@ -791,32 +754,6 @@ async fn reconnects_after_a_server_restart() {
         }
     }
     assert_eq!(last.as_deref(), Some("o2"));
-}
-
-/// A self-signed certificate and key for 127.0.0.1 in `dir`, or `None` without openssl.
-fn self_signed(dir: &std::path::Path) -> Option<(String, String)> {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .ok()?;
-    made.success().then(|| {
-        let s = |p: std::path::PathBuf| p.to_string_lossy().into_owned();
-        (s(cert), s(key))
-    })
 }
 
 #[tokio::test]

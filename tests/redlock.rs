@@ -5,10 +5,10 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, alive, wait_exit, RedisServer};
+use crate::support::{self, alive, no_wait, refused, req_ttl, text, wait_exit, RedisServer};
 use dlock::backend::redis::Tuning;
 use dlock::backend::redlock::{RedlockBackend, RedlockTuning};
-use dlock::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
+use dlock::backend::{Backend, ReleaseMode, WaitOptions};
 use dlock::error::Error;
 use serde_json::Value;
 
@@ -54,35 +54,6 @@ async fn connect(servers: &[RedisServer]) -> RedlockBackend {
         .expect("connect to the quorum")
 }
 
-fn req(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
-    AcquireRequest {
-        key: key.into(),
-        owner: owner.into(),
-        reenter: Vec::new(),
-        ttl,
-        holder: Holder {
-            host: "testhost".into(),
-            pid: 4242,
-            user: "tester".into(),
-            command: "redlock test".into(),
-            acquired_at_ms: 0,
-        },
-        detached: true,
-        fair: true,
-    }
-}
-
-fn no_wait() -> WaitOptions {
-    WaitOptions::until(Some(Instant::now()))
-}
-
-fn refused(result: dlock::error::Result<dlock::backend::Acquired>) -> Error {
-    match result {
-        Ok(got) => panic!("unexpectedly acquired: {:?}", got.lease),
-        Err(e) => e,
-    }
-}
-
 /// The owner of `key`'s lease on one server ("" when free).
 fn owner_on(server: &RedisServer, key: &str) -> String {
     server.cli(&["HGET", &format!("dlock:{{{key}}}:lease"), "owner"])
@@ -98,10 +69,6 @@ fn leases_on(server: &RedisServer) -> String {
 /// restarted server to take part in the next round make that first request here.
 async fn notice_restart(b: &RedlockBackend) {
     let _ = b.status(&["-".to_string()]).await;
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).trim().to_string()
 }
 
 #[test]
@@ -195,7 +162,7 @@ async fn losing_a_majority_after_connecting_takes_every_grant_back() {
     servers[0].kill();
     servers[1].kill();
     let ttl = Duration::from_secs(10);
-    let e = refused(b.acquire(&req("k", "o", ttl), &no_wait()).await);
+    let e = refused(b.acquire(&req_ttl("k", "o", ttl), &no_wait()).await);
     assert!(matches!(e, Error::Unavailable(_)), "{e}");
     let msg = e.to_string();
     assert!(
@@ -208,7 +175,7 @@ async fn losing_a_majority_after_connecting_takes_every_grant_back() {
     // A waiting acquisition gives up once no majority answers for the operation timeout.
     let t0 = Instant::now();
     let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(5)));
-    let e = refused(b.acquire(&req("k", "o", ttl), &wait).await);
+    let e = refused(b.acquire(&req_ttl("k", "o", ttl), &wait).await);
     assert!(matches!(e, Error::Unavailable(_)), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(leases_on(&servers[2]), "");
@@ -225,7 +192,7 @@ async fn a_restarted_server_cannot_hand_out_a_second_majority() {
     let b = connect(&servers).await;
     let ttl = Duration::from_secs(30);
     let a = b
-        .acquire(&req("k", "alice", ttl), &no_wait())
+        .acquire(&req_ttl("k", "alice", ttl), &no_wait())
         .await
         .unwrap();
     // Server 0 restarts without persistence: it forgets alice's lease.
@@ -233,7 +200,7 @@ async fn a_restarted_server_cannot_hand_out_a_second_majority() {
     notice_restart(&b).await;
     assert_eq!(owner_on(&servers[0], "k"), "");
     // Bob gets server 0, but servers 1 and 2 still hold for alice: no majority.
-    let e = refused(b.acquire(&req("k", "bob", ttl), &no_wait()).await);
+    let e = refused(b.acquire(&req_ttl("k", "bob", ttl), &no_wait()).await);
     assert!(matches!(e, Error::NotObtained(_)), "{e}");
     assert!(
         e.to_string().contains("alice") && e.to_string().contains("2 of 3"),
@@ -253,7 +220,7 @@ async fn a_restarted_server_cannot_hand_out_a_second_majority() {
     // bob would get a majority while alice still holds server 2. dlock cannot detect this.
     servers[1].restart();
     notice_restart(&b).await;
-    let bob = b.acquire(&req("k", "bob", ttl), &no_wait()).await;
+    let bob = b.acquire(&req_ttl("k", "bob", ttl), &no_wait()).await;
     assert!(
         bob.is_ok(),
         "two servers that lost their data make a majority"
@@ -268,7 +235,10 @@ async fn tokens_keep_increasing_when_one_server_lost_its_counter() {
     let ttl = Duration::from_secs(10);
     let mut last = 0;
     for _ in 0..3 {
-        let a = b.acquire(&req("t", "a", ttl), &no_wait()).await.unwrap();
+        let a = b
+            .acquire(&req_ttl("t", "a", ttl), &no_wait())
+            .await
+            .unwrap();
         assert!(a.lease.fencing_token > last);
         last = a.lease.fencing_token;
         b.release("t", "a", ReleaseMode::All).await.unwrap();
@@ -276,7 +246,10 @@ async fn tokens_keep_increasing_when_one_server_lost_its_counter() {
     servers[0].restart(); // counter gone on one server
     notice_restart(&b).await;
     assert_eq!(servers[0].cli(&["GET", "dlock:{t}:fence"]), "");
-    let next = b.acquire(&req("t", "b", ttl), &no_wait()).await.unwrap();
+    let next = b
+        .acquire(&req_ttl("t", "b", ttl), &no_wait())
+        .await
+        .unwrap();
     assert!(
         next.lease.fencing_token > last,
         "{} <= {last}",
@@ -314,7 +287,7 @@ async fn a_server_that_refused_still_gets_its_counter_raised() {
     }
     stale_lease(&servers[2], "raised", "ghost", 7, 10_000);
     let got = b
-        .acquire(&req("raised", "a", Duration::from_secs(10)), &no_wait())
+        .acquire(&req_ttl("raised", "a", Duration::from_secs(10)), &no_wait())
         .await
         .expect("a majority is free");
     assert_eq!(got.lease.fencing_token, 42);
@@ -338,7 +311,7 @@ async fn a_split_left_by_stale_partial_grants_clears_when_they_expire() {
     let t0 = Instant::now();
     let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(3)));
     let got = b
-        .acquire(&req("split", "a", Duration::from_secs(10)), &wait)
+        .acquire(&req_ttl("split", "a", Duration::from_secs(10)), &wait)
         .await
         .expect("granted once the stale grants expire");
     let took = t0.elapsed();
@@ -361,7 +334,7 @@ async fn a_paused_server_costs_one_short_timeout_and_sent_at_is_the_first_send()
     let ttl = Duration::from_secs(1); // per-server acquire timeout: 100 ms
     let before = Instant::now();
     let wall_before = dlock::backend::now_ms();
-    let got = b.acquire(&req("p", "o", ttl), &no_wait()).await;
+    let got = b.acquire(&req_ttl("p", "o", ttl), &no_wait()).await;
     let took = before.elapsed();
     servers[2].resume();
     let got = got.expect("a majority answers");
@@ -389,7 +362,9 @@ async fn renew_says_not_owner_only_when_a_majority_says_so() {
     let servers = three();
     let b = connect(&servers).await;
     let ttl = Duration::from_secs(10);
-    b.acquire(&req("r", "o", ttl), &no_wait()).await.unwrap();
+    b.acquire(&req_ttl("r", "o", ttl), &no_wait())
+        .await
+        .unwrap();
     // One server lost the lease: still renewed on a majority.
     servers[0].cli(&["DEL", "dlock:{r}:lease"]);
     b.renew("r", "o", ttl).await.expect("renewed on 2 of 3");
@@ -401,7 +376,9 @@ async fn renew_says_not_owner_only_when_a_majority_says_so() {
 
     // Two servers not answering: Unavailable (exec retries, then kills on schedule),
     // naming both.
-    b.acquire(&req("r2", "o", ttl), &no_wait()).await.unwrap();
+    b.acquire(&req_ttl("r2", "o", ttl), &no_wait())
+        .await
+        .unwrap();
     servers[0].pause();
     servers[1].pause();
     let t0 = Instant::now();
@@ -547,7 +524,7 @@ async fn bench_redlock_against_one_server() {
         .unwrap();
     let quorum = RedlockBackend::connect(&urls(&servers)).await.unwrap();
     async fn cycles(b: &dyn Backend, key: &str, n: u32) -> Duration {
-        let r = req(key, "bench", Duration::from_secs(10));
+        let r = req_ttl(key, "bench", Duration::from_secs(10));
         let mut last = 0;
         let t0 = Instant::now();
         for _ in 0..n {
@@ -620,9 +597,11 @@ async fn a_waiter_outlasts_busy_servers_and_gives_up_on_frozen_ones() {
     let servers = three();
     let b = connect(&servers).await;
     let ttl = Duration::from_secs(10);
-    b.acquire(&req("busy", "a", ttl), &no_wait()).await.unwrap();
+    b.acquire(&req_ttl("busy", "a", ttl), &no_wait())
+        .await
+        .unwrap();
     let (wait, waiting) = support::waiting_forever();
-    let second = req("busy", "b", ttl);
+    let second = req_ttl("busy", "b", ttl);
     let waiter = b.acquire(&second, &wait);
     let outside = async {
         waiting.await.expect("the waiter was refused first");
@@ -645,7 +624,7 @@ async fn a_waiter_outlasts_busy_servers_and_gives_up_on_frozen_ones() {
     servers[2].pause();
     let t0 = Instant::now();
     let e = refused(
-        b.acquire(&req("frozen", "c", ttl), &WaitOptions::until(None))
+        b.acquire(&req_ttl("frozen", "c", ttl), &WaitOptions::until(None))
             .await,
     );
     let took = t0.elapsed();

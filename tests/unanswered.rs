@@ -3,49 +3,15 @@
 //! to wait for a holder.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, send_signal, wait_exit, RedisServer, Store};
+use crate::support::{self, send_signal, wait_exit, RedisServer, Silent, Store};
 
 /// Well under the 3 s request timeout, and far above what a cancel takes (its clean-up is
 /// bounded by a few hundred milliseconds), so that a loaded machine does not fail it.
 const PROMPT: Duration = Duration::from_millis(1500);
-
-/// A TCP server that accepts connections, holds them, and never answers.
-struct Silent {
-    port: u16,
-    accepted: Arc<AtomicUsize>,
-}
-
-impl Silent {
-    fn start() -> Silent {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&accepted);
-        std::thread::spawn(move || {
-            let mut held = Vec::new();
-            for conn in listener.incoming().flatten() {
-                held.push(conn);
-                counter.fetch_add(1, Ordering::SeqCst);
-            }
-        });
-        Silent { port, accepted }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-}
 
 /// Spawns `dlock` with stderr piped, and a channel of its stderr lines.
 fn spawn(mut dlock: Command) -> (Child, Receiver<String>) {

@@ -20,7 +20,7 @@ mod report;
 mod sections;
 mod servers;
 // Not every server the tests use is benchmarked.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../tests/support/servers/mod.rs"]
 mod test_servers;
 

@@ -58,6 +58,12 @@ impl Store {
         sh
     }
 
+    /// Whether `key` is held, as `dlock status KEY` says (exit 0).
+    pub fn held(&self, key: &str) -> bool {
+        let out = self.dlock().args(["status", key]).output().unwrap();
+        out.status.code() == Some(0)
+    }
+
     /// The Redis server, for fault injection.
     pub fn server(&mut self) -> &mut RedisServer {
         match self {

@@ -107,3 +107,8 @@ pub fn hold_with(
         .unwrap();
     (child, pid)
 }
+
+/// Output bytes as text, trimmed.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}

@@ -1,5 +1,10 @@
 //! Requests and wait options for tests that call the library directly.
 
+use std::time::{Duration, Instant};
+
+use dlock::backend::{AcquireRequest, Acquired, Holder, WaitOptions};
+use dlock::error::Error;
+
 /// Wait options that wait forever, and a receiver that fires once the waiter has been
 /// refused and is waiting: every backend reports progress after its first refused attempt
 /// (by then queued, where the backend keeps a queue). Tests await it instead of sleeping.
@@ -20,4 +25,60 @@ pub fn waiting_forever() -> (
         ..dlock::backend::WaitOptions::until(None)
     };
     (wait, rx)
+}
+
+/// A request for `key` by `owner` as `lock` makes it: detached, fair, with a 10 s lease,
+/// held by this process on "testhost", running "test OWNER".
+pub fn req(key: &str, owner: &str) -> AcquireRequest {
+    req_ttl(key, owner, Duration::from_secs(10))
+}
+
+/// [`req`] with a lease of `ttl`.
+pub fn req_ttl(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
+    AcquireRequest {
+        key: key.into(),
+        owner: owner.into(),
+        reenter: Vec::new(),
+        ttl,
+        holder: Holder {
+            host: "testhost".into(),
+            pid: std::process::id(),
+            user: "tester".into(),
+            command: format!("test {owner}"),
+            acquired_at_ms: 0,
+        },
+        detached: true,
+        fair: true,
+    }
+}
+
+/// [`req`] as `exec` makes it: bound to this process where the backend supports it.
+pub fn bound(key: &str, owner: &str) -> AcquireRequest {
+    AcquireRequest {
+        detached: false,
+        ..req(key, owner)
+    }
+}
+
+/// Waits as long as it takes.
+pub fn forever() -> WaitOptions {
+    WaitOptions::until(None)
+}
+
+/// Does not wait: one attempt (`--no-wait`).
+pub fn no_wait() -> WaitOptions {
+    WaitOptions::until(Some(Instant::now()))
+}
+
+/// Waits up to `d` from now (`--timeout`).
+pub fn within(d: Duration) -> WaitOptions {
+    WaitOptions::until(Some(Instant::now() + d))
+}
+
+/// The error of an acquisition that must fail (`Acquired` is not `Debug`).
+pub fn refused(result: Result<Acquired, Error>) -> Error {
+    match result {
+        Ok(got) => panic!("unexpectedly acquired: {:?}", got.lease),
+        Err(e) => e,
+    }
 }

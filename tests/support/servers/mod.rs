@@ -4,8 +4,12 @@
 use std::net::TcpListener;
 
 mod redis;
+mod silent;
+mod tls;
 
 pub use redis::RedisServer;
+pub use silent::Silent;
+pub use tls::{pki, self_signed};
 
 /// A port that was free a moment ago (the kernel picks it; we release it at once).
 pub fn free_port() -> u16 {
