@@ -1,6 +1,7 @@
 //! The harness shared by the integration tests.
 //!
-//! - `servers`: real `redis-server`s (and Sentinels) on free loopback ports.
+//! - `servers`: real `redis-server`s (and Sentinels) on free loopback ports, a server that
+//!   never answers, TLS certificates. A new backend's server goes here, beside `redis.rs`.
 //! - `processes`: the `dlock` command with a clean environment, holders, signals, polling.
 //! - `backends`: the store of a CLI test and the conformance factories, one per backend of
 //!   the list in `macros.rs`.
