@@ -512,7 +512,7 @@ fn many_contending_processes_never_overlap_and_tokens_increase() {
 /// Acquire+release cycles per second, one client in a sequential loop: Redlock over three
 /// servers against one server, 2,000 cycles each, in interleaved batches of 200 so that
 /// changes in machine load hit both alike. Run with
-/// `cargo test --release --test redlock -- --ignored --nocapture bench`.
+/// `cargo test --release --test integration -- --ignored --nocapture redlock::bench`.
 #[tokio::test]
 #[ignore = "benchmark; run in release with --ignored --nocapture"]
 async fn bench_redlock_against_one_server() {
