@@ -383,6 +383,42 @@ async fn cancelling_a_wait_leaves_nothing_queued_or_held() {
     assert_eq!(server.cli(&["EXISTS", "dlock:{sig}:lease"]), "0");
 }
 
+/// The CLI's tuning: one connection, on which a fair waiter blocks; a heartbeat longer
+/// than the request timeout, so a request queued behind a forgotten `BLPOP` would fail.
+fn exclusive() -> Tuning {
+    Tuning {
+        heartbeat: Duration::from_secs(5),
+        exclusive: true,
+        ..Tuning::default()
+    }
+}
+
+#[tokio::test]
+async fn an_exclusive_backend_answers_at_once_after_a_cancelled_blpop() {
+    let server = RedisServer::start();
+    let b = RedisBackend::connect_with(&server.url(), exclusive()).await;
+    let b = Arc::new(b.expect("connect"));
+    take(&b, "one", "alice").await;
+    let mut wait = forever();
+    let cancel = CancellationToken::new();
+    wait.cancel = cancel.clone();
+    let task = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&req("one", "bob"), &wait).await })
+    };
+    assert!(eventually(Duration::from_secs(2), || blocked(&server) == 1).await);
+    cancel.cancel();
+    let e = refused(task.await.unwrap());
+    assert!(matches!(e, Error::Cancelled(..)), "{e}");
+    // The shared connection the BLPOP blocked is not used again.
+    let t0 = Instant::now();
+    let st = b.status(&["one".to_string()]).await.expect("status");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(st[0].lock.as_ref().map(|l| l.owner.as_str()), Some("alice"));
+    assert_eq!(st[0].waiters.as_ref().map(Vec::len), Some(0));
+    assert_eq!(queue_len(&server, "one"), 0);
+}
+
 /// Starts a waiter for `key` that reports when it got the lock.
 fn spawn_waiter(
     b: &Arc<RedisBackend>,
