@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlock_global_optspecs
-    string join \n u/url= json q/quiet v/verbose h/help V/version
+    string join \n u/url= json q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_dlock_needs_command
@@ -25,9 +25,11 @@ function __fish_dlock_using_subcommand
 end
 
 complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
+complete -c dlock -n "__fish_dlock_needs_command" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_needs_command" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_needs_command" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_needs_command" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_needs_command" -s V -l version -d 'Print version'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "exec" -d 'Run CMD while holding KEY'
@@ -40,48 +42,67 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this me
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
+skip\t'Do not run: exit with the conflict code, as if the lock were held'"
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s c -l command -d 'Run STRING with `sh -c` instead of CMD, as flock(1) does' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l max-runtime -d 'Terminate CMD\'s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l kill-after -d 'With --max-runtime: SIGKILL the group this long after the SIGTERM' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
+skip\t'Do not run: exit with the conflict code, as if the lock were held'"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l export -d 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l owner -d 'The owner id printed by `lock` (default: $DLOCK_OWNER)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l force -d 'Release whoever holds it (says so on stderr)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l owner -d 'The owner id printed by `lock` (default: $DLOCK_OWNER)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l ttl -d 'New lease length, from now' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand renew" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand renew" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand renew" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Say more on stderr (repeat for more)'
+complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr (repeat for more)'
-complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec"
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock"
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock"

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::parse_duration;
 use crate::error::Error;
+use crate::events::LogFormat;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -20,6 +21,7 @@ Exit codes:
   75       lock not obtained (held with --no-wait, or --timeout elapsed); see -E
   77       unlock/renew refused: not the owner, or the lease is gone
   79       exec: the lease was lost while the command ran; it was terminated
+  124      exec --max-runtime: the command ran too long and was terminated
   126/127  the command is not executable / not found
   128+N    the command was killed by signal N";
 
@@ -98,9 +100,14 @@ pub struct Output {
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
 
-    /// Say more on stderr (repeat for more).
+    /// Say more on stderr: one line per event (-v), renewals too (-vv).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+
+    /// The events of -v as `text` lines or `json` objects, one per line on stderr (json
+    /// shows them without -v).
+    #[arg(long, value_name = "FORMAT", env = "DLOCK_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
 }
 
 /// The global options wherever they were given: what the commands read.
@@ -110,6 +117,7 @@ pub struct Global {
     pub json: bool,
     pub quiet: bool,
     pub verbose: u8,
+    pub log_format: LogFormat,
 }
 
 impl Cli {
@@ -128,6 +136,10 @@ impl Cli {
             json: before.json || after.json,
             quiet: before.quiet || after.quiet,
             verbose: before.verbose.saturating_add(after.verbose),
+            log_format: after
+                .log_format
+                .or(before.log_format)
+                .unwrap_or(LogFormat::Text),
         };
         if g.quiet && g.verbose > 0 {
             return Err(Error::Usage("--quiet cannot be used with --verbose".into()));
@@ -191,6 +203,20 @@ pub struct AcquireOpts {
     /// (Redlock never keeps an order).
     #[arg(long)]
     pub no_fair: bool,
+
+    /// When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit
+    /// with the conflict code (-E), with a note unless -q. There is no "run anyway".
+    #[arg(long, value_name = "WHAT", default_value = "fail")]
+    pub if_unavailable: IfUnavailable,
+}
+
+/// What `--if-unavailable` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IfUnavailable {
+    /// Exit 69 (backend unavailable).
+    Fail,
+    /// Do not run: exit with the conflict code, as if the lock were held.
+    Skip,
 }
 
 /// Run CMD while holding KEY.
@@ -209,12 +235,46 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub acquire: AcquireOpts,
 
+    /// Run STRING with `sh -c` instead of CMD, as flock(1) does.
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "cmd"
+    )]
+    pub shell: Option<String>,
+
+    /// Terminate CMD's process group (SIGTERM) once it has run DUR, release the lock, and
+    /// exit 124, as timeout(1) does.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub max_runtime: Option<Duration>,
+
+    /// With --max-runtime: SIGKILL the group this long after the SIGTERM.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s", requires = "max_runtime")]
+    pub kill_after: Duration,
+
     /// The command to run, after `--`.
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD", num_args = 1..)]
+    #[arg(
+        id = "cmd",
+        required_unless_present = "shell",
+        trailing_var_arg = true,
+        value_name = "CMD",
+        num_args = 1..
+    )]
     pub command: Vec<String>,
 
     #[command(flatten)]
     pub late: Late,
+}
+
+impl ExecArgs {
+    /// The argv to run: CMD, or `sh -c STRING`.
+    pub fn argv(&self) -> Vec<String> {
+        match &self.shell {
+            Some(s) => vec!["sh".into(), "-c".into(), s.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 /// Acquire KEY and leave it held until `unlock` or the TTL ends.

@@ -18,6 +18,8 @@ pub const NOT_OBTAINED: u8 = 75;
 pub const NOT_OWNER: u8 = 77;
 /// `exec`: the lease was lost while the command ran, and the command was terminated.
 pub const LEASE_LOST: u8 = 79;
+/// `exec --max-runtime`: the command ran too long and was terminated (as timeout(1)).
+pub const TIMED_OUT: u8 = 124;
 /// The command was found but could not be executed (as sh does).
 pub const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as sh does).

@@ -21,6 +21,7 @@
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
+//! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
@@ -35,6 +36,7 @@ pub mod cmd;
 pub mod config;
 pub mod credentials;
 pub mod error;
+pub mod events;
 pub mod exit;
 pub mod generate;
 pub mod holder;

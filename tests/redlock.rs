@@ -44,6 +44,8 @@ fn fast() -> RedlockTuning {
             exclusive: false,
         },
         jitter: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(200),
+        stall: Duration::from_secs(3),
         reconnect_every: Duration::from_millis(100),
     }
 }
@@ -610,4 +612,189 @@ fn errors_and_status_name_servers_but_never_their_passwords() {
     let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
     assert_eq!(code, Some(69), "{all}");
     assert!(all.contains(&dead), "{all}");
+}
+
+/// Servers that are busy (paused here) for longer than the operation timeout, but answer
+/// again: a waiter keeps waiting and gets the lock. Servers that stay frozen make it fail
+/// with `Unavailable` once no majority answered for the stall limit.
+#[tokio::test]
+async fn a_waiter_outlasts_busy_servers_and_gives_up_on_frozen_ones() {
+    let servers = three();
+    let b = connect(&servers).await;
+    let ttl = Duration::from_secs(10);
+    b.acquire(&req("busy", "a", ttl), &no_wait()).await.unwrap();
+    let (wait, waiting) = common::waiting_forever();
+    let second = req("busy", "b", ttl);
+    let waiter = b.acquire(&second, &wait);
+    let outside = async {
+        waiting.await.expect("the waiter was refused first");
+        servers[0].pause();
+        servers[1].pause();
+        // Five operation timeouts (300 ms each): long enough for a waiter that counts a
+        // server not answering in time as a dead one to give up.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        servers[0].resume();
+        servers[1].resume();
+        b.release("busy", "a", ReleaseMode::All).await.unwrap();
+    };
+    let (got, ()) = tokio::join!(waiter, outside);
+    let got = got.expect("busy servers are not dead ones");
+    assert_eq!(got.lease.owner, "b");
+
+    // Frozen for good: the waiter fails, about the stall limit (3 s) after a majority last
+    // answered, naming the servers.
+    servers[0].pause();
+    servers[2].pause();
+    let t0 = Instant::now();
+    let e = refused(
+        b.acquire(&req("frozen", "c", ttl), &WaitOptions::until(None))
+            .await,
+    );
+    let took = t0.elapsed();
+    servers[0].resume();
+    servers[2].resume();
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&servers[0].url()) && msg.contains(&servers[2].url()),
+        "{msg}"
+    );
+    assert!(msg.contains("no majority answered for"), "{msg}");
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+}
+
+/// A herd of `dlock exec` waiters on one key, with two of the three servers too busy to
+/// answer for a while in the middle: every waiter gets the lock in turn, none while
+/// another holds it, and none takes the busy servers for dead ones (exit 69).
+#[test]
+fn a_herd_of_waiters_all_get_the_lock_in_turn() {
+    const WAITERS: usize = 300;
+    let servers = three();
+    let dir = tempfile::tempdir().unwrap();
+    let (count, inside, overlaps) = (
+        dir.path().join("count"),
+        dir.path().join("inside"),
+        dir.path().join("overlaps"),
+    );
+    std::fs::write(&count, "0\n").unwrap();
+    // mkdir fails when another command is inside: that is an overlap.
+    let script = format!(
+        "mkdir '{inside}' || echo overlap >> '{overlaps}'; c=$(cat '{count}'); \
+         echo $((c+1)) > '{count}'; rmdir '{inside}'",
+        inside = inside.display(),
+        overlaps = overlaps.display(),
+        count = count.display()
+    );
+    let started = Instant::now();
+    let mut waiters: Vec<Child> = (0..WAITERS)
+        .map(|_| {
+            dlock(&servers)
+                .args(["exec", "-q", "herd", "--ttl", "2s", "--timeout", "120s"])
+                .args(["--", "sh", "-c", &script])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let done = || {
+        std::fs::read_to_string(&count)
+            .ok()
+            .and_then(|c| c.trim().parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        common::wait_for(Duration::from_secs(60), || done() >= WAITERS / 4),
+        "the herd makes progress"
+    );
+    // Longer than a waiter's operation timeout (1 s) and heartbeat (1 s) together.
+    servers[0].pause();
+    servers[1].pause();
+    std::thread::sleep(Duration::from_millis(2_500));
+    servers[0].resume();
+    servers[1].resume();
+    let mut failures = Vec::new();
+    for w in &mut waiters {
+        let status = wait_exit(w, Duration::from_secs(120)).expect("every waiter finishes");
+        if !status.success() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(w.stderr.as_mut().unwrap(), &mut err).unwrap();
+            failures.push(format!("{:?}: {}", status.code(), err.trim()));
+        }
+    }
+    let took = started.elapsed();
+    assert!(
+        failures.is_empty(),
+        "{} of {WAITERS} failed, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(!overlaps.exists(), "two commands ran at once");
+    assert_eq!(done(), WAITERS, "every command ran once");
+    println!("{WAITERS} waiters served in {took:?}");
+}
+
+/// One server under two names would vote twice: refused with one line naming both URLs
+/// (passwords redacted), exit 2, before anything is locked.
+#[test]
+fn the_same_server_under_two_names_is_refused() {
+    let secret = "twice-s3cret";
+    let servers: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
+        .collect();
+    let (a, b) = (servers[0].port, servers[1].port);
+    let cases = [
+        vec![
+            format!("redis://:{secret}@127.0.0.1:{a}"),
+            format!("redis://:{secret}@localhost:{a}"),
+        ],
+        vec![
+            format!("redis://:{secret}@127.0.0.1:{a}"),
+            format!("redis://:{secret}@127.0.0.1:{b}"),
+            format!("redis://:{secret}@127.0.0.1:{a}/0"),
+        ],
+    ];
+    for urls in &cases {
+        let mut cmd = common::dlock();
+        for url in urls {
+            cmd.args(["-u", url]);
+        }
+        let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{urls:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!err.contains(secret), "leaks the password: {err}");
+        let (first, again) = (&urls[0], urls.last().unwrap());
+        let shown = |u: &str| u.replace(secret, "***");
+        assert!(
+            err.contains(&shown(first)) && err.contains(&shown(again)),
+            "names both: {err}"
+        );
+        assert!(err.contains("same Redis server"), "{err}");
+    }
+    for s in &servers {
+        let keys = s.cli(&["-a", secret, "--no-auth-warning", "KEYS", "dlock:*"]);
+        assert_eq!(keys, "", "nothing was locked");
+    }
+
+    // An ACL user without INFO cannot tell: distinct servers still work.
+    let acl = [
+        "--user",
+        "alice",
+        "on",
+        ">pw",
+        "~dlock:*",
+        "&dlock:*",
+        "+@all",
+        "-@dangerous",
+    ];
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&acl)).collect();
+    let mut cmd = common::dlock();
+    for s in &servers {
+        cmd.args(["-u", &format!("redis://alice:pw@127.0.0.1:{}", s.port)]);
+    }
+    let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
 }

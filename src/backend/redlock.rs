@@ -10,7 +10,8 @@
 //! 1. Note the monotonic time `T0`, then send the acquire script to **every server at
 //!    once** (the futures are joined, never awaited one after another), each bounded by a
 //!    short per-server timeout, [`acquire_timeout`] = TTL/10 clamped to 50..200 ms: a dead
-//!    or frozen server costs at most that, and leaves most of the TTL as validity.
+//!    or frozen server costs at most that, and leaves most of the TTL as validity (a waiter
+//!    whose servers answered too late allows more, up to [`max_acquire_timeout`]).
 //! 2. Count the grants. With fewer than `Q`, or when the validity
 //!    `TTL − (now − T0) − drift(TTL)` (see [`crate::lease::drift`]) is not positive, take
 //!    every grant back, on all servers at once (including servers that did not answer in
@@ -25,17 +26,22 @@
 //!
 //! Redlock waiters are **not** served in arrival order: there is no queue across servers,
 //! and no queue entry is ever written (so none can be left behind). After the first
-//! refusal the waiter subscribes to the release channel of the key on every server it can
-//! reach, then tries again at once (no release can slip between the refusal and the
-//! subscription). It then sleeps until a release message from **any** server, the expiry of
-//! the lease it saw (the smallest TTL reported), or one heartbeat, whichever comes first,
-//! and retries after a random delay of up to [`RedlockTuning::jitter`] (10 ms). When no
-//! owner held a majority (contenders split the servers between them, or servers did not
-//! answer), it retries after a random delay that doubles with each such split, up to 16x:
-//! contenders desynchronise instead of splitting the vote forever (the Redlock spec's
-//! random retry delay). Taking back a grant that did not make a majority wakes nobody.
-//! When a majority cannot be reached for longer than the operation timeout (or at once with
-//! `--no-wait`), acquire fails with `Unavailable` naming every server that failed.
+//! refusal the waiter subscribes to the release channel of the key on the *lead* server
+//! (the one with the smallest URL; on every other server when the lead cannot be reached),
+//! then tries again at once (no release can slip between the refusal and the
+//! subscription). It then sleeps until a release message, the expiry of the lease it saw
+//! (the smallest TTL reported), or one heartbeat, whichever comes first, and retries after
+//! a random delay of up to [`RedlockTuning::jitter`] (10 ms). A retry that follows a
+//! release or a back-off asks the lead server first and stops there if it refuses, so that
+//! contenders meet on one server instead of splitting the vote. A waiter that loses a
+//! race, sees the vote split, or gets no majority of answers in time backs off (without
+//! listening) for a random delay whose bound doubles each time, up to
+//! [`RedlockTuning::max_backoff`] (see `redlock/wait.rs`). Taking back a grant that did
+//! not make a majority wakes nobody. A server that does not answer in time is busy, not dead: the
+//! waiter gives it longer next time and fails with `Unavailable` only when a majority is
+//! down (connection refused or reset) for the operation timeout, or when no majority has
+//! answered for [`RedlockTuning::stall`]; with `--no-wait`, at once. Either way the error
+//! names every server that failed.
 //!
 //! # Renew and release
 //!
@@ -100,20 +106,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
+use futures_util::future::{join_all, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use rand::Rng;
-use redis::aio::PubSub;
-use tokio_util::sync::CancellationToken;
 
-use super::redis::{Attempt, RedisBackend, Tuning};
+use super::redis::{Attempt, Busy, RedisBackend, Tuning};
 use super::{
-    now_ms, unless_cancelled, AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo,
-    ReleaseMode, Released, ServerView, WaitInfo, WaitOptions, CANCEL_GRACE,
+    now_ms, AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
+    ServerView, WaitInfo, WaitOptions, CANCEL_GRACE,
 };
 use crate::config::redact_url;
 use crate::error::{Error, Result};
 use crate::lease::drift;
+
+mod wait;
 
 /// Timing knobs of the quorum. The defaults suit production; tests shrink them.
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +128,11 @@ pub struct RedlockTuning {
     pub server: Tuning,
     /// Longest random delay before a retry; doubles with each split vote, up to 16x.
     pub jitter: Duration,
+    /// Longest back-off of a waiter that lost races or got no answer in time.
+    pub max_backoff: Duration,
+    /// A waiter gives up (`Unavailable`) when a majority is connected but has answered no
+    /// request in time for this long (frozen, not just busy).
+    pub stall: Duration,
     /// A server that could not be reached is tried again at most this often.
     pub reconnect_every: Duration,
 }
@@ -138,6 +148,8 @@ impl Default for RedlockTuning {
                 exclusive: false,
             },
             jitter: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(1),
+            stall: Duration::from_secs(30),
             reconnect_every: Duration::from_secs(1),
         }
     }
@@ -148,6 +160,15 @@ impl Default for RedlockTuning {
 /// must not eat the lease).
 pub fn acquire_timeout(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_millis(50), Duration::from_millis(200))
+}
+
+/// The longest a waiter gives a server that answered too slowly: twice as long after each
+/// such round, up to TTL/5 (as a renewal), and less than `op_timeout`, the server's own
+/// request timeout. The validity counts the time taken, so a slow answer only shortens it.
+pub fn max_acquire_timeout(ttl: Duration, op_timeout: Duration) -> Duration {
+    renew_timeout(ttl)
+        .min(op_timeout / 2)
+        .max(acquire_timeout(ttl))
 }
 
 /// How long one server may take to answer a renew request: TTL/5, 50 ms to 1 s. A renewal
@@ -238,16 +259,83 @@ impl Member {
     where
         Fut: Future<Output = Result<T>>,
     {
-        let backend = self.backend()?;
+        self.call_within(what, limit, op)
+            .await
+            .map_err(Failure::into_error)
+    }
+
+    /// [`Self::call`], telling a server that did not answer within `limit` (busy, or
+    /// frozen) from one that is down (not connected, connection refused or reset, or an
+    /// error reply).
+    async fn call_within<T, Fut>(
+        self: &Arc<Self>,
+        what: &str,
+        limit: Duration,
+        op: impl FnOnce(Arc<RedisBackend>) -> Fut,
+    ) -> Result<T, Failure>
+    where
+        Fut: Future<Output = Result<T>>,
+    {
+        let backend = self.backend().map_err(Failure::Down)?;
         let request = async {
             backend.reconnect_detached().await?;
             op(backend).await
         };
-        match tokio::time::timeout(limit, request).await {
-            Ok(r) => r,
-            Err(_) => Err(self.timed_out(what, limit)),
+        let mut request = std::pin::pin!(request);
+        // The limit is looked at first: a process that was not scheduled for longer than
+        // the server's own request timeout must not take that timeout for a dead server.
+        tokio::select! {
+            biased;
+            _ = tokio::time::sleep(limit) => {}
+            reply = &mut request => return reply.map_err(Failure::Down),
+        }
+        // A starved process wakes with the timer and the answer due at once: let the
+        // connection read what already arrived before calling the server slow.
+        tokio::task::yield_now().await;
+        match request.now_or_never() {
+            Some(Ok(v)) => Ok(v),
+            _ => Err(Failure::Slow(self.timed_out(what, limit))),
         }
     }
+}
+
+/// Why one server's request failed.
+enum Failure {
+    /// Not connected, connection refused or reset, or an error reply.
+    Down(Error),
+    /// No answer in time: the server may be busy, or frozen.
+    Slow(Error),
+}
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::Down(e) | Failure::Slow(e) => e,
+        }
+    }
+}
+
+/// Refuses a quorum that names one server twice (`127.0.0.1:P` and `localhost:P`): its
+/// vote would count twice. Servers are told apart by their `run_id`; servers that are down
+/// or do not tell it are not compared.
+async fn same_server_twice(members: &[Arc<Member>]) -> Result<()> {
+    let ids = join_all(members.iter().map(|m| async move {
+        match m.backend() {
+            Ok(b) => b.run_id().await,
+            Err(_) => None,
+        }
+    }))
+    .await;
+    for (i, id) in ids.iter().enumerate() {
+        let Some(id) = id else { continue };
+        if let Some(j) = ids[..i].iter().position(|other| other.as_ref() == Some(id)) {
+            return Err(Error::Usage(format!(
+                "{} and {} are the same Redis server (run_id {id}): a Redlock quorum needs independent servers, each named once",
+                members[j].shown, members[i].shown
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Joins per-server error messages into one line.
@@ -259,6 +347,9 @@ fn joined(errors: &[Error]) -> String {
 /// A quorum of independent Redis servers (see the module documentation).
 pub struct RedlockBackend {
     members: Vec<Arc<Member>>,
+    /// The server contending waiters ask first: the same for every client given the same
+    /// servers in any order (the smallest URL).
+    lead: usize,
     quorum: usize,
     tuning: RedlockTuning,
     name: String,
@@ -283,11 +374,28 @@ struct Refusal {
     answered: usize,
     /// Why servers failed, one message each (naming the server).
     failed: Vec<Error>,
+    /// How many of them are down (the others did not answer in time).
+    down: usize,
     /// A reason beyond the counts (validity used up, tokens not confirmed).
     note: Option<String>,
+    /// Only the lead server was asked, and it refused.
+    at_lead: bool,
 }
 
 impl Refusal {
+    /// The lead server refused: it alone was asked.
+    fn at_lead(busy: Busy, floor: u64) -> Refusal {
+        let token = busy.holder.as_ref().map_or(0, |l| l.fencing_token);
+        Refusal {
+            holder: busy.holder.map(|lock| (lock, 1)),
+            retry: busy.retry,
+            max_token: floor.max(token),
+            answered: 1,
+            at_lead: true,
+            ..Refusal::default()
+        }
+    }
+
     fn info(&self) -> WaitInfo {
         WaitInfo {
             holder: self.holder.as_ref().map(|(lock, _)| lock.clone()),
@@ -335,38 +443,6 @@ impl Drop for RoundGuard {
     }
 }
 
-/// The release channels a waiter listens to, one per server it could reach.
-struct Wakeups {
-    subs: Vec<PubSub>,
-}
-
-enum Wake {
-    Message,
-    Timeout,
-    Closed,
-    Cancelled,
-}
-
-impl Wakeups {
-    /// Sleeps until a message on any server, `pause`, or a cancel.
-    async fn wait(&mut self, pause: Duration, cancel: &CancellationToken) -> Wake {
-        if self.subs.is_empty() {
-            return tokio::select! {
-                _ = cancel.cancelled() => Wake::Cancelled,
-                _ = tokio::time::sleep(pause) => Wake::Timeout,
-            };
-        }
-        let streams = self.subs.iter_mut().map(|p| p.on_message().boxed());
-        let mut any = futures_util::stream::select_all(streams);
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Wake::Cancelled,
-            m = any.next() => if m.is_some() { Wake::Message } else { Wake::Closed },
-            _ = tokio::time::sleep(pause) => Wake::Timeout,
-        }
-    }
-}
-
 impl RedlockBackend {
     /// Connects to every server at once with the default [`RedlockTuning`].
     pub async fn connect(urls: &[String]) -> Result<RedlockBackend> {
@@ -409,8 +485,13 @@ impl RedlockBackend {
                 state: Mutex::new(state),
             }));
         }
+        same_server_twice(&members).await?;
         let shown: Vec<&str> = members.iter().map(|m| m.shown.as_str()).collect();
+        let lead = (0..members.len())
+            .min_by_key(|&i| &members[i].shown)
+            .unwrap_or(0);
         let backend = RedlockBackend {
+            lead,
             quorum: quorum(urls.len()),
             tuning,
             name: format!("redlock({})", shown.join(",")),
@@ -448,9 +529,8 @@ impl RedlockBackend {
     }
 
     /// One acquire round on every server at once (see the module documentation).
-    async fn round(&self, req: &AcquireRequest, floor: u64) -> Round {
-        let limit = acquire_timeout(req.ttl);
-        let what = format!("cannot acquire lock '{}'", req.key);
+    /// With `lead`, the lead server is asked first, and the round ends there if it refuses.
+    async fn round(&self, req: &AcquireRequest, floor: u64, limit: Duration, lead: bool) -> Round {
         let mut guard = RoundGuard {
             members: self.members.clone(),
             key: req.key.clone(),
@@ -459,13 +539,13 @@ impl RedlockBackend {
             armed: true,
         };
         let sent_at = Instant::now();
-        let replies = self
-            .on_all(
-                &what,
-                limit,
-                |b| async move { b.try_grant(req, floor).await },
-            )
-            .await;
+        let replies = match self.ask(req, floor, limit, lead).await {
+            Ok(replies) => replies,
+            Err(refusal) => {
+                guard.armed = false;
+                return Round::Lost(refusal);
+            }
+        };
 
         let mut refusal = Refusal {
             max_token: floor,
@@ -501,9 +581,12 @@ impl RedlockBackend {
                             .or_insert((lock, 1));
                     }
                 }
-                Err(e) => {
+                Err(failure) => {
                     unknown.push(i);
-                    refusal.failed.push(e);
+                    if let Failure::Down(_) = failure {
+                        refusal.down += 1;
+                    }
+                    refusal.failed.push(failure.into_error());
                 }
             }
         }
@@ -599,6 +682,42 @@ impl RedlockBackend {
         Round::Lost(refusal)
     }
 
+    /// Sends the acquire request to every server at once; with `lead`, to the lead server
+    /// first and to the others only if it did not refuse. Contenders that heard the same
+    /// release then meet on one server, which grants one of them, instead of splitting the
+    /// servers between them. `Err`: the lead refused, and nothing was granted anywhere.
+    async fn ask(
+        &self,
+        req: &AcquireRequest,
+        floor: u64,
+        limit: Duration,
+        lead: bool,
+    ) -> Result<Vec<Result<Attempt, Failure>>, Refusal> {
+        let what = format!("cannot acquire lock '{}'", req.key);
+        let what = &what;
+        let ask =
+            |i: usize| {
+                self.members[i].call_within(what, limit, |b| async move {
+                    b.try_grant(req, floor).await
+                })
+            };
+        let mut first = None;
+        if lead {
+            match ask(self.lead).await {
+                Ok(Attempt::Busy(busy)) => return Err(Refusal::at_lead(busy, floor)),
+                reply => first = Some(reply),
+            }
+        }
+        let rest: Vec<usize> = (0..self.members.len())
+            .filter(|&i| !(lead && i == self.lead))
+            .collect();
+        let mut replies = join_all(rest.iter().map(|&i| ask(i))).await;
+        if let Some(reply) = first {
+            replies.insert(self.lead, reply);
+        }
+        Ok(replies)
+    }
+
     /// Aligns the fencing counters on `token`, the largest of the fresh grants: raises the
     /// counter of every server that answered with less (`others`: refused or re-entered
     /// for another owner; fresh grants below `token`) and stamps `token` on the lease where
@@ -667,113 +786,6 @@ impl RedlockBackend {
         join_all(calls).await;
     }
 
-    /// Subscribes to the release channel of `key` on every server it can reach, at once.
-    async fn subscribe(&self, key: &str) -> Wakeups {
-        let what = format!("cannot wait for lock '{key}'");
-        let limit = self.tuning.server.op_timeout;
-        let subs = self
-            .on_all(
-                &what,
-                limit,
-                |b| async move { b.subscribe_released(key).await },
-            )
-            .await;
-        Wakeups {
-            subs: subs.into_iter().filter_map(Result::ok).collect(),
-        }
-    }
-
-    /// A random delay before a retry: up to `jitter`, doubled `doublings` times (at most 4).
-    fn jitter(&self, doublings: u32) -> Duration {
-        let max = self.tuning.jitter * (1u32 << doublings.min(4));
-        rand::thread_rng().gen_range(Duration::ZERO..=max)
-    }
-
-    /// Tries, then waits and tries again, until granted, out of time, or cancelled.
-    async fn acquire_loop(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
-        let started = Instant::now();
-        let no_wait = wait.expired();
-        let mut floor = 0;
-        let mut wakeups: Option<Wakeups> = None;
-        let mut splits = 0;
-        let mut unreachable_since: Option<Instant> = None;
-        let mut last_gist = None;
-        loop {
-            let Some(round) = unless_cancelled(&wait.cancel, self.round(req, floor)).await else {
-                self.give_back_cancelled(req).await;
-                return Err(self.cancelled(req));
-            };
-            let refusal = match round {
-                Round::Won(lease) => {
-                    if wait.cancel.is_cancelled() {
-                        let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
-                        let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
-                        return Err(self.cancelled(req));
-                    }
-                    return Ok(Acquired { lease, guard: None });
-                }
-                Round::Lost(refusal) => refusal,
-            };
-            floor = floor.max(refusal.max_token);
-            // Progress is what the store answered: without a majority there is no answer
-            // to tell (the waiting line then says the servers are not answering).
-            let answered = refusal.answered >= self.quorum;
-            if answered && last_gist.as_ref() != Some(&refusal.gist()) {
-                last_gist = Some(refusal.gist());
-                wait.report(&refusal.info());
-            }
-            if refusal.answered < self.quorum {
-                let since = *unreachable_since.get_or_insert_with(Instant::now);
-                if no_wait || wait.expired() || since.elapsed() >= self.tuning.server.op_timeout {
-                    return Err(self.unreachable(req, &refusal));
-                }
-            } else {
-                unreachable_since = None;
-            }
-            if wait.expired() {
-                let waited = (!no_wait).then(|| started.elapsed());
-                return Err(self.not_obtained(req, &refusal, waited));
-            }
-            if wait.cancel.is_cancelled() {
-                return Err(self.cancelled(req));
-            }
-            let Some(subs) = wakeups.as_mut() else {
-                // Subscribe, then look again at once: a release that came before the
-                // subscription was complete cannot be missed.
-                let Some(subs) = unless_cancelled(&wait.cancel, self.subscribe(&req.key)).await
-                else {
-                    return Err(self.cancelled(req));
-                };
-                wakeups = Some(subs);
-                continue;
-            };
-            let held = refusal
-                .holder
-                .as_ref()
-                .is_some_and(|(_, n)| *n >= self.quorum);
-            let delay = if held {
-                splits = 0;
-                let heartbeat = self.tuning.server.heartbeat;
-                let pause = refusal.retry.map_or(heartbeat, |r| r.min(heartbeat));
-                match subs.wait(bounded(pause, wait), &wait.cancel).await {
-                    Wake::Cancelled => return Err(self.cancelled(req)),
-                    Wake::Closed => wakeups = None,
-                    Wake::Message | Wake::Timeout => {}
-                }
-                self.jitter(0)
-            } else {
-                // Nobody holds a majority: contenders split the servers, or servers did not
-                // answer. Retry after a random delay that grows with each split.
-                splits += 1;
-                self.jitter(splits)
-            };
-            tokio::select! {
-                _ = wait.cancel.cancelled() => return Err(self.cancelled(req)),
-                _ = tokio::time::sleep(bounded(delay, wait)) => {}
-            }
-        }
-    }
-
     /// Takes back, on every server, whatever a round cut short by a cancel may have been
     /// granted; sent on the connections the round used, so a server that answers late runs
     /// it after the grant. Bounded by [`CANCEL_GRACE`]: a signal ends the wait at once.
@@ -781,62 +793,6 @@ impl RedlockBackend {
         let all: Vec<usize> = (0..self.members.len()).collect();
         let giving_back = self.take_back(req, &all, &[], CANCEL_GRACE);
         let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
-    }
-
-    fn not_obtained(
-        &self,
-        req: &AcquireRequest,
-        refusal: &Refusal,
-        waited: Option<Duration>,
-    ) -> Error {
-        let n = self.members.len();
-        let mut msg = match &refusal.holder {
-            Some((lock, on)) => format!(
-                "lock '{}' is held by {} on {on} of {n} servers of {}",
-                req.key,
-                lock.describe(),
-                self.name
-            ),
-            None => format!(
-                "lock '{}' could not be taken on a majority ({} of {n}) of {}",
-                req.key, self.quorum, self.name
-            ),
-        };
-        if let Some(note) = &refusal.note {
-            msg += &format!(" ({note})");
-        }
-        if !refusal.failed.is_empty() {
-            msg += &format!("; not answering: {}", joined(&refusal.failed));
-        }
-        Error::NotObtained(match waited {
-            None => msg,
-            Some(d) => {
-                let d = Duration::from_millis(d.as_millis() as u64);
-                format!("gave up after {}: {msg}", humantime::format_duration(d))
-            }
-        })
-    }
-
-    fn unreachable(&self, req: &AcquireRequest, refusal: &Refusal) -> Error {
-        Error::Unavailable(format!(
-            "cannot acquire lock '{}' on {}: {} of {} servers answered, {} needed: {}",
-            req.key,
-            self.name,
-            refusal.answered,
-            self.members.len(),
-            self.quorum,
-            joined(&refusal.failed)
-        ))
-    }
-
-    fn cancelled(&self, req: &AcquireRequest) -> Error {
-        Error::Cancelled(
-            format!(
-                "cancelled while waiting for lock '{}' on {}",
-                req.key, self.name
-            ),
-            0,
-        )
     }
 
     /// The per-key view of every server, and the lock a majority agrees on.
@@ -909,14 +865,6 @@ impl RedlockBackend {
             waiters: None,
             servers: Some(servers),
         }
-    }
-}
-
-/// `pause`, cut short at the deadline.
-fn bounded(pause: Duration, wait: &WaitOptions) -> Duration {
-    match wait.deadline {
-        Some(deadline) => pause.min(deadline.saturating_duration_since(Instant::now())),
-        None => pause,
     }
 }
 

@@ -6,8 +6,11 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE};
-use crate::cli::{AcquireOpts, Global};
+use crate::backend::{
+    AcquireRequest, Acquired, Backend, LockInfo, ProgressFn, ReleaseMode, WaitInfo, WaitOptions,
+    CANCEL_GRACE,
+};
+use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
 use crate::error::{Error, Result};
 use crate::holder;
@@ -82,14 +85,21 @@ async fn acquire(
         line.connected(&backend.describe());
     }
     let wait = WaitOptions {
-        progress: line.as_ref().map(WaitLine::progress),
+        progress: progress(line.as_ref(), &req.key),
         ..WaitOptions::until(deadline(opts))
     };
+    let started = Instant::now();
     let attempt = backend.acquire(req, &wait);
     tokio::pin!(attempt);
     let signo = tokio::select! {
         result = &mut attempt => {
             drop(line);
+            if let Ok(won) = &result {
+                let (key, token) = (&req.key, won.lease.fencing_token);
+                let waited = started.elapsed().as_millis() as u64;
+                log::info!(target: "dlock", event = "acquired", key = key.as_str(), token = token, waited_ms = waited;
+                    "acquired '{key}': token {token}, waited {waited}ms");
+            }
             return result;
         }
         sig = signals.recv() => sig,
@@ -113,6 +123,29 @@ async fn acquire(
     ))
 }
 
+/// The progress listener: the waiting line, and a `waiting` event whenever the holder or
+/// our place changes (only when `-v` or JSON events are on).
+fn progress(line: Option<&WaitLine>, key: &str) -> Option<ProgressFn> {
+    let line = line.map(WaitLine::progress);
+    if !log::log_enabled!(target: "dlock", log::Level::Info) {
+        return line;
+    }
+    let key = key.to_string();
+    Some(Arc::new(move |info: &WaitInfo| {
+        if let Some(line) = &line {
+            line(info);
+        }
+        let holder = info
+            .holder
+            .as_ref()
+            .map(LockInfo::describe)
+            .unwrap_or_default();
+        let position = info.position.unwrap_or(0);
+        log::info!(target: "dlock", event = "waiting", key = key.as_str(), holder = holder.as_str(), position = position;
+            "waiting for '{key}': held by {holder}, position {position}");
+    }))
+}
+
 /// The result of [`connect_and_acquire`].
 pub enum Acquisition {
     /// The lease is ours, from this backend.
@@ -134,7 +167,10 @@ pub async fn connect_and_acquire(
     let req = request(key, opts, command, detached)?;
     let line = WaitLine::start(global, key, &named(global));
     let backend = tokio::select! {
-        opened = super::open(global, Some(key)) => opened?.1,
+        opened = super::open(global, Some(key)) => match opened {
+            Ok((_, backend)) => backend,
+            Err(e) => return conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
+        },
         sig = signals.recv() => {
             drop(line);
             let msg = format!("cancelled by {sig} while connecting for '{key}'");
@@ -143,7 +179,7 @@ pub async fn connect_and_acquire(
     };
     match acquire(line, &*backend, &req, opts, signals).await {
         Ok(acquired) => Ok(Acquisition::Held(backend, acquired)),
-        Err(e) => conflict_code(global, opts, e).map(Acquisition::NotObtained),
+        Err(e) => conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
     }
 }
 
@@ -157,16 +193,19 @@ fn named(global: &Global) -> String {
     urls.join(",")
 }
 
-/// Turns "not obtained" into the `-E` exit code (printing the reason unless `-q`), and
-/// passes every other outcome through.
-fn conflict_code(global: &Global, opts: &AcquireOpts, err: Error) -> Result<u8> {
-    match err {
-        Error::NotObtained(msg) => {
-            if !global.quiet {
-                eprintln!("dlock: {msg}");
-            }
-            Ok(opts.conflict_exit_code)
+/// Turns "not obtained" — and, with `--if-unavailable skip`, "backend unavailable" — into
+/// the `-E` exit code (printing the reason unless `-q`), and passes every other outcome
+/// through.
+fn conflict_code(global: &Global, opts: &AcquireOpts, key: &str, err: Error) -> Result<u8> {
+    let msg = match err {
+        Error::NotObtained(msg) => msg,
+        Error::Unavailable(msg) if opts.if_unavailable == IfUnavailable::Skip => {
+            format!("skipped '{key}' (--if-unavailable skip): {msg}")
         }
-        other => Err(other),
+        other => return Err(other),
+    };
+    if !global.quiet {
+        eprintln!("dlock: {msg}");
     }
+    Ok(opts.conflict_exit_code)
 }

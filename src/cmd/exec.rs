@@ -7,7 +7,7 @@
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
@@ -18,6 +18,7 @@ use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
 use crate::credentials;
 use crate::error::{Error, Result};
+use crate::exit;
 use crate::lease::Schedule;
 use crate::supervisor::{self, Caught, Signals, Supervised};
 
@@ -33,23 +34,22 @@ enum Doom {
 /// Runs the whole `exec` sequence and returns dlock's exit code.
 pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
-    let acquisition = acquire::connect_and_acquire(
-        global,
-        &args.key,
-        &args.acquire,
-        &args.command,
-        false,
-        &mut signals,
-    );
+    let argv = args.argv();
+    let acquisition =
+        acquire::connect_and_acquire(global, &args.key, &args.acquire, &argv, false, &mut signals);
     let (backend, acquired) = match acquisition.await? {
         Acquisition::Held(backend, acquired) => (backend, acquired),
         Acquisition::NotObtained(code) => return Ok(code),
+    };
+    let limit = Limit {
+        max_runtime: args.max_runtime,
+        kill_after: args.kill_after,
     };
     let outcome = run_child(
         global,
         &backend,
         &acquired.lease,
-        &args.command,
+        (&argv, limit),
         &mut signals,
     )
     .await;
@@ -65,7 +65,7 @@ async fn run_child(
     global: &Global,
     backend: &Arc<dyn Backend>,
     lease: &Lease,
-    command: &[String],
+    (command, limit): (&[String], Limit),
     signals: &mut Signals,
 ) -> Result<u8> {
     let (env, url_fd) = child_env(global, lease)?;
@@ -80,16 +80,64 @@ async fn run_child(
     };
     let (tx, rx) = mpsc::channel(2);
     let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
-    let result = supervise(child, signals, rx).await;
+    let started = Instant::now();
+    let result = supervise(child, signals, rx, limit).await;
     keeper.abort();
-    match result? {
-        (code, None) => Ok(code),
-        (_, Some(why)) => Err(Error::LeaseLost(format!(
+    let ended = result?;
+    log_end(&lease.key, &ended, started.elapsed());
+    match ended {
+        Ended::Exited(code) => Ok(code),
+        Ended::TooLong => {
+            if !global.quiet {
+                let d = humantime::format_duration(limit.max_runtime.unwrap_or_default());
+                eprintln!(
+                    "dlock: the command under '{}' ran longer than --max-runtime {d} and was terminated",
+                    lease.key
+                );
+            }
+            Ok(exit::TIMED_OUT)
+        }
+        Ended::LeaseLost(why) => Err(Error::LeaseLost(format!(
             "lost the lease on '{}' ({}): {why}; the command was terminated",
             lease.key,
             backend.describe()
         ))),
     }
+}
+
+/// The `exited` event (`-v`): how CMD ended and how long it ran.
+fn log_end(key: &str, ended: &Ended, ran: Duration) {
+    let ran_ms = ran.as_millis() as u64;
+    match ended {
+        Ended::Exited(code) => {
+            log::info!(target: "dlock", event = "exited", key = key, code = *code, ran_ms = ran_ms;
+                "the command under '{key}' exited with {code} after {ran_ms}ms");
+        }
+        Ended::TooLong => {
+            log::warn!(target: "dlock", event = "exited", key = key, code = exit::TIMED_OUT, ran_ms = ran_ms;
+                "the command under '{key}' was terminated for running too long, after {ran_ms}ms");
+        }
+        Ended::LeaseLost(why) => {
+            log::error!(target: "dlock", event = "lease_lost", key = key, error = why.as_str(), ran_ms = ran_ms;
+                "lost the lease on '{key}' after {ran_ms}ms: {why}");
+        }
+    }
+}
+
+/// How long CMD may run (`--max-runtime`, `--kill-after`).
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    max_runtime: Option<Duration>,
+    kill_after: Duration,
+}
+
+/// How the supervised command ended.
+enum Ended {
+    Exited(u8),
+    /// Terminated for running longer than `--max-runtime`.
+    TooLong,
+    /// Terminated because the lease was in danger, and why.
+    LeaseLost(String),
 }
 
 /// Variables set in CMD's environment.
@@ -114,14 +162,17 @@ fn child_env(global: &Global, lease: &Lease) -> Result<(ChildEnv, Option<OwnedFd
     Ok((env, url_fd))
 }
 
-/// Forwards signals and acts on lease trouble until the child ends. Returns the child's
-/// exit code and, if the lease was lost, why.
+/// Forwards signals, acts on lease trouble and enforces `limit` until the child ends.
 async fn supervise(
     mut sup: Supervised,
     signals: &mut Signals,
     mut doom: mpsc::Receiver<Doom>,
-) -> Result<(u8, Option<String>)> {
+    limit: Limit,
+) -> Result<Ended> {
     let mut lost = None;
+    let started = Instant::now();
+    let mut term_at = limit.max_runtime.and_then(|d| started.checked_add(d));
+    let (mut kill_at, mut cut_short) = (None, false);
     let _terminal = supervisor::Foreground::give(sup.pgid);
     loop {
         tokio::select! {
@@ -132,11 +183,16 @@ async fn supervise(
                         Error::Internal(format!("waiting for the command: {e}"))
                     })?;
                     let Some(status) = status else { continue };
-                    if lost.is_some() {
-                        // Leave nothing of the group running on a lease we no longer hold.
+                    if lost.is_some() || cut_short {
+                        // Leave nothing of the group running on a lease we no longer hold,
+                        // or of a run that was cut short.
                         supervisor::signal_group(sup.pgid, Signal::SIGKILL);
                     }
-                    return Ok((supervisor::exit_code(status), lost));
+                    return Ok(match (lost, cut_short) {
+                        (Some(why), _) => Ended::LeaseLost(why),
+                        (None, true) => Ended::TooLong,
+                        (None, false) => Ended::Exited(supervisor::exit_code(status)),
+                    });
                 }
             },
             Some(d) = doom.recv() => {
@@ -147,7 +203,24 @@ async fn supervise(
                 supervisor::signal_group(sup.pgid, sig);
                 lost.get_or_insert(why);
             }
+            _ = sleep_until_some(term_at) => {
+                supervisor::signal_group(sup.pgid, Signal::SIGTERM);
+                (term_at, cut_short) = (None, true);
+                kill_at = Instant::now().checked_add(limit.kill_after);
+            }
+            _ = sleep_until_some(kill_at) => {
+                supervisor::signal_group(sup.pgid, Signal::SIGKILL);
+                kill_at = None;
+            }
         }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is none.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -184,28 +257,35 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         .await
         {
             Ok(Ok(_)) => {
+                log_renewed(&lease.key, sent.elapsed());
                 last_ok = sent;
                 next = sent + plan.renew_every;
+                continue;
             }
             Ok(Err(e)) if !e.is_transient() => {
                 let _ = tx.send(Doom::Kill(e.to_string())).await;
                 return;
             }
-            Ok(Err(e)) => {
-                last_error = e.to_string();
-                next = Instant::now() + plan.retry_every;
-            }
-            Err(_) => {
-                last_error = "renewal timed out".into();
-                next = Instant::now() + plan.retry_every;
-            }
+            Ok(Err(e)) => last_error = e.to_string(),
+            Err(_) => last_error = "renewal timed out".into(),
         }
+        let key = lease.key.as_str();
+        log::warn!(target: "dlock", event = "renewal_failed", key = key, error = last_error.as_str();
+            "renewing '{key}' failed, retrying: {last_error}");
+        next = Instant::now() + plan.retry_every;
     }
     let why = format!("renewal kept failing ({last_error})");
     sleep_until(plan.term_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Term(why.clone())).await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// The `renewed` event (`-vv`), with the round trip.
+fn log_renewed(key: &str, rtt: Duration) {
+    let rtt_us = rtt.as_micros() as u64;
+    log::debug!(target: "dlock", event = "renewed", key = key, rtt_us = rtt_us;
+        "renewed '{key}' ({rtt_us}µs round trip)");
 }
 
 /// Checks a bound lease every TTL/3 for a release by someone else (`unlock --force`).
@@ -216,10 +296,14 @@ async fn keep_bound(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
     loop {
         sleep_until((Instant::now() + plan.renew_every).into()).await;
         let check = backend.renew(&lease.key, &lease.owner, lease.ttl);
-        if let Ok(Err(e @ Error::NotOwner(_))) = tokio::time::timeout(plan.renew_every, check).await
-        {
-            let _ = tx.send(Doom::Kill(e.to_string())).await;
-            return;
+        let sent = Instant::now();
+        match tokio::time::timeout(plan.renew_every, check).await {
+            Ok(Ok(_)) => log_renewed(&lease.key, sent.elapsed()),
+            Ok(Err(e @ Error::NotOwner(_))) => {
+                let _ = tx.send(Doom::Kill(e.to_string())).await;
+                return;
+            }
+            _ => {}
         }
     }
 }
@@ -234,9 +318,11 @@ async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
         ReleaseMode::All
     };
     let key = lease.key.clone();
-    if let Err(e) = backend.release_acquired(acquired, mode).await {
-        if warn {
-            eprintln!("dlock: warning: could not release '{key}': {e}");
+    match backend.release_acquired(acquired, mode).await {
+        Ok(()) => {
+            log::info!(target: "dlock", event = "released", key = key.as_str(); "released '{key}'")
         }
+        Err(e) if warn => eprintln!("dlock: warning: could not release '{key}': {e}"),
+        Err(_) => {}
     }
 }

@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 
 /// Runs the parsed command line and returns the exit code.
 pub fn run(cli: Cli) -> Result<u8> {
+    let started = std::time::Instant::now();
     let (mut global, command) = cli.resolve()?;
+    crate::events::init(global.verbose, global.log_format, started);
     global.urls = crate::credentials::restore(global.urls);
     if let Command::Completions(args) = &command {
         return completions::run(args);
@@ -51,7 +53,10 @@ async fn open(global: &Global, key: Option<&str>) -> Result<(BackendSpec, Arc<dy
         check_key(key)?;
     }
     let spec = BackendSpec::from_urls(&global.urls)?;
+    let t0 = std::time::Instant::now();
     let backend = backend::open_exclusive(&spec).await?;
+    let (d, ms) = (backend.describe(), t0.elapsed().as_millis() as u64);
+    log::info!(target: "dlock", event = "connected", backend = d.as_str(), ms = ms; "connected to {d} in {ms}ms");
     Ok((spec, backend))
 }
 

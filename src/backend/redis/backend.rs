@@ -141,6 +141,25 @@ impl RedisBackend {
             .await
     }
 
+    /// Redlock: the server's `run_id` (`INFO server`), which tells two names of one server
+    /// from two servers; `None` when the server does not tell (an ACL without `INFO`).
+    pub(crate) async fn run_id(&self) -> Option<String> {
+        let mut conn = self.conn().await.ok()?;
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let text: String = self
+            .call(
+                "cannot read the server's run id",
+                info.query_async(&mut conn),
+            )
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .filter(|id| !id.is_empty())
+    }
+
     /// Redlock: a pub/sub connection subscribed to the channel every release of `key` is
     /// published on.
     pub(crate) async fn subscribe_released(&self, key: &str) -> Result<PubSub> {

@@ -18,7 +18,7 @@ use super::keys::{lease_key, Keys};
 use super::reply::{holder_json, lock_info, Reply};
 use super::scripts::{evalsha, millis, SCRIPTS};
 use super::RedisBackend;
-use crate::backend::store::Busy;
+pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
 

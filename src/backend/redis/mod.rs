@@ -30,4 +30,4 @@ pub use self::connect::{
     connection_info, tls_certificates, Tuning, AUTH_ENV, SENTINEL_PASSWORD_ENV, TLS_CA_ENV,
     TLS_CERT_ENV, TLS_KEY_ENV,
 };
-pub(crate) use self::lease::Attempt;
+pub(crate) use self::lease::{Attempt, Busy};

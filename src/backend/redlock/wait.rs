@@ -1,0 +1,393 @@
+//! How a Redlock waiter waits: release messages, back-off, and when to give up.
+//!
+//! A release wakes every waiter of the key, and a retry costs a request to every server.
+//! So that a herd of waiters does not turn into load that makes healthy servers look dead,
+//! a waiter paces itself ([`Pace`]):
+//!
+//! * it listens on one server, the *lead* (the smallest URL; the others when the lead
+//!   cannot be reached), with one subscription for its whole wait, and drops the messages
+//!   that arrived before an attempt was sent (that attempt already saw those releases);
+//! * after a release message it retries within [`RedlockTuning::jitter`], asking the lead
+//!   first and stopping there if the lead refuses: contenders meet on one server, which
+//!   grants one of them, instead of splitting the vote between them;
+//! * a race lost (someone else got the lock first), a split vote, or a round without a
+//!   majority of answers in time is a sign of contention: the waiter backs off for a
+//!   random time, *not* listening, whose bound doubles with each, up to
+//!   [`RedlockTuning::max_backoff`]; then it looks once more (lead first) and listens
+//!   again. The more waiters, the more races each one loses, so the fewer of them are
+//!   listening at each release;
+//! * a server that did not answer in time is busy, not dead: the next attempt gives it
+//!   twice as long, up to [`max_acquire_timeout`]. The wait fails with `Unavailable` when
+//!   no majority answered for [`RedlockTuning::stall`] (a frozen server), or when a
+//!   majority is down (connection refused or reset) for the operation timeout;
+//! * looking again after a heartbeat or at the expiry of the lease asks every server at
+//!   once, as the first attempt does: a stale lease left on the lead alone cannot block
+//!   the waiters.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{join_all, FutureExt};
+use futures_util::stream::StreamExt;
+use rand::Rng;
+use redis::aio::PubSub;
+use tokio_util::sync::CancellationToken;
+
+use super::{acquire_timeout, joined, max_acquire_timeout, RedlockBackend, RedlockTuning};
+use super::{Refusal, Round};
+use crate::backend::redis::RedisBackend;
+use crate::backend::{
+    unless_cancelled, AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE,
+};
+use crate::error::{Error, Result};
+
+/// The release channels a waiter listens to: the lead server's, or every other server's.
+pub(super) struct Wakeups {
+    subs: Vec<PubSub>,
+}
+
+enum Wake {
+    Message,
+    Timeout,
+    Closed,
+    Cancelled,
+}
+
+impl Wakeups {
+    /// Sleeps until a message on any server, `pause`, or a cancel.
+    async fn wait(&mut self, pause: Duration, cancel: &CancellationToken) -> Wake {
+        if self.subs.is_empty() {
+            return tokio::select! {
+                _ = cancel.cancelled() => Wake::Cancelled,
+                _ = tokio::time::sleep(pause) => Wake::Timeout,
+            };
+        }
+        let streams = self.subs.iter_mut().map(|p| p.on_message().boxed());
+        let mut any = futures_util::stream::select_all(streams);
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Wake::Cancelled,
+            m = any.next() => if m.is_some() { Wake::Message } else { Wake::Closed },
+            _ = tokio::time::sleep(pause) => Wake::Timeout,
+        }
+    }
+
+    /// Drops the messages already received: the attempt about to be sent sees those
+    /// releases, so they must not wake the waiter once more afterwards.
+    fn drain(&mut self) {
+        for sub in &mut self.subs {
+            let mut messages = sub.on_message();
+            while let Some(Some(_)) = messages.next().now_or_never() {}
+        }
+    }
+}
+
+/// What a waiter does after a lost round.
+enum Step {
+    /// Listen for a release, at most until the lease seen may expire or one heartbeat.
+    Listen,
+    /// Sleep this long without listening, then try again.
+    BackOff(Duration),
+}
+
+/// A waiter's pace (see the module documentation).
+struct Pace {
+    tuning: RedlockTuning,
+    /// Races lost and rounds without a majority of answers in time: the back-off bound
+    /// doubles with each.
+    losses: u32,
+    /// The next round follows a release message, which every waiter heard.
+    raced: bool,
+    /// The next round asks the lead server first (it follows a release or a back-off).
+    contended: bool,
+    /// Each server's time to answer the next acquire request.
+    limit: Duration,
+    base: Duration,
+    most: Duration,
+    /// Since when no majority has answered in time, in every round that asked them all.
+    silent_since: Option<Instant>,
+    /// Since when a majority has been down, if it is.
+    down_since: Option<Instant>,
+}
+
+impl Pace {
+    fn new(req: &AcquireRequest, tuning: RedlockTuning) -> Pace {
+        let base = acquire_timeout(req.ttl);
+        Pace {
+            tuning,
+            losses: 0,
+            raced: false,
+            contended: false,
+            limit: base,
+            base,
+            most: max_acquire_timeout(req.ttl, tuning.server.op_timeout),
+            silent_since: None,
+            down_since: None,
+        }
+    }
+
+    /// Takes note of a lost round's answers.
+    fn answers(&mut self, refusal: &Refusal, quorum: usize, n: usize) {
+        if refusal.at_lead {
+            return;
+        }
+        let slow = refusal.failed.len() > refusal.down;
+        self.limit = if slow {
+            (self.limit * 2).min(self.most)
+        } else {
+            self.base
+        };
+        if refusal.answered >= quorum {
+            self.silent_since = None;
+            self.down_since = None;
+        } else if n - refusal.down < quorum {
+            self.down_since.get_or_insert_with(Instant::now);
+        } else {
+            self.silent_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// What to do after a lost round in which a majority answered or may still answer.
+    fn next(&mut self, refusal: &Refusal, quorum: usize) -> Step {
+        let raced = std::mem::take(&mut self.raced);
+        let held = refusal.at_lead
+            || refusal.answered >= quorum
+                && refusal.holder.as_ref().is_some_and(|(_, n)| *n >= quorum);
+        // Looking again after a back-off or a heartbeat and finding the lock held is no
+        // race lost: listen. Anything else (a release that someone else won, a vote split
+        // between contenders, no majority of answers in time) is a sign of contention.
+        if held && !raced {
+            self.contended = false;
+            return Step::Listen;
+        }
+        self.losses += 1;
+        self.contended = true;
+        Step::BackOff(self.backoff())
+    }
+
+    /// A random delay up to the jitter doubled once per loss, at most `max_backoff`.
+    fn backoff(&self) -> Duration {
+        let bound = self
+            .tuning
+            .jitter
+            .saturating_mul(1u32 << self.losses.min(16))
+            .min(self.tuning.max_backoff);
+        random_up_to(bound)
+    }
+}
+
+fn random_up_to(max: Duration) -> Duration {
+    rand::thread_rng().gen_range(Duration::ZERO..=max)
+}
+
+/// `pause`, cut short at the deadline.
+fn bounded(pause: Duration, wait: &WaitOptions) -> Duration {
+    match wait.deadline {
+        Some(deadline) => pause.min(deadline.saturating_duration_since(Instant::now())),
+        None => pause,
+    }
+}
+
+impl RedlockBackend {
+    /// Subscribes to the release channel of `key` on the lead server, which every release
+    /// that went through it announces; when it cannot be reached, on every other server it
+    /// can reach, at once. One subscription: each release wakes each waiter once.
+    async fn subscribe(&self, key: &str) -> Wakeups {
+        let what = format!("cannot wait for lock '{key}'");
+        let limit = self.tuning.server.op_timeout;
+        let subscribe = |b: Arc<RedisBackend>| async move { b.subscribe_released(key).await };
+        let lead = &self.members[self.lead];
+        if let Ok(sub) = lead.call(&what, limit, subscribe).await {
+            return Wakeups { subs: vec![sub] };
+        }
+        let others = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.lead)
+            .map(|(_, m)| m.call(&what, limit, subscribe));
+        Wakeups {
+            subs: join_all(others).await.into_iter().flatten().collect(),
+        }
+    }
+
+    /// Tries, then waits and tries again, until granted, out of time, or cancelled.
+    pub(super) async fn acquire_loop(
+        &self,
+        req: &AcquireRequest,
+        wait: &WaitOptions,
+    ) -> Result<Acquired> {
+        let started = Instant::now();
+        let no_wait = wait.expired();
+        let mut pace = Pace::new(req, self.tuning);
+        let mut floor = 0;
+        let mut wakeups: Option<Wakeups> = None;
+        let mut last_gist = None;
+        loop {
+            if let Some(subs) = wakeups.as_mut() {
+                subs.drain();
+            }
+            let lead = pace.contended && !wait.expired();
+            // Boxed: the nested futures of a round are too deep to lay out inline.
+            let round = Box::pin(self.round(req, floor, pace.limit, lead));
+            let Some(round) = unless_cancelled(&wait.cancel, round).await else {
+                self.give_back_cancelled(req).await;
+                return Err(self.cancelled(req));
+            };
+            let refusal = match round {
+                Round::Won(lease) => {
+                    if wait.cancel.is_cancelled() {
+                        let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
+                        let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
+                        return Err(self.cancelled(req));
+                    }
+                    return Ok(Acquired { lease, guard: None });
+                }
+                Round::Lost(refusal) => refusal,
+            };
+            floor = floor.max(refusal.max_token);
+            // Progress is what the store answered: without a majority there is no answer
+            // to tell (the waiting line then says the servers are not answering).
+            let answered = refusal.answered >= self.quorum;
+            if answered && last_gist.as_ref() != Some(&refusal.gist()) {
+                last_gist = Some(refusal.gist());
+                wait.report(&refusal.info());
+            }
+            pace.answers(&refusal, self.quorum, self.members.len());
+            if let Some(e) = self.give_up(req, &refusal, &pace, no_wait, wait, started) {
+                return Err(e);
+            }
+            if wait.cancel.is_cancelled() {
+                return Err(self.cancelled(req));
+            }
+            let Some(subs) = wakeups.as_mut() else {
+                // Subscribe, then look again at once: a release that came before the
+                // subscription was complete cannot be missed.
+                let subscribing = Box::pin(self.subscribe(&req.key));
+                let Some(subs) = unless_cancelled(&wait.cancel, subscribing).await else {
+                    return Err(self.cancelled(req));
+                };
+                wakeups = Some(subs);
+                continue;
+            };
+            let delay = match pace.next(&refusal, self.quorum) {
+                Step::BackOff(delay) => delay,
+                Step::Listen => {
+                    let heartbeat = self.tuning.server.heartbeat;
+                    let pause = refusal.retry.map_or(heartbeat, |r| r.min(heartbeat));
+                    match subs.wait(bounded(pause, wait), &wait.cancel).await {
+                        Wake::Cancelled => return Err(self.cancelled(req)),
+                        Wake::Closed => wakeups = None,
+                        Wake::Message => {
+                            pace.raced = true;
+                            pace.contended = true;
+                        }
+                        Wake::Timeout => {}
+                    }
+                    random_up_to(self.tuning.jitter)
+                }
+            };
+            tokio::select! {
+                _ = wait.cancel.cancelled() => return Err(self.cancelled(req)),
+                _ = tokio::time::sleep(bounded(delay, wait)) => {}
+            }
+        }
+    }
+
+    /// The error to end the wait with after a lost round, if it must end: out of time, a
+    /// majority down for the operation timeout, or not answering for the stall limit.
+    fn give_up(
+        &self,
+        req: &AcquireRequest,
+        refusal: &Refusal,
+        pace: &Pace,
+        no_wait: bool,
+        wait: &WaitOptions,
+        started: Instant,
+    ) -> Option<Error> {
+        if refusal.answered < self.quorum && !refusal.at_lead {
+            let down_for = pace.down_since.map(|t| t.elapsed());
+            let silent = pace
+                .silent_since
+                .filter(|t| t.elapsed() >= self.tuning.stall);
+            if no_wait
+                || wait.expired()
+                || silent.is_some()
+                || down_for.is_some_and(|d| d >= self.tuning.server.op_timeout)
+            {
+                return Some(self.unreachable(req, refusal, silent));
+            }
+        }
+        wait.expired().then(|| {
+            let waited = (!no_wait).then(|| started.elapsed());
+            self.not_obtained(req, refusal, waited)
+        })
+    }
+
+    fn not_obtained(
+        &self,
+        req: &AcquireRequest,
+        refusal: &Refusal,
+        waited: Option<Duration>,
+    ) -> Error {
+        let n = self.members.len();
+        let mut msg = match &refusal.holder {
+            Some((lock, on)) => format!(
+                "lock '{}' is held by {} on {on} of {n} servers of {}",
+                req.key,
+                lock.describe(),
+                self.name
+            ),
+            None => format!(
+                "lock '{}' could not be taken on a majority ({} of {n}) of {}",
+                req.key, self.quorum, self.name
+            ),
+        };
+        if let Some(note) = &refusal.note {
+            msg += &format!(" ({note})");
+        }
+        if !refusal.failed.is_empty() {
+            msg += &format!("; not answering: {}", joined(&refusal.failed));
+        }
+        Error::NotObtained(match waited {
+            None => msg,
+            Some(d) => format!("gave up after {}: {msg}", whole_ms(d)),
+        })
+    }
+
+    /// No majority answered; `since`: the last time one did, when that is why the wait ends.
+    fn unreachable(
+        &self,
+        req: &AcquireRequest,
+        refusal: &Refusal,
+        since: Option<Instant>,
+    ) -> Error {
+        let stalled = since.map_or(String::new(), |t| {
+            format!(" (no majority answered for {})", whole_ms(t.elapsed()))
+        });
+        Error::Unavailable(format!(
+            "cannot acquire lock '{}' on {}: {} of {} servers answered, {} needed{stalled}: {}",
+            req.key,
+            self.name,
+            refusal.answered,
+            self.members.len(),
+            self.quorum,
+            joined(&refusal.failed)
+        ))
+    }
+
+    pub(super) fn cancelled(&self, req: &AcquireRequest) -> Error {
+        Error::Cancelled(
+            format!(
+                "cancelled while waiting for lock '{}' on {}",
+                req.key, self.name
+            ),
+            0,
+        )
+    }
+}
+
+/// `d` to the millisecond, for messages.
+fn whole_ms(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+}

@@ -1,0 +1,106 @@
+//! What `-v`, `-vv` and `--log-format json` tell about a run, on every backend.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::Store;
+
+on_every_backend!(
+    verbose_tells_the_story_of_a_run,
+    json_events_are_one_object_per_line,
+    a_wait_is_an_event,
+);
+
+fn stderr_lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The index of the first line containing `what`, after `from`.
+fn find(lines: &[String], what: &str, from: usize) -> usize {
+    let at = lines[from..].iter().position(|l| l.contains(what));
+    from + at.unwrap_or_else(|| panic!("no line with {what:?} after line {from}: {lines:#?}"))
+}
+
+fn verbose_tells_the_story_of_a_run(store: Store) {
+    let quiet = store
+        .dlock()
+        .args(["exec", "ev", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        quiet.status.success() && quiet.stderr.is_empty(),
+        "{quiet:?}"
+    );
+    let out = store
+        .dlock()
+        .args(["-vv", "exec", "ev", "--ttl", "300ms", "--", "sleep", "0.4"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines = stderr_lines(&out);
+    assert!(
+        lines.iter().all(|l| l.starts_with("dlock: [")),
+        "{lines:#?}"
+    );
+    let at = find(&lines, "connected to ", 0);
+    let at = find(&lines, "acquired 'ev': token ", at);
+    let at = find(&lines, "renewed 'ev' (", at);
+    let at = find(&lines, "the command under 'ev' exited with 0 after ", at);
+    find(&lines, "released 'ev'", at);
+    // -v alone leaves the renewals out.
+    let out = store
+        .dlock()
+        .args(["exec", "-v", "ev", "--ttl", "300ms", "--", "sleep", "0.4"])
+        .output()
+        .unwrap();
+    let lines = stderr_lines(&out);
+    assert!(!lines.iter().any(|l| l.contains("renewed")), "{lines:#?}");
+    find(&lines, "released 'ev'", 0);
+}
+
+fn json_events_are_one_object_per_line(store: Store) {
+    let out = store
+        .dlock()
+        .env("DLOCK_LOG_FORMAT", "json")
+        .args(["exec", "ev", "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let events: Vec<serde_json::Value> = stderr_lines(&out)
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["connected", "acquired", "exited", "released"]);
+    assert_eq!(events[1]["key"], "ev");
+    assert!(events[1]["token"].as_u64().unwrap() >= 1);
+    assert_eq!(events[2]["code"], 3);
+    for e in &events {
+        assert!(e["ts"].as_str().unwrap().ends_with('Z'), "{e}");
+        assert!(e["elapsed_ms"].as_f64().is_some(), "{e}");
+    }
+}
+
+fn a_wait_is_an_event(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut holder, _) = common::hold_with(store.dlock(), "ev", &[], "sleep 60", dir.path());
+    let out = store
+        .dlock()
+        .args(["-v", "exec", "ev", "--timeout", "1s", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let lines = stderr_lines(&out);
+    let at = find(&lines, "waiting for 'ev': held by ", 0);
+    find(&lines, "gave up after 1s", at);
+    let _ = holder.kill();
+    let _ = common::wait_exit(&mut holder, Duration::from_secs(5));
+}
