@@ -48,6 +48,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -c 'Run STRING with `sh -c` instead of CMD, as flock(1) does'
             cand --command 'Run STRING with `sh -c` instead of CMD, as flock(1) does'
             cand --max-runtime 'Terminate CMD''s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does'
+            cand --metrics-file 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there'
             cand --kill-after 'With --max-runtime: SIGKILL the group this long after the SIGTERM'
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
@@ -140,12 +141,12 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'dlock;help'= {
-            cand exec 'exec'
-            cand lock 'lock'
-            cand unlock 'unlock'
-            cand renew 'renew'
-            cand status 'status'
-            cand completions 'completions'
+            cand exec 'Run CMD while holding KEY'
+            cand lock 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+            cand unlock 'Release KEY'
+            cand renew 'Extend a held lease'
+            cand status 'Show who holds what (every held lock when no key is given)'
+            cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'dlock;help;exec'= {

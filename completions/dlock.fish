@@ -46,6 +46,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d '
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s c -l command -d 'Run STRING with `sh -c` instead of CMD, as flock(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l max-runtime -d 'Terminate CMD\'s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l metrics-file -d 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l kill-after -d 'With --max-runtime: SIGKILL the group this long after the SIGTERM' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
@@ -103,10 +104,10 @@ complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Mac
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "renew"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "status"
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "completions"
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec" -d 'Run CMD while holding KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock" -d 'Release KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "renew" -d 'Extend a held lease'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -73,12 +73,16 @@ pub struct GlobalArgs {
     pub output: Output,
 }
 
-/// The global options once more, for their place after the subcommand name (`dlock exec
-/// -q KEY -- CMD`); [`Cli::resolve`] merges both places into [`Global`].
-///
-/// Every subcommand flattens this instead of clap's `global = true`: propagating global
-/// options costs clap about 90,000 instructions per run, a sixth of all `dlock exec` runs
-/// (callgrind), and dlock's start-up is most of what an `exec` costs.
+// The global options once more, for their place after the subcommand name (`dlock exec
+// -q KEY -- CMD`); `Cli::resolve` merges both places into `Global`.
+//
+// Every subcommand flattens this instead of clap's `global = true`: propagating global
+// options is a large part of clap's work on every run, and dlock's start-up is most of
+// what an `exec` costs (figures: README, *Benchmarks*).
+//
+// Here and on `Output`, plain comments: clap takes a flattened struct's doc comment for the
+// description of the command that flattens it, and would show this one in place of each
+// subcommand's own.
 #[derive(Debug, Default, Args)]
 pub struct Late {
     /// Backend URL; $DLOCK_URL when not given (details: dlock --help).
@@ -89,7 +93,8 @@ pub struct Late {
     pub output: Output,
 }
 
-/// What dlock says, and how much: the same options in both places.
+// What dlock says, and how much: the same options in both places (plain comment: see
+// `Late`).
 #[derive(Debug, Default, Args)]
 pub struct Output {
     /// Machine-readable output on stdout (one JSON object, or one per line for lists).
@@ -149,15 +154,42 @@ impl Cli {
 }
 
 /// The subcommands. Each one's arguments are built only when it is the one invoked
-/// (`defer`): building all of them costs a third of dlock's start-up instructions.
+/// (`defer`): building all of them would be a large part of dlock's start-up.
+///
+/// A subcommand's help text is the doc comment of its variant, which is built at once: on
+/// its arguments' struct it would be built with the deferred part, so `dlock --help` would
+/// list the subcommand without its summary.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]
 pub enum Command {
+    /// Run CMD while holding KEY.
+    ///
+    /// Acquires KEY (waiting as told), runs CMD with DLOCK_KEY, DLOCK_OWNER and
+    /// DLOCK_FENCING_TOKEN in its environment, renews the lease in the background, forwards
+    /// signals, and releases KEY when CMD ends, exiting with CMD's code. If the lease cannot be
+    /// renewed, CMD's process group gets SIGTERM, then SIGKILL, before the lease can expire, and
+    /// dlock exits 79. Inside CMD, a nested `dlock exec KEY` re-enters instead of deadlocking.
     Exec(ExecArgs),
+
+    /// Acquire KEY and leave it held until `unlock` or the TTL ends.
+    ///
+    /// Prints the owner id alone on stdout (pass it to `unlock`/`renew` with --owner or
+    /// DLOCK_OWNER); --json prints key, owner, fencing_token, ttl_ms and expires_at; --export
+    /// prints shell assignments for `eval`.
     Lock(LockArgs),
+
+    /// Release KEY.
     Unlock(UnlockArgs),
+
+    /// Extend a held lease.
     Renew(RenewArgs),
+
+    /// Show who holds what (every held lock when no key is given).
+    ///
+    /// Exits 0 when every named key is held, 1 when one is free.
     Status(StatusArgs),
+
+    /// Print a shell completion script.
     Completions(CompletionsArgs),
 }
 
@@ -175,7 +207,7 @@ impl Command {
     }
 }
 
-/// How to acquire: shared by `exec` and `lock`.
+// How to acquire: shared by `exec` and `lock` (plain comment: see `Late`).
 #[derive(Debug, Clone, Args)]
 pub struct AcquireOpts {
     /// Lease length; exec renews it every TTL/3 while the command runs.
@@ -219,13 +251,7 @@ pub enum IfUnavailable {
     Skip,
 }
 
-/// Run CMD while holding KEY.
-///
-/// Acquires KEY (waiting as told), runs CMD with DLOCK_KEY, DLOCK_OWNER and
-/// DLOCK_FENCING_TOKEN in its environment, renews the lease in the background, forwards
-/// signals, and releases KEY when CMD ends, exiting with CMD's code. If the lease cannot be
-/// renewed, CMD's process group gets SIGTERM, then SIGKILL, before the lease can expire, and
-/// dlock exits 79. Inside CMD, a nested `dlock exec KEY` re-enters instead of deadlocking.
+// The arguments of `dlock exec`; its help text is on [`Command::Exec`].
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct ExecArgs {
@@ -248,6 +274,12 @@ pub struct ExecArgs {
     /// exit 124, as timeout(1) does.
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_runtime: Option<Duration>,
+
+    /// Write node_exporter textfile metrics for KEY to PATH when the run ends (last start,
+    /// end and success times, duration, wait, exit code, lease lost); with
+    /// $DLOCK_METRICS_DIR, one file per key there.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
 
     /// With --max-runtime: SIGKILL the group this long after the SIGTERM.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s", requires = "max_runtime")]
@@ -277,11 +309,7 @@ impl ExecArgs {
     }
 }
 
-/// Acquire KEY and leave it held until `unlock` or the TTL ends.
-///
-/// Prints the owner id alone on stdout (pass it to `unlock`/`renew` with --owner or
-/// DLOCK_OWNER); --json prints key, owner, fencing_token, ttl_ms and expires_at; --export
-/// prints shell assignments for `eval`.
+// The arguments of `dlock lock`; its help text is on [`Command::Lock`].
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct LockArgs {
@@ -300,7 +328,7 @@ pub struct LockArgs {
     pub late: Late,
 }
 
-/// Release KEY.
+// The arguments of `dlock unlock`; its help text is on [`Command::Unlock`].
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct UnlockArgs {
@@ -319,7 +347,7 @@ pub struct UnlockArgs {
     pub late: Late,
 }
 
-/// Extend a held lease.
+// The arguments of `dlock renew`; its help text is on [`Command::Renew`].
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct RenewArgs {
@@ -338,9 +366,7 @@ pub struct RenewArgs {
     pub late: Late,
 }
 
-/// Show who holds what (every held lock when no key is given).
-///
-/// Exits 0 when every named key is held, 1 when one is free.
+// The arguments of `dlock status`; its help text is on [`Command::Status`].
 #[derive(Debug, Args)]
 #[command(after_long_help = EXIT_CODES)]
 pub struct StatusArgs {
@@ -351,7 +377,7 @@ pub struct StatusArgs {
     pub late: Late,
 }
 
-/// Print a shell completion script.
+// The arguments of `dlock completions`; its help text is on [`Command::Completions`].
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell.

@@ -22,11 +22,13 @@
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
+//! * [`metrics`]: node_exporter textfile metrics of an `exec` run (`--metrics-file`).
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
 //! `.cargo/config.toml` links the binary statically (start-up time is most of what one
-//! `dlock exec` costs).
+//! `dlock exec` costs), and `benches/suite/` is the benchmark suite (`sections/` measure,
+//! `report.rs` prints and writes; its Redis servers come from the tests' `tests/common`).
 
 #![deny(unsafe_code)]
 
@@ -41,5 +43,6 @@ pub mod exit;
 pub mod generate;
 pub mod holder;
 pub mod lease;
+pub mod metrics;
 pub mod output;
 pub mod supervisor;

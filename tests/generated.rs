@@ -44,3 +44,59 @@ fn completions_command_prints_the_checked_in_script() {
             .unwrap();
     assert_eq!(out.stdout, checked_in);
 }
+
+/// Each subcommand's one-line summary, as `dlock --help` lists it and as its own help
+/// starts.
+const SUMMARIES: [(&str, &str); 6] = [
+    ("exec", "Run CMD while holding KEY"),
+    (
+        "lock",
+        "Acquire KEY and leave it held until `unlock` or the TTL ends",
+    ),
+    ("unlock", "Release KEY"),
+    ("renew", "Extend a held lease"),
+    (
+        "status",
+        "Show who holds what (every held lock when no key is given)",
+    ),
+    ("completions", "Print a shell completion script"),
+];
+
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dlock"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dlock {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn help_lists_every_subcommand_with_its_summary() {
+    for flag in ["--help", "-h"] {
+        let text = help(&[flag]);
+        for (name, summary) in SUMMARIES {
+            let line = text
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("dlock {flag} does not list {name}:\n{text}"));
+            let listed = line.trim_start().strip_prefix(name).unwrap().trim();
+            assert_eq!(listed, summary, "dlock {flag}, {name}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn each_subcommand_help_starts_with_its_summary() {
+    for (name, summary) in SUMMARIES {
+        for flag in ["--help", "-h"] {
+            let text = help(&[name, flag]);
+            let first = text.lines().next().unwrap_or_default();
+            assert_eq!(
+                first.trim_end_matches('.'),
+                summary,
+                "dlock {name} {flag}:\n{text}"
+            );
+        }
+    }
+}

@@ -22,7 +22,7 @@ macro_rules! on_every_backend {
 }
 
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// For a Sentinel: the configuration it starts from (it rewrites its file).
     sentinel: Option<String>,
+    /// Applied to the command before each start (the bench makes the server die with it).
+    prepare: fn(&mut Command),
 }
 
 impl RedisServer {
@@ -44,13 +46,24 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (e.g. `["--requirepass", "x"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Self::try_start_in(extra, &std::env::temp_dir(), |_| {}).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Like [`RedisServer::start_with`], but the server's directory is made inside `parent`,
+    /// `prepare` is applied to its command, and a server that cannot start is an error.
+    pub fn try_start_in(
+        extra: &[&str],
+        parent: &Path,
+        prepare: fn(&mut Command),
+    ) -> Result<RedisServer, String> {
+        let dir = tempfile::tempdir_in(parent).map_err(|e| format!("temp dir: {e}"))?;
         let server = RedisServer {
             port: 0,
             child: None,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             sentinel: None,
+            prepare,
         };
         server.spawn_on_a_free_port()
     }
@@ -66,22 +79,28 @@ impl RedisServer {
             sentinel: Some(format!(
                 "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
             )),
+            prepare: |_| {},
         };
-        server.spawn_on_a_free_port()
+        server
+            .spawn_on_a_free_port()
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn spawn_on_a_free_port(mut self) -> RedisServer {
+    fn spawn_on_a_free_port(mut self) -> Result<RedisServer, String> {
         for _ in 0..20 {
             self.port = free_port();
-            if self.try_spawn() {
-                return self;
+            if self.try_spawn()? {
+                return Ok(self);
             }
         }
-        panic!("could not start redis-server on a free port");
+        Err("could not start redis-server on a free port".into())
     }
 
-    fn try_spawn(&mut self) -> bool {
+    /// Starts the server on `self.port`: false if it exited (the port was taken) or did not
+    /// get ready in time, an error if it cannot be run at all.
+    fn try_spawn(&mut self) -> Result<bool, String> {
         let mut command = Command::new("redis-server");
+        (self.prepare)(&mut command);
         if let Some(config) = &self.sentinel {
             let file = self.dir.path().join("sentinel.conf");
             std::fs::write(&file, config).expect("write sentinel.conf");
@@ -109,27 +128,34 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (apt-get install redis-server)");
+            .map_err(|e| {
+                format!("cannot start redis-server (apt-get install redis-server): {e}")
+            })?;
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return false; // port taken by someone else: try another
+                return Ok(false); // port taken by someone else: try another
             }
             let logged = std::fs::read_to_string(&log).is_ok_and(|l| l.contains(ready));
             if logged && TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 self.child = Some(child);
-                return true;
+                return Ok(true);
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         let _ = child.kill();
         let _ = child.wait();
-        false
+        Ok(false)
     }
 
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Kills the server (SIGKILL) and waits for it; its data is lost.
@@ -145,7 +171,7 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.try_spawn() {
+            if self.try_spawn().unwrap_or_else(|e| panic!("{e}")) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));

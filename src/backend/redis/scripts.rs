@@ -11,7 +11,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 
 /// A Lua script as sent: `common.lua` in front of its own file, and the SHA1 that
-/// `build.rs` computed from the same text (so that no run hashes the scripts).
+/// `build.rs` computed from the same text (hashing at run time would add to the start-up of
+/// every `dlock` run; figures: README, *Benchmarks*).
 pub(super) struct Lua {
     pub(super) body: &'static str,
     pub(super) sha: &'static str,

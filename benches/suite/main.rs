@@ -1,0 +1,203 @@
+//! The dlock benchmark suite: `cargo bench --bench suite [-- OPTIONS]` (see `--help`).
+//!
+//! Measures dlock side by side with its peers, on this machine and in this run: flock(1),
+//! `etcdctl lock` against an etcd started here, `redis-cli PING` and `redis-benchmark`.
+//! Every server is started on free loopback ports with its own temporary directory and is
+//! killed at the end (Drop guards, plus a parent-death signal in case the suite itself is
+//! killed). A measurement that fails prints `n/a (error: …)` and the suite goes on.
+//!
+//! Results: one table per section on stdout, a summary of the targets, and JSON in
+//! `target/<triple>/bench/results.json` plus a timestamped copy, so that runs can be compared (the
+//! targets table shows the previous `results.json` figure next to the new one).
+//!
+//! `opts` parses the options, `sections/` measures (each section returns its rows), `report`
+//! prints and writes them; `procs` runs and watches child processes, `servers` starts Redis
+//! (through the test harness, `common`) and etcd.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod opts;
+mod procs;
+mod report;
+mod sections;
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use dlock::backend::BackendSpec;
+
+use crate::opts::Opts;
+use crate::procs::{handle_signals, interrupted, ROOT};
+use crate::report::{Report, Section};
+use crate::servers::{EtcdServer, Redis};
+
+/// Where a `dlock` command or the library keeps its locks.
+#[derive(Clone)]
+pub enum Store {
+    Local(PathBuf),
+    Redis(String),
+}
+
+impl Store {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Store::Local(_) => "local",
+            Store::Redis(_) => "redis",
+        }
+    }
+
+    pub fn spec(&self) -> BackendSpec {
+        match self {
+            Store::Local(dir) => BackendSpec::Local(dir.clone()),
+            Store::Redis(url) => BackendSpec::One(url.clone()),
+        }
+    }
+}
+
+/// What the sections share: the options, the binary, the runtime, the servers.
+pub struct Ctx {
+    pub o: Opts,
+    pub dlock: PathBuf,
+    tmp: tempfile::TempDir,
+    pub rt: tokio::runtime::Runtime,
+    redis: Option<Result<Redis, String>>,
+    etcd: Option<Result<EtcdServer, String>>,
+}
+
+impl Ctx {
+    /// The Redis server shared by the sections (started on first use).
+    pub fn redis(&mut self) -> Result<Store, String> {
+        let r = self.redis.get_or_insert_with(Redis::start);
+        r.as_ref()
+            .map(|s| Store::Redis(s.url()))
+            .map_err(Clone::clone)
+    }
+
+    pub fn redis_pid(&self) -> Option<u32> {
+        self.redis.as_ref()?.as_ref().ok()?.pid()
+    }
+
+    pub fn redis_port(&mut self) -> Result<u16, String> {
+        self.redis()?;
+        Ok(self
+            .redis
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .map_or(0, Redis::port))
+    }
+
+    /// The etcd endpoint (started on first use).
+    pub fn etcd(&mut self) -> Result<String, String> {
+        let e = self.etcd.get_or_insert_with(EtcdServer::start);
+        e.as_ref().map(|s| s.endpoint.clone()).map_err(Clone::clone)
+    }
+
+    /// A fresh local store directory.
+    pub fn local(&self, name: &str) -> Store {
+        let dir = self.tmp.path().join(format!("store-{name}"));
+        let _ = std::fs::create_dir_all(&dir);
+        Store::Local(dir)
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    /// A `dlock` command pointed at `store`, with none of the caller's dlock variables.
+    pub fn dlock(&self, store: &Store) -> Command {
+        dlock_cmd(&self.dlock, store)
+    }
+}
+
+pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
+    let mut c = Command::new(bin);
+    for v in dlock::config::INHERITED_ENV {
+        c.env_remove(v);
+    }
+    match store {
+        Store::Local(dir) => c.env("DLOCK_DIR", dir),
+        Store::Redis(url) => c.env("DLOCK_URL", url),
+    };
+    c
+}
+
+fn main() {
+    let code = suite(Opts::parse());
+    std::process::exit(code);
+}
+
+type Measure = fn(&mut Ctx) -> Section;
+
+const SECTIONS: [(&str, Measure); 6] = [
+    ("exec", sections::exec::measure),
+    ("contention", sections::contention::measure),
+    ("handoff", sections::handoff::measure),
+    ("throughput", sections::throughput::measure),
+    ("rss", sections::rss::measure),
+    ("status", sections::status::measure),
+];
+
+fn suite(o: Opts) -> i32 {
+    let mut report = Report::new();
+    let dlock = PathBuf::from(env!("CARGO_BIN_EXE_dlock"));
+    // target/<triple>/release/dlock → target/<triple>/bench
+    let out_dir = o.out.clone().unwrap_or_else(|| {
+        dlock
+            .parent()
+            .and_then(Path::parent)
+            .map_or_else(|| PathBuf::from("target"), Path::to_path_buf)
+            .join("bench")
+    });
+    let mut ctx = match context(o, dlock) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("suite: {e}");
+            return 70;
+        }
+    };
+    for (name, measure) in SECTIONS {
+        if ctx.o.wants(name) && !interrupted() {
+            let t = Instant::now();
+            let section = measure(&mut ctx);
+            report.add(name, section, t.elapsed());
+        }
+    }
+    report.finish(ctx.o.json(), &out_dir);
+    drop(ctx); // servers killed, temp dirs removed
+    if interrupted() {
+        130
+    } else {
+        0
+    }
+}
+
+/// The runtime and the temporary directory; prints the run's first line.
+fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let tmp = tempfile::Builder::new()
+        .prefix("dlock-bench-")
+        .tempdir()
+        .map_err(|e| format!("temp dir: {e}"))?;
+    let _ = ROOT.set(tmp.path().to_path_buf());
+    handle_signals();
+    println!(
+        "dlock benchmark suite{}: sections {}; binary {}",
+        if o.quick { " (--quick)" } else { "" },
+        o.only.join(","),
+        dlock.display()
+    );
+    Ok(Ctx {
+        o,
+        dlock,
+        tmp,
+        rt,
+        redis: None,
+        etcd: None,
+    })
+}

@@ -1,0 +1,251 @@
+//! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true`, next to flock(1),
+//! `etcdctl lock`, `redis-cli PING` and the spawn of `true` alone.
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::json;
+
+use super::{MakeCmd, Peer};
+use crate::procs::interrupted;
+use crate::report::{ms, ratio, Goal, Section, Table};
+use crate::servers::etcdctl;
+use crate::{dlock_cmd, Ctx};
+
+pub fn measure(ctx: &mut Ctx) -> Section {
+    eprintln!("== exec overhead");
+    let runs = ctx.o.runs;
+    let etcd_runs = (runs / 4).max(5);
+    let mut peers = peers(ctx, runs, etcd_runs);
+    run_all(&mut peers, runs);
+
+    let median = |name: &str| -> Result<f64, String> {
+        let p = peers.iter().find(|p| p.name == name).expect("peer");
+        p.stats().map(|s| s.p50).map_err(|e| format!("{name}: {e}"))
+    };
+    let flock = median("flock FILE true");
+    let mut section = Section::default();
+    let (table, out) = table(&peers, &flock);
+    section.table(
+        "1. exec overhead: wall time per run (spawn → exit), after warm-up",
+        table,
+    );
+
+    let div = |a: Result<f64, String>, b: &Result<f64, String>| -> Result<f64, String> {
+        Ok(a? / b.clone()?)
+    };
+    let local_ratio = div(median("dlock exec (local)"), &flock);
+    let redis_ratio = div(median("dlock exec (redis)"), &flock);
+    let etcd_ratio = div(median("etcdctl lock"), &median("dlock exec (redis)"));
+    let metrics_local = div(
+        median("dlock exec (local, --metrics-file)"),
+        &median("dlock exec (local)"),
+    );
+    let metrics_redis = div(
+        median("dlock exec (redis, --metrics-file)"),
+        &median("dlock exec (redis)"),
+    );
+    section.line(format!(
+        "--metrics-file costs (medians): local {}, redis {} of a plain exec",
+        ratio(metrics_local.clone().ok()),
+        ratio(metrics_redis.clone().ok()),
+    ));
+    section.line(format!(
+        "ratios (medians): dlock-local/flock {}, dlock-redis/flock {}, etcdctl/dlock-redis {}",
+        ratio(local_ratio.clone().ok()),
+        ratio(redis_ratio.clone().ok()),
+        ratio(etcd_ratio.clone().ok()),
+    ));
+    let r = |v: &Result<f64, String>| v.as_ref().ok().copied();
+    section.json = Some(json!({
+        "runs": runs, "etcd_runs": etcd_runs, "peers": out,
+        "ratios": {
+            "dlock_local_over_flock": r(&local_ratio),
+            "dlock_redis_over_flock": r(&redis_ratio),
+            "etcdctl_over_dlock_redis": r(&etcd_ratio),
+            "metrics_file_local": r(&metrics_local),
+            "metrics_file_redis": r(&metrics_redis),
+        },
+    }));
+    let x = "x";
+    section.target(
+        "exec: dlock-local / flock",
+        x,
+        local_ratio,
+        Goal::AtMost(1.3),
+    );
+    section.target(
+        "exec: dlock-redis / flock",
+        x,
+        redis_ratio,
+        Goal::AtMost(1.5),
+    );
+    section.target(
+        "exec: etcdctl / dlock-redis",
+        x,
+        etcd_ratio,
+        Goal::AtLeast(5.0),
+    );
+    section
+}
+
+/// A peer that runs `program ARGS…`; `shown` is its command line in the JSON.
+fn plain(
+    name: &str,
+    shown: &str,
+    program: impl Into<PathBuf>,
+    args: &[&OsStr],
+    runs: usize,
+) -> Peer {
+    let program = program.into();
+    let args: Vec<OsString> = args.iter().map(|&a| a.to_owned()).collect();
+    let make: MakeCmd = Box::new(move || {
+        let mut c = Command::new(&program);
+        c.args(&args);
+        c
+    });
+    Peer::new(name, shown, make, runs)
+}
+
+/// Every command measured, in the table's order.
+fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
+    let local = ctx.local("exec");
+    let redis = ctx.redis();
+    let redis_port = ctx.redis_port();
+    let etcd = ctx.etcd();
+    let lockfile = ctx.file("exec.flock");
+
+    let true_ = OsStr::new("true");
+    let mut peers = vec![
+        plain("true (spawn only)", "true", "true", &[], runs),
+        plain(
+            "dlock --version",
+            "dlock --version",
+            &ctx.dlock,
+            &[OsStr::new("--version")],
+            runs,
+        ),
+        plain(
+            "flock FILE true",
+            "flock FILE true",
+            "flock",
+            &[lockfile.as_os_str(), true_],
+            runs,
+        ),
+    ];
+    let metrics = ctx.file("exec.prom");
+    for (store, with_metrics) in [
+        (Ok(local.clone()), false),
+        (redis.clone(), false),
+        (Ok(local), true),
+        (redis, true),
+    ] {
+        let extra = if with_metrics { ", --metrics-file" } else { "" };
+        let name_of = |label: &str| format!("dlock exec ({label}{extra})");
+        let shown = if with_metrics {
+            "dlock exec bench-exec --metrics-file FILE -- true"
+        } else {
+            "dlock exec bench-exec -- true"
+        };
+        match store {
+            Ok(store) => {
+                let (bin, file) = (ctx.dlock.clone(), metrics.clone());
+                let name = name_of(store.label());
+                let make: MakeCmd = Box::new(move || {
+                    let mut c = dlock_cmd(&bin, &store);
+                    c.args(["exec", "bench-exec"]);
+                    if with_metrics {
+                        c.arg("--metrics-file").arg(&file);
+                    }
+                    c.args(["--", "true"]);
+                    c
+                });
+                peers.push(Peer::new(&name, shown, make, runs))
+            }
+            Err(e) => peers.push(Peer::failed(&name_of("redis"), shown, e)),
+        }
+    }
+    peers.push(etcd_peer(etcd, etcd_runs));
+    let shown = "redis-cli -p PORT PING";
+    peers.push(match redis_port {
+        Ok(port) => {
+            let port = port.to_string();
+            let args = [OsStr::new("-p"), OsStr::new(&port), OsStr::new("PING")];
+            plain("redis-cli PING", shown, "redis-cli", &args, runs)
+        }
+        Err(e) => Peer::failed("redis-cli PING", shown, e),
+    });
+    peers
+}
+
+fn etcd_peer(etcd: Result<String, String>, etcd_runs: usize) -> Peer {
+    let shown = "etcdctl lock bench-exec true";
+    match etcd {
+        Ok(ep) => {
+            let make: MakeCmd = Box::new(move || {
+                let mut c = etcdctl(&ep);
+                c.args(["lock", "bench-exec", "true"]);
+                c
+            });
+            let mut p = Peer::new("etcdctl lock", shown, make, etcd_runs);
+            p.warm = 3;
+            p
+        }
+        Err(e) => Peer::failed("etcdctl lock", shown, e),
+    }
+}
+
+/// A first checked run, the warm-up, then the measured runs.
+fn run_all(peers: &mut [Peer], runs: usize) {
+    for p in peers.iter_mut() {
+        p.probe();
+    }
+    for p in peers.iter_mut() {
+        for _ in 0..p.warm {
+            p.measure(false);
+        }
+    }
+    // Round robin, so that a slow phase of the machine hurts every peer alike.
+    for i in 0..runs {
+        if interrupted() {
+            break;
+        }
+        for p in peers.iter_mut().filter(|p| i < p.runs) {
+            p.measure(true);
+        }
+    }
+}
+
+/// The table's rows and the JSON's list of peers.
+fn table(peers: &[Peer], flock: &Result<f64, String>) -> (Table, Vec<serde_json::Value>) {
+    let mut table = Table::new(&[
+        "command",
+        "runs",
+        "median ms",
+        "p95 ms",
+        "min ms",
+        "vs flock",
+    ]);
+    let mut out = Vec::new();
+    for p in peers {
+        match p.stats() {
+            Ok(s) => {
+                table.row(vec![
+                    p.name.clone(),
+                    s.n.to_string(),
+                    ms(s.p50),
+                    ms(s.p95),
+                    ms(s.min),
+                    ratio(flock.as_ref().ok().map(|f| s.p50 / f)),
+                ]);
+                out.push(json!({"name": p.name, "command": p.shown, "stats": s.json()}));
+            }
+            Err(e) => {
+                table.failed(&p.name, &e);
+                out.push(json!({"name": p.name, "command": p.shown, "error": e}));
+            }
+        }
+    }
+    (table, out)
+}
