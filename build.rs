@@ -1,16 +1,17 @@
 //! Computes the SHA1 of each Redis script (`src/backend/redis/*.lua`, each with
-//! `common.lua` in front, exactly as `src/backend/redis.rs` sends it) at build time, so
+//! `common.lua` in front, exactly as `src/backend/redis/scripts.rs` sends it) at build time, so
 //! that `dlock` does not hash some 20 KB of Lua on every run only to send `EVALSHA`.
-//! A unit test in `redis.rs` checks the two agree.
+//! A unit test in `scripts.rs` checks the two agree.
 
 use std::fs;
 use std::path::Path;
 
 fn main() {
     let dir = Path::new("src/backend/redis");
-    println!("cargo:rerun-if-changed=src/backend/redis");
+    // The scripts only: the Rust files beside them do not change the hashes.
     let read = |name: &str| {
         let path = dir.join(name);
+        println!("cargo:rerun-if-changed={}", path.display());
         fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
     let common = read("common.lua");

@@ -52,6 +52,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run STRING with `sh -c` instead of CMD, as flock(1) does')
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run STRING with `sh -c` instead of CMD, as flock(1) does')
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Terminate CMD''s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does')
+            [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'With --max-runtime: SIGKILL the group this long after the SIGTERM')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')

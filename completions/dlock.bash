@@ -117,7 +117,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --kill-after --url --json --quiet --verbose --log-format --help"
+            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --metrics-file --kill-after --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -156,6 +156,10 @@ _dlock() {
                     return 0
                     ;;
                 --max-runtime)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -48,6 +48,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -c 'Run STRING with `sh -c` instead of CMD, as flock(1) does'
             cand --command 'Run STRING with `sh -c` instead of CMD, as flock(1) does'
             cand --max-runtime 'Terminate CMD''s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does'
+            cand --metrics-file 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there'
             cand --kill-after 'With --max-runtime: SIGKILL the group this long after the SIGTERM'
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'

@@ -46,6 +46,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d '
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s c -l command -d 'Run STRING with `sh -c` instead of CMD, as flock(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l max-runtime -d 'Terminate CMD\'s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l metrics-file -d 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there' -r -F
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l kill-after -d 'With --max-runtime: SIGKILL the group this long after the SIGTERM' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'

@@ -275,6 +275,12 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub max_runtime: Option<Duration>,
 
+    /// Write node_exporter textfile metrics for KEY to PATH when the run ends (last start,
+    /// end and success times, duration, wait, exit code, lease lost); with
+    /// $DLOCK_METRICS_DIR, one file per key there.
+    #[arg(long, value_name = "PATH")]
+    pub metrics_file: Option<std::path::PathBuf>,
+
     /// With --max-runtime: SIGKILL the group this long after the SIGTERM.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s", requires = "max_runtime")]
     pub kill_after: Duration,

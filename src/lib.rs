@@ -22,6 +22,7 @@
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
+//! * [`metrics`]: node_exporter textfile metrics of an `exec` run (`--metrics-file`).
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
@@ -45,5 +46,6 @@ pub mod exit;
 pub mod generate;
 pub mod holder;
 pub mod lease;
+pub mod metrics;
 pub mod output;
 pub mod supervisor;

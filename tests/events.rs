@@ -8,6 +8,7 @@ on_every_backend!(
     verbose_tells_the_story_of_a_run,
     json_events_are_one_object_per_line,
     a_wait_is_an_event,
+    the_metrics_file_records_each_run,
 );
 
 fn stderr_lines(out: &std::process::Output) -> Vec<String> {
@@ -100,4 +101,72 @@ fn a_wait_is_an_event(store: Store) {
     find(&lines, "gave up after 1s", at);
     let _ = holder.kill();
     let _ = support::wait_exit(&mut holder, Duration::from_secs(5));
+}
+
+/// The samples of a metrics file, by name, parsed as node_exporter would.
+fn metrics(path: &std::path::Path) -> std::collections::HashMap<String, f64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines = text.lines().map(|l| Ok(l.to_string()));
+    let scrape = prometheus_parse::Scrape::parse(lines).expect("valid text format");
+    scrape
+        .samples
+        .into_iter()
+        .map(|s| {
+            assert_eq!(s.labels.get("key"), Some("met"), "{s:?}");
+            let v = match s.value {
+                prometheus_parse::Value::Gauge(v) => v,
+                other => panic!("not a gauge: {other:?}"),
+            };
+            (s.metric, v)
+        })
+        .collect()
+}
+
+fn the_metrics_file_records_each_run(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("met.prom");
+    let run = |extra: &[&str], script: &str| {
+        let mut c = store.dlock();
+        c.args(["exec", "met", "--metrics-file"])
+            .arg(&file)
+            .args(extra);
+        c.args(["--", "sh", "-c", script]).output().unwrap()
+    };
+    assert!(run(&[], "sleep 0.2").status.success());
+    let ok = metrics(&file);
+    assert_eq!(ok["dlock_last_exit_code"], 0.0);
+    assert_eq!(ok["dlock_last_lease_lost"], 0.0);
+    assert!(ok["dlock_last_duration_seconds"] >= 0.2, "{ok:?}");
+    let success = ok["dlock_last_success_timestamp_seconds"];
+    assert_eq!(success, ok["dlock_last_end_timestamp_seconds"]);
+    assert_eq!(run(&[], "exit 3").status.code(), Some(3));
+    let failed = metrics(&file);
+    assert_eq!(failed["dlock_last_exit_code"], 3.0);
+    assert_eq!(
+        failed["dlock_last_success_timestamp_seconds"], success,
+        "kept"
+    );
+    assert!(failed["dlock_last_start_timestamp_seconds"] >= ok["dlock_last_end_timestamp_seconds"]);
+    // A lease taken away (unlock --force) ends the run with 79 and lease_lost 1.
+    let force = format!(
+        "sleep 0.2; '{}' unlock met --force 2>/dev/null; sleep 5",
+        support::dlock_bin().display()
+    );
+    let out = run(&["--ttl", "300ms", "-q"], &force);
+    assert_eq!(out.status.code(), Some(79), "{out:?}");
+    let lost = metrics(&file);
+    assert_eq!(lost["dlock_last_lease_lost"], 1.0);
+    assert_eq!(lost["dlock_last_exit_code"], 79.0);
+    // DLOCK_METRICS_DIR: one file per key.
+    let out = store
+        .dlock()
+        .env("DLOCK_METRICS_DIR", dir.path())
+        .args(["exec", "met", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        metrics(&dir.path().join("dlock_met.prom"))["dlock_last_exit_code"],
+        0.0
+    );
 }

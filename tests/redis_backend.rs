@@ -343,6 +343,42 @@ async fn cancelling_a_wait_leaves_nothing_queued_or_held() {
     assert_eq!(server.cli(&["EXISTS", "dlock:{sig}:lease"]), "0");
 }
 
+/// The CLI's tuning: one connection, on which a fair waiter blocks; a heartbeat longer
+/// than the request timeout, so a request queued behind a forgotten `BLPOP` would fail.
+fn exclusive() -> Tuning {
+    Tuning {
+        heartbeat: Duration::from_secs(5),
+        exclusive: true,
+        ..Tuning::default()
+    }
+}
+
+#[tokio::test]
+async fn an_exclusive_backend_answers_at_once_after_a_cancelled_blpop() {
+    let server = RedisServer::start();
+    let b = RedisBackend::connect_with(&server.url(), exclusive()).await;
+    let b = Arc::new(b.expect("connect"));
+    take(&b, "one", "alice").await;
+    let mut wait = forever();
+    let cancel = CancellationToken::new();
+    wait.cancel = cancel.clone();
+    let task = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(&req("one", "bob"), &wait).await })
+    };
+    assert!(eventually(Duration::from_secs(2), || blocked(&server) == 1).await);
+    cancel.cancel();
+    let e = refused(task.await.unwrap());
+    assert!(matches!(e, Error::Cancelled(..)), "{e}");
+    // The shared connection the BLPOP blocked is not used again.
+    let t0 = Instant::now();
+    let st = b.status(&["one".to_string()]).await.expect("status");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert_eq!(st[0].lock.as_ref().map(|l| l.owner.as_str()), Some("alice"));
+    assert_eq!(st[0].waiters.as_ref().map(Vec::len), Some(0));
+    assert_eq!(queue_len(&server, "one"), 0);
+}
+
 /// Starts a waiter for `key` that reports when it got the lock.
 fn spawn_waiter(
     b: &Arc<RedisBackend>,
@@ -595,7 +631,7 @@ async fn status_of_named_keys_and_of_all_keys() {
 }
 
 #[tokio::test]
-async fn listing_a_hundred_thousand_locks_is_fast() {
+async fn listing_a_hundred_thousand_locks_reads_them_all() {
     let server = RedisServer::start();
     let b = connect(&server).await;
     let make = "for i = 1, 100000 do \
@@ -606,10 +642,8 @@ async fn listing_a_hundred_thousand_locks_is_fast() {
         redis.call('PEXPIRE', k, 600000) \
         redis.call('INCR', 'dlock:{k' .. string.format('%06d', i) .. '}:fence') end";
     server.cli(&["EVAL", make, "0"]);
-    let t0 = Instant::now();
+    // How fast is the bench's business (its `status` section); here, that all are read.
     let all = b.status(&[]).await.unwrap();
-    let elapsed = t0.elapsed();
-    println!("listed {} locks in {elapsed:?}", all.len());
     assert_eq!(all.len(), 100_000);
     assert_eq!(all[0].key, "k000001");
     assert_eq!(all[99_999].lock.as_ref().unwrap().fencing_token, 100_000);
@@ -618,10 +652,6 @@ async fn listing_a_hundred_thousand_locks_is_fast() {
         42,
         "holder JSON read"
     );
-    // The target is well under 2 s; an unoptimised test build of this crate (and a loaded
-    // CI machine) gets more room.
-    let limit = Duration::from_secs(if cfg!(debug_assertions) { 6 } else { 2 });
-    assert!(elapsed < limit, "{elapsed:?}");
 }
 
 #[tokio::test]

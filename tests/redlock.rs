@@ -305,10 +305,11 @@ async fn a_server_that_refused_still_gets_its_counter_raised() {
 async fn a_split_left_by_stale_partial_grants_clears_when_they_expire() {
     let servers = three();
     let b = connect(&servers).await;
-    // No owner has a majority, and neither can we until one of these expires.
+    // No owner has a majority, and neither can we until one of these expires. Their
+    // clocks start when they are written, so ours starts before that.
+    let t0 = Instant::now();
     stale_lease(&servers[0], "split", "ghost-1", 1, 300);
     stale_lease(&servers[1], "split", "ghost-2", 1, 300);
-    let t0 = Instant::now();
     let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(3)));
     let got = b
         .acquire(&req_ttl("split", "a", Duration::from_secs(10)), &wait)

@@ -121,6 +121,15 @@ pub trait LockStore: Send + Sync {
     /// effort and short: the store's own liveness rules remove what this misses.
     async fn leave(&self, req: &AcquireRequest, waiter: Self::Waiter);
 
+    /// [`LockStore::leave`] after a cancel, which may have dropped an attempt or a sleep
+    /// halfway: the store may not be answering. The loop gives it at most
+    /// [`CANCEL_GRACE`](super::CANCEL_GRACE) and then drops it; a store whose leave must
+    /// go out differently then (Redis sends it whole behind the unanswered request)
+    /// says so here.
+    async fn leave_cancelled(&self, req: &AcquireRequest, waiter: Self::Waiter) {
+        self.leave(req, waiter).await
+    }
+
     /// Extends the lease of `owner` on `key` to `ttl` from now. `NotOwner` when the lease is
     /// gone or held by someone else (then nothing changes).
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease>;

@@ -15,8 +15,8 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::store::{Attempt, Busy, LockStore, Woken};
-use super::WaitOptions;
 use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released};
+use super::{WaitOptions, CANCEL_GRACE};
 use crate::error::{Error, Result};
 
 /// The first back-off of a store without notifications; it doubles per refusal.
@@ -86,10 +86,18 @@ pub async fn acquire<S: LockStore + ?Sized>(
         Ok(acquired) => return Ok(acquired),
         Err(stop) => stop,
     };
-    store.leave(req, waiter).await;
     Err(match stop {
-        Stop::Cancelled => cancelled(store, req),
-        Stop::Failed(e) => e,
+        Stop::Cancelled => {
+            // A signal ends the wait at once, even when the store does not answer: what
+            // a silent store never hears of ends by itself (liveness, TTL).
+            let leaving = store.leave_cancelled(req, waiter);
+            let _ = tokio::time::timeout(CANCEL_GRACE, leaving).await;
+            cancelled(store, req)
+        }
+        Stop::Failed(e) => {
+            store.leave(req, waiter).await;
+            e
+        }
     })
 }
 

@@ -18,9 +18,9 @@ use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
 use crate::credentials;
 use crate::error::{Error, Result};
-use crate::exit;
 use crate::lease::Schedule;
 use crate::supervisor::{self, Caught, Signals, Supervised};
+use crate::{exit, metrics};
 
 /// What the keeper tells the supervisor when the lease is in danger.
 #[derive(Debug)]
@@ -35,12 +35,14 @@ enum Doom {
 pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
     let argv = args.argv();
+    let asked = Instant::now();
     let acquisition =
         acquire::connect_and_acquire(global, &args.key, &args.acquire, &argv, false, &mut signals);
     let (backend, acquired) = match acquisition.await? {
         Acquisition::Held(backend, acquired) => (backend, acquired),
         Acquisition::NotObtained(code) => return Ok(code),
     };
+    let (waited, started) = (asked.elapsed(), now_s());
     let limit = Limit {
         max_runtime: args.max_runtime,
         kill_after: args.kill_after,
@@ -53,11 +55,34 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         &mut signals,
     )
     .await;
+    let ran = now_s() - started;
     // A lost lease is not ours to release (and its server may be the one not answering).
-    if !matches!(outcome, Err(Error::LeaseLost(_))) {
+    let lost = matches!(outcome, Err(Error::LeaseLost(_)));
+    if !lost {
         release(!global.quiet, &*backend, acquired).await;
     }
+    if let Some(path) = metrics::path_for(args.metrics_file.as_deref(), &args.key) {
+        let run = metrics::Run {
+            key: args.key.clone(),
+            started,
+            ended: started + ran,
+            waited_s: waited.as_secs_f64(),
+            ran_s: ran.max(0.0),
+            exit_code: outcome.as_ref().map_or_else(Error::exit_code, |c| *c),
+            lease_lost: lost,
+        };
+        if let Err(e) = metrics::write(&path, &run) {
+            if !global.quiet {
+                eprintln!("dlock: warning: {e}");
+            }
+        }
+    }
     outcome
+}
+
+/// Now, in seconds since the Unix epoch (for metrics).
+fn now_s() -> f64 {
+    crate::backend::now_ms() as f64 / 1000.0
 }
 
 /// Spawns CMD and supervises it until it ends; the lease is still held on return.

@@ -38,6 +38,19 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let local_ratio = div(median("dlock exec (local)"), &flock);
     let redis_ratio = div(median("dlock exec (redis)"), &flock);
     let etcd_ratio = div(median("etcdctl lock"), &median("dlock exec (redis)"));
+    let metrics_local = div(
+        median("dlock exec (local, --metrics-file)"),
+        &median("dlock exec (local)"),
+    );
+    let metrics_redis = div(
+        median("dlock exec (redis, --metrics-file)"),
+        &median("dlock exec (redis)"),
+    );
+    section.line(format!(
+        "--metrics-file costs (medians): local {}, redis {} of a plain exec",
+        ratio(metrics_local.clone().ok()),
+        ratio(metrics_redis.clone().ok()),
+    ));
     section.line(format!(
         "ratios (medians): dlock-local/flock {}, dlock-redis/flock {}, etcdctl/dlock-redis {}",
         ratio(local_ratio.clone().ok()),
@@ -51,6 +64,8 @@ pub fn measure(ctx: &mut Ctx) -> Section {
             "dlock_local_over_flock": r(&local_ratio),
             "dlock_redis_over_flock": r(&redis_ratio),
             "etcdctl_over_dlock_redis": r(&etcd_ratio),
+            "metrics_file_local": r(&metrics_local),
+            "metrics_file_redis": r(&metrics_redis),
         },
     }));
     let x = "x";
@@ -119,16 +134,31 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
             runs,
         ),
     ];
-    for store in [Ok(local), redis] {
-        let name_of = |label: &str| format!("dlock exec ({label})");
-        let shown = "dlock exec bench-exec -- true";
+    let metrics = ctx.file("exec.prom");
+    for (store, with_metrics) in [
+        (Ok(local.clone()), false),
+        (redis.clone(), false),
+        (Ok(local), true),
+        (redis, true),
+    ] {
+        let extra = if with_metrics { ", --metrics-file" } else { "" };
+        let name_of = |label: &str| format!("dlock exec ({label}{extra})");
+        let shown = if with_metrics {
+            "dlock exec bench-exec --metrics-file FILE -- true"
+        } else {
+            "dlock exec bench-exec -- true"
+        };
         match store {
             Ok(store) => {
-                let bin = ctx.dlock.clone();
+                let (bin, file) = (ctx.dlock.clone(), metrics.clone());
                 let name = name_of(store.label());
                 let make: MakeCmd = Box::new(move || {
                     let mut c = dlock_cmd(&bin, &store);
-                    c.args(["exec", "bench-exec", "--", "true"]);
+                    c.args(["exec", "bench-exec"]);
+                    if with_metrics {
+                        c.arg("--metrics-file").arg(&file);
+                    }
+                    c.args(["--", "true"]);
                     c
                 });
                 peers.push(Peer::new(&name, shown, make, runs))

@@ -9,8 +9,12 @@ use tokio::time::Instant;
 
 use super::{acquire, backoff};
 use crate::backend::memory::MemoryStore;
-use crate::backend::{AcquireRequest, Backend, Holder, ReleaseMode, WaitOptions};
-use crate::error::Error;
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::{
+    AcquireRequest, Backend, Holder, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,
+    CANCEL_GRACE,
+};
+use crate::error::{Error, Result};
 
 fn req(key: &str, owner: &str) -> AcquireRequest {
     AcquireRequest {
@@ -235,4 +239,77 @@ fn backoff_grows_is_jittered_and_bounded() {
     }
     let draws: std::collections::HashSet<_> = (0..50).map(|_| backoff(6)).collect();
     assert!(draws.len() > 5, "no jitter: {draws:?}");
+}
+
+/// The in-memory store, except that leaving after a cancel never ends (a store that
+/// stopped answering).
+struct SilentAfterCancel(MemoryStore);
+
+#[async_trait::async_trait]
+impl LockStore for SilentAfterCancel {
+    type Waiter = <MemoryStore as LockStore>::Waiter;
+
+    fn describe(&self) -> String {
+        LockStore::describe(&self.0)
+    }
+
+    async fn begin(&self, req: &AcquireRequest) -> Result<Self::Waiter> {
+        self.0.begin(req).await
+    }
+
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Self::Waiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        self.0.attempt(req, waiter, enqueue).await
+    }
+
+    async fn sleep(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Self::Waiter,
+        busy: &Busy,
+        pause: Duration,
+        round: u32,
+    ) -> Result<Woken> {
+        self.0.sleep(req, waiter, busy, pause, round).await
+    }
+
+    async fn leave(&self, req: &AcquireRequest, waiter: Self::Waiter) {
+        self.0.leave(req, waiter).await
+    }
+
+    async fn leave_cancelled(&self, _req: &AcquireRequest, _waiter: Self::Waiter) {
+        std::future::pending().await
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        LockStore::renew(&self.0, key, owner, ttl).await
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        LockStore::release(&self.0, key, owner, mode).await
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        LockStore::status(&self.0, keys).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_returns_within_the_grace_even_when_leaving_hangs() {
+    let store = Arc::new(SilentAfterCancel(MemoryStore::new("t")));
+    acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
+    let wait = forever();
+    let cancel = wait.cancel.clone();
+    let s = store.clone();
+    let waiter = tokio::spawn(async move { acquire(&*s, &req("k", "b"), &wait).await });
+    until_queued(&store.0, "k", 1).await;
+    let t0 = Instant::now();
+    cancel.cancel();
+    let e = waiter.await.unwrap().unwrap_err();
+    assert_eq!(t0.elapsed(), CANCEL_GRACE);
+    assert!(matches!(e, Error::Cancelled(..)), "{e:?}");
 }

@@ -1,0 +1,184 @@
+//! The backend value: where the server is, and the one shared connection every request
+//! goes out on, reopened when it broke, with a timeout on every request.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use redis::aio::{MultiplexedConnection, PubSub};
+use redis::{Client, Cmd, Value};
+
+use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning, AUTH_ENV};
+use super::keys::Keys;
+use super::scripts::{run_script, Lua};
+use crate::config::redact_url;
+use crate::error::{Error, Result};
+
+/// Locks kept in one Redis server.
+pub struct RedisBackend {
+    endpoint: Endpoint,
+    /// The shared multiplexed connection; `None` after it broke, reopened on next use.
+    conn: Mutex<Option<MultiplexedConnection>>,
+    pub(super) server: Server,
+}
+
+impl RedisBackend {
+    /// Connects to the server at `url` with the default [`Tuning`].
+    pub async fn connect(url: &str) -> Result<RedisBackend> {
+        Self::connect_with(url, Tuning::default()).await
+    }
+
+    /// Connects to the server at `url`, failing fast (`Unavailable`) when it cannot be
+    /// reached or refuses our credentials.
+    pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
+        install_crypto_provider();
+        let (endpoint, secrets) =
+            Endpoint::new(url, std::env::var(AUTH_ENV).ok(), tls_from_env()?)?;
+        let server = Server {
+            url: redact_url(url),
+            secrets,
+            tuning,
+        };
+        let client = endpoint.client(&server, true).await?;
+        let conn = server.open(&client).await?;
+        let backend = RedisBackend {
+            endpoint,
+            conn: Mutex::new(Some(conn)),
+            server,
+        };
+        // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
+        // A wrong password already failed in `open` (AUTH is part of the handshake), a
+        // missing one fails the first script call with NOAUTH, and scripts are sent by
+        // `EVALSHA`, falling back to `EVAL` once per server when it does not know them.
+        Ok(backend)
+    }
+
+    /// The shared connection, reopened if it broke.
+    pub(super) async fn conn(&self) -> Result<MultiplexedConnection> {
+        if let Some(conn) = self.lock_conn().clone() {
+            return Ok(conn);
+        }
+        let client = self.endpoint.client(&self.server, true).await?;
+        let conn = self.server.open(&client).await?;
+        *self.lock_conn() = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Reopens the connection if it broke, in a task of its own, so that a caller's short
+    /// timeout (Redlock's per-server timeouts) cannot cancel a slow reconnection (a TLS
+    /// handshake, a Sentinel lookup) halfway, again and again: it completes in the
+    /// background and the next call finds it done.
+    pub(crate) async fn reconnect_detached(self: &Arc<Self>) -> Result<()> {
+        if self.lock_conn().is_some() {
+            return Ok(());
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.conn().await.map(|_| ()) })
+            .await
+            .map_err(|e| Error::Internal(format!("{}: reconnecting: {e}", self.server.url)))?
+    }
+
+    /// The client of the server (for Sentinel, of the master last found).
+    pub(super) async fn client(&self) -> Result<Client> {
+        self.endpoint.client(&self.server, false).await
+    }
+
+    /// Drops the shared connection: the next request opens another.
+    pub(super) fn forget_conn(&self) {
+        *self.lock_conn() = None;
+    }
+
+    /// True while the shared connection is open.
+    pub(super) fn has_conn(&self) -> bool {
+        self.lock_conn().is_some()
+    }
+
+    fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs one request with the operation timeout; a broken connection is dropped so that
+    /// the next request reconnects (e.g. after a server restart).
+    pub(super) async fn call<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        self.call_with(|| what.to_string(), request).await
+    }
+
+    /// [`Self::call`] with the failure's description made only when it fails: the hot
+    /// paths format nothing per call.
+    pub(super) async fn call_with<T>(
+        &self,
+        what: impl FnOnce() -> String,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        let limit = self.server.tuning.op_timeout;
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_unrecoverable_error() || e.is_connection_dropped() {
+                    *self.lock_conn() = None;
+                }
+                Err(self.server.unavailable(&what(), &e))
+            }
+            Err(_) => Err(self.server.timed_out(&what(), limit)),
+        }
+    }
+
+    /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]), and returns its raw reply;
+    /// on `NOSCRIPT` the script is loaded and the call made again, once.
+    pub(super) async fn eval(
+        &self,
+        what: impl FnOnce() -> String,
+        script: &Lua,
+        cmd: &Cmd,
+    ) -> Result<Value> {
+        let mut conn = self.conn().await?;
+        self.call_with(what, run_script(&mut conn, script, cmd))
+            .await
+    }
+
+    /// Redlock: the server's `run_id` (`INFO server`), which tells two names of one server
+    /// from two servers; `None` when the server does not tell (an ACL without `INFO`).
+    pub(crate) async fn run_id(&self) -> Option<String> {
+        let mut conn = self.conn().await.ok()?;
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let text: String = self
+            .call(
+                "cannot read the server's run id",
+                info.query_async(&mut conn),
+            )
+            .await
+            .ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("run_id:"))
+            .map(|id| id.trim().to_string())
+            .filter(|id| !id.is_empty())
+    }
+
+    /// Redlock: a pub/sub connection subscribed to the channel every release of `key` is
+    /// published on.
+    pub(crate) async fn subscribe_released(&self, key: &str) -> Result<PubSub> {
+        let what = format!("cannot wait for lock '{key}'");
+        self.subscribe_to(&Keys::new(key).released, &what).await
+    }
+
+    /// Opens a pub/sub connection subscribed to `channel`.
+    pub(super) async fn subscribe_to(&self, channel: &str, what: &str) -> Result<PubSub> {
+        let tuning = &self.server.tuning;
+        let client = self.client().await?;
+        let connecting = client.get_async_pubsub();
+        let mut pubsub = self
+            .server
+            .within(tuning.connect_timeout, what, connecting)
+            .await?;
+        self.server
+            .within(tuning.op_timeout, what, pubsub.subscribe(channel))
+            .await?;
+        Ok(pubsub)
+    }
+}

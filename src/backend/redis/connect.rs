@@ -1,0 +1,356 @@
+//! Reaching the server: URLs (`redis://`, `rediss://`, `redis+unix://`,
+//! `redis+sentinel://`), TLS material, Sentinel, the timing knobs, and the one-line
+//! errors that name the server and never its password.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo,
+    IntoConnectionInfo, RedisError, TlsCertificates, TlsMode,
+};
+
+use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
+use crate::error::{Error, Result};
+
+/// Read for a password when the URL has none, as `redis-cli` does.
+pub const AUTH_ENV: &str = "REDISCLI_AUTH";
+/// A PEM file of CA certificates to trust for `rediss://` instead of the system roots.
+pub const TLS_CA_ENV: &str = "DLOCK_TLS_CA";
+/// A PEM client certificate (chain) for mutual TLS; needs [`TLS_KEY_ENV`].
+pub const TLS_CERT_ENV: &str = "DLOCK_TLS_CERT";
+/// The PEM private key of [`TLS_CERT_ENV`].
+pub const TLS_KEY_ENV: &str = "DLOCK_TLS_KEY";
+/// The password of the Sentinels themselves (`redis+sentinel://`), when they require one;
+/// the URL's credentials are for the master.
+pub const SENTINEL_PASSWORD_ENV: &str = "DLOCK_SENTINEL_PASSWORD";
+
+/// Timing knobs. The defaults suit production; tests shrink them.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Longest wait to connect (TCP, TLS, authentication).
+    pub connect_timeout: Duration,
+    /// Longest wait for any one request: a paused server must not hang us.
+    pub op_timeout: Duration,
+    /// A waiter looks again (and refreshes its place in the queue) at least this often.
+    pub heartbeat: Duration,
+    /// A waiter that has not refreshed its place for this long is dropped from the queue.
+    pub liveness: Duration,
+    /// Nothing else uses this backend while an `acquire` waits (the CLI: one request at a
+    /// time). A fair waiter then blocks on the shared connection instead of opening one
+    /// of its own: one connection per `dlock` process.
+    pub exclusive: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(1),
+            liveness: Duration::from_secs(4),
+            exclusive: false,
+        }
+    }
+}
+
+/// Parses a `redis://` or `rediss://` URL; when it carries no password, `env_password`
+/// (the value of [`AUTH_ENV`]) is used. Pure, so it is testable without touching the
+/// process environment.
+pub fn connection_info(url: &str, env_password: Option<String>) -> Result<ConnectionInfo> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
+    let has_password = info
+        .redis_settings()
+        .password()
+        .is_some_and(|p| !p.is_empty());
+    match env_password.filter(|p| !p.is_empty()) {
+        Some(password) if !has_password => {
+            let settings = info.redis_settings().clone().set_password(password);
+            Ok(info.set_redis_settings(settings))
+        }
+        _ => Ok(info),
+    }
+}
+
+/// The TLS material named by [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`] (paths to
+/// PEM files), or `None` when none is set. A certificate needs its key and the other way round.
+pub fn tls_certificates(
+    ca: Option<&Path>,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<Option<TlsCertificates>> {
+    let read = |var: &str, path: &Path| {
+        std::fs::read(path)
+            .map_err(|e| Error::Usage(format!("cannot read {var} file {}: {e}", path.display())))
+    };
+    let client_tls = match (cert, key) {
+        (Some(cert), Some(key)) => Some(ClientTlsConfig {
+            client_cert: read(TLS_CERT_ENV, cert)?,
+            client_key: read(TLS_KEY_ENV, key)?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(Error::Usage(format!(
+                "{TLS_CERT_ENV} and {TLS_KEY_ENV} go together: set both for a client certificate, or neither"
+            )))
+        }
+    };
+    let root_cert = ca.map(|ca| read(TLS_CA_ENV, ca)).transpose()?;
+    if client_tls.is_none() && root_cert.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
+}
+
+/// [`tls_certificates`] from the environment.
+pub(super) fn tls_from_env() -> Result<Option<TlsCertificates>> {
+    let path = |var: &str| {
+        std::env::var_os(var)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let (ca, cert, key) = (path(TLS_CA_ENV), path(TLS_CERT_ENV), path(TLS_KEY_ENV));
+    tls_certificates(ca.as_deref(), cert.as_deref(), key.as_deref())
+}
+
+/// Where the server is: one address, or the master a set of Sentinels names.
+pub(super) enum Endpoint {
+    Direct(Client),
+    Sentinel {
+        sentinels: Box<tokio::sync::Mutex<SentinelClient>>,
+        /// The master found last; looked up again whenever the connection is reopened.
+        master: Mutex<Option<Client>>,
+    },
+}
+
+impl Endpoint {
+    /// The endpoint of `url`, and every secret it carries (to scrub from messages).
+    pub(super) fn new(
+        url: &str,
+        env_password: Option<String>,
+        tls: Option<TlsCertificates>,
+    ) -> Result<(Endpoint, Vec<String>)> {
+        let env_password = env_password.filter(|p| !p.is_empty());
+        if is_sentinel_url(url) {
+            Endpoint::sentinel(url, env_password, tls)
+        } else {
+            Endpoint::direct(url, env_password, tls)
+        }
+    }
+
+    /// One server at one address.
+    fn direct(
+        url: &str,
+        env_password: Option<String>,
+        tls: Option<TlsCertificates>,
+    ) -> Result<(Endpoint, Vec<String>)> {
+        let info = connection_info(url, env_password)?;
+        // No `CLIENT SETINFO` (the client library's name and version) on connecting: it
+        // is a round trip of its own on every connection (the pub/sub one included)
+        // when there is no AUTH to send it with, and servers before 7.2 reject it anyway.
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        let info = info.set_redis_settings(settings);
+        let secrets = info.redis_settings().password().map(String::from);
+        let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        let built = match tls {
+            Some(certs) if is_tls => Client::build_with_tls(info, certs),
+            _ => Client::open(info),
+        };
+        let client = built
+            .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
+        Ok((Endpoint::Direct(client), secrets.into_iter().collect()))
+    }
+
+    /// The master a set of Sentinels names.
+    fn sentinel(
+        url: &str,
+        env_password: Option<String>,
+        tls: Option<TlsCertificates>,
+    ) -> Result<(Endpoint, Vec<String>)> {
+        let parsed = parse_sentinel_url(url)?;
+        let sentinel_password = std::env::var(SENTINEL_PASSWORD_ENV)
+            .ok()
+            .filter(|p| !p.is_empty());
+        let password = parsed.password.clone().or(env_password);
+        let nodes = parsed.nodes.iter().map(|(host, port)| {
+            if parsed.tls {
+                ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: parsed.insecure,
+                    tls_params: None,
+                }
+            } else {
+                ConnectionAddr::Tcp(host.clone(), *port)
+            }
+        });
+        let invalid =
+            |e: RedisError| Error::Usage(format!("invalid Sentinel URL {}: {e}", redact_url(url)));
+        let mut builder =
+            SentinelClientBuilder::new(nodes, &parsed.service, SentinelServerType::Master)
+                .map_err(invalid)?
+                .set_client_to_redis_db(parsed.db);
+        if let Some(user) = &parsed.username {
+            builder = builder.set_client_to_redis_username(user);
+        }
+        if let Some(password) = &password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if let Some(password) = &sentinel_password {
+            builder = builder.set_client_to_sentinel_password(password);
+        }
+        if parsed.tls {
+            builder = sentinel_tls(builder, parsed.insecure, tls);
+        }
+        let sentinels = builder.build().map_err(invalid)?;
+        let endpoint = Endpoint::Sentinel {
+            sentinels: Box::new(tokio::sync::Mutex::new(sentinels)),
+            master: Mutex::new(None),
+        };
+        let secrets = password.into_iter().chain(sentinel_password).collect();
+        Ok((endpoint, secrets))
+    }
+
+    /// The client to connect with; for Sentinel, the master is looked up again when
+    /// `fresh` (a connection is being (re)opened) or not known yet.
+    pub(super) async fn client(&self, server: &Server, fresh: bool) -> Result<Client> {
+        match self {
+            Endpoint::Direct(client) => Ok(client.clone()),
+            Endpoint::Sentinel { sentinels, master } => {
+                let lock =
+                    |m: &Mutex<Option<Client>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                if let Some(client) = lock(master).filter(|_| !fresh) {
+                    return Ok(client);
+                }
+                let mut sentinels = sentinels.lock().await;
+                let found = server
+                    .within(
+                        server.tuning.connect_timeout,
+                        "cannot find the master through Sentinel",
+                        sentinels.async_get_client(),
+                    )
+                    .await?;
+                *master.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.clone());
+                Ok(found)
+            }
+        }
+    }
+}
+
+/// True when the server refused a request because we sent no password. Redis says so in
+/// several ways: `NOAUTH` for a short command, "Protocol error: unauthenticated multibulk
+/// length" (and a closed connection) for a long one such as a script call, "Authentication
+/// required" when the handshake selects a database.
+fn needs_password(e: &RedisError) -> bool {
+    if e.code() == Some("NOAUTH") {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    ["noauth", "unauthenticated", "authentication required"]
+        .iter()
+        .any(|s| text.contains(s))
+}
+
+/// TLS to the Sentinels and to the master alike (`rediss+sentinel://`).
+fn sentinel_tls(
+    builder: SentinelClientBuilder,
+    insecure: bool,
+    tls: Option<TlsCertificates>,
+) -> SentinelClientBuilder {
+    let mode = if insecure {
+        TlsMode::Insecure
+    } else {
+        TlsMode::Secure
+    };
+    let builder = builder
+        .set_client_to_redis_tls_mode(mode)
+        .set_client_to_sentinel_tls_mode(mode);
+    match tls {
+        Some(certs) => builder
+            .set_client_to_redis_certificates(certs.clone())
+            .set_client_to_sentinel_certificates(certs),
+        None => builder,
+    }
+}
+
+/// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
+pub(super) fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Fails only when another part of the program installed one first: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The server as named in messages, and how long we wait for it.
+#[derive(Clone)]
+pub(super) struct Server {
+    /// The redacted URL.
+    pub(super) url: String,
+    /// The passwords, scrubbed from any message as a last line of defence.
+    pub(super) secrets: Vec<String>,
+    pub(super) tuning: Tuning,
+}
+
+impl Server {
+    /// One line naming what failed and the server, never the password.
+    pub(super) fn line(&self, msg: String) -> String {
+        let mut msg = msg.replace(['\r', '\n'], " ");
+        for secret in self.secrets.iter().filter(|s| !s.is_empty()) {
+            msg = msg.replace(secret.as_str(), "***");
+        }
+        msg
+    }
+
+    pub(super) fn unavailable(&self, what: &str, e: &RedisError) -> Error {
+        if needs_password(e) {
+            return Error::Unavailable(self.line(format!(
+                "{}: {what}: authentication required: the server wants a password (give it \
+                 in the URL or in {AUTH_ENV})",
+                self.url
+            )));
+        }
+        Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
+    }
+
+    pub(super) fn timed_out(&self, what: &str, limit: Duration) -> Error {
+        Error::Unavailable(self.line(format!(
+            "{}: {what}: timed out after {} (server not answering)",
+            self.url,
+            humantime::format_duration(limit)
+        )))
+    }
+
+    /// Runs one request within `limit`, mapping every failure to `Unavailable`.
+    pub(super) async fn within<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(limit, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.unavailable(what, &e)),
+            Err(_) => Err(self.timed_out(what, limit)),
+        }
+    }
+
+    /// Opens a multiplexed connection.
+    pub(super) async fn open(&self, client: &Client) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.tuning.connect_timeout))
+            .set_response_timeout(None); // we time every request ourselves
+        let connecting = client.get_multiplexed_async_connection_with_config(&config);
+        self.within(self.tuning.connect_timeout, "cannot connect", connecting)
+            .await
+    }
+}

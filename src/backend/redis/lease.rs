@@ -1,0 +1,256 @@
+//! One server's lease operations: the acquire attempt (also Redlock's), renew, release,
+//! and Redlock's fencing confirmation.
+//!
+//! * acquire: if one of the caller's `reenter` owners holds the lease, the depth goes up.
+//!   Otherwise dead waiters are pruned (liveness deadline passed), and the lease is granted
+//!   when it is free and, if fair, the queue is empty or the caller is its head. If not, a
+//!   fair caller joins the queue (or refreshes its liveness there) and learns its position.
+//!   A `--no-wait` attempt never joins, and still cannot overtake a live queue.
+//! * renew only extends (`PEXPIRE max(PTTL, ttl)`): a nested holder with a shorter TTL
+//!   must not cut short the lease its parent's renewal schedule relies on.
+//! * release deletes at depth 0 (or at once with `All`/`Force`) and wakes the head.
+
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, Value};
+
+use super::keys::{lease_key, Keys};
+use super::reply::{holder_json, lock_info, Reply};
+use super::scripts::{evalsha, millis, SCRIPTS};
+use super::RedisBackend;
+pub(crate) use crate::backend::store::Busy;
+use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released};
+use crate::error::{Error, Result};
+
+/// The outcome of one acquire attempt on one server.
+pub(crate) enum Attempt {
+    Granted(Lease),
+    Busy(Busy),
+}
+
+/// How an acquire attempt treats the queue.
+pub(super) struct QueueArgs<'a> {
+    /// The waiter id (empty: none).
+    pub(super) waiter: &'a str,
+    /// The waiter's holder JSON, shown by `status`.
+    pub(super) json: &'a str,
+    pub(super) fair: bool,
+    pub(super) join: Join,
+}
+
+/// Whether an attempt that is refused joins the queue (the script's `enqueue` argument).
+#[derive(Clone, Copy)]
+pub(super) enum Join {
+    /// `--no-wait`, an expired deadline, unfair waiters, Redlock.
+    No,
+    Yes,
+    /// Sent behind a `BLPOP`: acts at all only if the waiter is still queued.
+    IfStillQueued,
+}
+
+impl Join {
+    fn arg(self) -> &'static str {
+        match self {
+            Join::No => "0",
+            Join::Yes => "1",
+            Join::IfStillQueued => "2",
+        }
+    }
+}
+
+impl RedisBackend {
+    /// One Redlock attempt on this server: one round trip that never joins (nor respects) a
+    /// queue, and raises the fencing counter to at least `floor` before a fresh grant.
+    pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Attempt> {
+        let json = holder_json(&req.holder);
+        let queue = QueueArgs {
+            waiter: "",
+            json: &json,
+            fair: false,
+            join: Join::No,
+        };
+        self.run_acquire(req, &Keys::new(&req.key), queue, floor)
+            .await
+    }
+
+    /// Redlock: raises the fencing counter of `key` to at least `token` and, when `owner`
+    /// holds the lease here, stamps it with `token`. True when `owner` holds it.
+    pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
+        let k = Keys::new(key);
+        let script = &SCRIPTS.fence;
+        let mut cmd = evalsha(script, &[&k.lease, &k.fence], 2);
+        cmd.arg(owner).arg(token);
+        let what = || format!("cannot acquire lock '{key}'");
+        let reply = self.eval(what, script, &cmd).await?;
+        redis::from_redis_value::<i64>(reply)
+            .map(|owned| owned == 1)
+            .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.server.url)))
+    }
+
+    /// The acquire script with the queue arguments `queue` and the fencing floor `floor`.
+    pub(super) async fn run_acquire(
+        &self,
+        req: &AcquireRequest,
+        k: &Keys,
+        queue: QueueArgs<'_>,
+        floor: u64,
+    ) -> Result<Attempt> {
+        let cmd = self.acquire_cmd(req, k, queue, floor);
+        let what = || format!("cannot acquire lock '{}'", req.key);
+        let sent_at = Instant::now();
+        let reply = self.eval(what, &SCRIPTS.acquire, &cmd).await?;
+        self.parse_attempt(req, sent_at, reply)
+    }
+
+    /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
+    pub(super) fn acquire_cmd(
+        &self,
+        req: &AcquireRequest,
+        k: &Keys,
+        queue: QueueArgs<'_>,
+        floor: u64,
+    ) -> Cmd {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let script = &SCRIPTS.acquire;
+        let keys = [
+            &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
+        ];
+        let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
+        cmd.arg(&req.owner)
+            .arg(millis(req.ttl))
+            .arg(queue.waiter)
+            .arg(flag(queue.fair))
+            .arg(queue.join.arg())
+            .arg(millis(self.server.tuning.liveness))
+            .arg(&k.wake_prefix)
+            .arg(queue.json)
+            .arg(floor)
+            .arg(crate::backend::now_ms());
+        for owner in &req.reenter {
+            cmd.arg(owner);
+        }
+        cmd
+    }
+
+    pub(super) fn parse_attempt(
+        &self,
+        req: &AcquireRequest,
+        sent_at: Instant,
+        reply: Value,
+    ) -> Result<Attempt> {
+        let mut r = Reply::new(reply, &self.server.url)?;
+        if r.next::<i64>()? == 1 {
+            let owner: String = r.next()?;
+            let fencing_token: u64 = r.next()?;
+            let _depth: u64 = r.next()?;
+            let reentered = r.next::<i64>()? == 1;
+            let now_ms: u64 = r.next()?;
+            let pttl: u64 = r.next()?;
+            return Ok(Attempt::Granted(Lease {
+                key: req.key.clone(),
+                owner,
+                fencing_token,
+                ttl: req.ttl,
+                reentered,
+                sent_at,
+                bound: false,
+                expires_at_ms: now_ms + pttl,
+            }));
+        }
+        let position: u64 = r.next()?;
+        let waiters: u64 = r.next()?;
+        let retry: i64 = r.next()?;
+        let pttl: i64 = r.next()?;
+        let holder = lock_info(&req.key, r.lease_fields()?, pttl);
+        Ok(Attempt::Busy(Busy {
+            holder,
+            position: (position > 0).then_some(position),
+            waiters: Some(waiters),
+            retry: u64::try_from(retry).ok().map(Duration::from_millis),
+        }))
+    }
+
+    /// Extends the lease of `owner` on `key` to at least `ttl` from now.
+    pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        let lease = lease_key(key);
+        let script = &SCRIPTS.renew;
+        let mut cmd = evalsha(script, &[&lease], 2);
+        cmd.arg(owner).arg(millis(ttl));
+        let what = || format!("cannot renew lock '{key}'");
+        let sent_at = Instant::now();
+        let reply = self.eval(what, script, &cmd).await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        match r.next::<i64>()? {
+            1 => {
+                let fencing_token: u64 = r.next()?;
+                let now_ms: u64 = r.next()?;
+                let pttl: u64 = r.next()?;
+                Ok(Lease {
+                    key: key.to_string(),
+                    owner: owner.to_string(),
+                    fencing_token,
+                    ttl,
+                    reentered: false,
+                    sent_at,
+                    bound: false,
+                    expires_at_ms: now_ms + pttl,
+                })
+            }
+            code => Err(self.not_owner("renew", key, owner, code == 0)),
+        }
+    }
+
+    /// `NotOwner` for `renew`/`release` by `owner`: the lease is gone, or someone else has it.
+    fn not_owner(&self, verb: &str, key: &str, owner: &str, gone: bool) -> Error {
+        if gone {
+            Error::lease_gone(verb, key, &self.server.url)
+        } else {
+            Error::held_by_other(verb, key, &self.server.url, owner)
+        }
+    }
+
+    /// Releases as `mode` says; `publish: false` wakes no waiter (Redlock taking back a
+    /// grant that did not make a majority: the lock is no freer than before).
+    pub(crate) async fn release_with(
+        &self,
+        key: &str,
+        owner: &str,
+        mode: ReleaseMode,
+        publish: bool,
+    ) -> Result<Released> {
+        let k = Keys::new(key);
+        let mode_arg = match mode {
+            ReleaseMode::One => "one",
+            ReleaseMode::All => "all",
+            ReleaseMode::Force => "force",
+        };
+        let (wake_prefix, released) = if publish {
+            (&*k.wake_prefix, &*k.released)
+        } else {
+            ("", "")
+        };
+        let script = &SCRIPTS.release;
+        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair];
+        let mut cmd = evalsha(script, &keys, 4);
+        cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
+        let what = || format!("cannot release lock '{key}'");
+        let reply = self.eval(what, script, &cmd).await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        match r.next::<i64>()? {
+            1 => Ok(Released {
+                previous_owner: Some(r.next()?),
+                still_held: r.next::<i64>()? == 1,
+            }),
+            0 => Ok(Released {
+                previous_owner: None,
+                still_held: false,
+            }),
+            code => Err(self.not_owner("release", key, owner, code == -1)),
+        }
+    }
+
+    /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
+    pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
+        self.release_with(key, owner, mode, false).await.map(|_| ())
+    }
+}

@@ -1,0 +1,33 @@
+//! The Redis backend: one server, atomic Lua scripts, FIFO waiters woken one at a time.
+//!
+//! Leases live by TTL only: `detached` makes no difference here. A connection that broke
+//! is reopened on the next call; every request has a timeout. The key layout is ready for
+//! Redis Cluster, but the client talks to one node. Waiting is the generic loop's
+//! ([`crate::backend::waiting`]); this store gives it its primitives.
+//!
+//! * `connect.rs`: URLs, TLS, Sentinel, timing knobs, one-line errors without passwords.
+//! * `backend.rs`: the backend value and its shared connection.
+//! * `keys.rs`: the key layout, and the names of one lock's keys.
+//! * `scripts.rs`: the Lua scripts, sent by hash.
+//! * `reply.rs`: reading replies, lease fields and holders.
+//! * `lease.rs`: one attempt (also Redlock's), renew, release.
+//! * `queue.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
+//! * `status.rs`: leases and waiters for `status`, and listing by `SCAN`.
+//! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation.
+
+mod backend;
+mod connect;
+mod keys;
+mod lease;
+mod queue;
+mod reply;
+mod scripts;
+mod status;
+mod store;
+
+pub use self::backend::RedisBackend;
+pub use self::connect::{
+    connection_info, tls_certificates, Tuning, AUTH_ENV, SENTINEL_PASSWORD_ENV, TLS_CA_ENV,
+    TLS_CERT_ENV, TLS_KEY_ENV,
+};
+pub(crate) use self::lease::{Attempt, Busy};

@@ -1,0 +1,108 @@
+//! Reading what the server answers: script and pipeline replies, lease fields, and the
+//! holder as it is stored beside a lease or a waiter.
+
+use redis::{FromRedisValue, Value};
+
+use crate::backend::{Holder, LockInfo};
+use crate::error::{Error, Result};
+
+/// The lease hash fields read back, in this order (see [`lock_info`]). The holder's host,
+/// pid, user and command travel as one JSON field: a grant stores 5 fields, not 8.
+pub(super) const LEASE_FIELDS: [&str; 5] = ["owner", "token", "depth", "holder", "acquired_ms"];
+
+/// A script or pipeline reply, read front to back.
+pub(super) struct Reply<'a> {
+    items: std::vec::IntoIter<Value>,
+    url: &'a str,
+}
+
+impl<'a> Reply<'a> {
+    pub(super) fn new(reply: Value, url: &'a str) -> Result<Reply<'a>> {
+        match reply {
+            Value::Array(items) => Ok(Reply {
+                items: items.into_iter(),
+                url,
+            }),
+            other => Err(Error::Internal(format!(
+                "unexpected reply from {url}: {other:?}"
+            ))),
+        }
+    }
+
+    pub(super) fn next<T: FromRedisValue>(&mut self) -> Result<T> {
+        let value = self.items.next().unwrap_or(Value::Nil);
+        redis::from_redis_value(value)
+            .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.url)))
+    }
+
+    /// The lease fields that follow (see [`LEASE_FIELDS`]).
+    pub(super) fn lease_fields(&mut self) -> Result<Vec<Option<String>>> {
+        (0..LEASE_FIELDS.len()).map(|_| self.next()).collect()
+    }
+}
+
+/// A lock's state from its lease fields (in [`LEASE_FIELDS`] order) and PTTL; `None` when
+/// free.
+pub(super) fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockInfo> {
+    let [owner, token, depth, holder, acquired]: [Option<String>; 5] = fields.try_into().ok()?;
+    let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let holder = holder.as_deref().and_then(parse_holder);
+    Some(LockInfo {
+        key: key.to_string(),
+        owner: owner?,
+        fencing_token: num(token),
+        depth: num(depth) as u32,
+        holder: Holder {
+            acquired_at_ms: num(acquired), // the holder's clock at the grant
+            ..holder.unwrap_or_default()
+        },
+        ttl_left_ms: u64::try_from(pttl).ok(),
+    })
+}
+
+/// The holder as stored in the lease and queue hashes: a JSON array `[host, pid, user,
+/// command, since_ms]`, short enough that a small lease hash keeps Redis's compact
+/// encoding (values up to 64 bytes).
+pub(super) fn holder_json(h: &Holder) -> String {
+    serde_json::to_string(&(&h.host, h.pid, &h.user, &h.command, h.acquired_at_ms))
+        .unwrap_or_default()
+}
+
+/// Reads [`holder_json`] back.
+pub(super) fn parse_holder(json: &str) -> Option<Holder> {
+    let (host, pid, user, command, acquired_at_ms) = serde_json::from_str(json).ok()?;
+    Some(Holder {
+        host,
+        pid,
+        user,
+        command,
+        acquired_at_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_info_reads_fields() {
+        let f = |s: &str| Some(s.to_string());
+        let holder = &holder_json(&Holder {
+            host: "h".into(),
+            pid: 42,
+            user: "u".into(),
+            command: "sleep 1".into(),
+            acquired_at_ms: 5,
+        });
+        let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000")];
+        let info = lock_info("k", fields, 500).unwrap();
+        assert_eq!(info.owner, "o1");
+        assert_eq!(info.fencing_token, 7);
+        assert_eq!(info.depth, 2);
+        assert_eq!(info.holder.pid, 42);
+        assert_eq!(info.ttl_left_ms, Some(500));
+        assert_eq!(info.describe(), "o1 (h pid 42: sleep 1)");
+        assert_eq!(info.holder.acquired_at_ms, 1000);
+        assert!(lock_info("k", vec![None; 5], -2).is_none());
+    }
+}

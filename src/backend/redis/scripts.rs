@@ -1,0 +1,108 @@
+//! The Lua scripts (`*.lua` beside this file), sent by hash (`EVALSHA`) and in full only
+//! when a server does not know them yet.
+//!
+//! acquire, renew, release, leave and fence are each one script: each call is one round
+//! trip, and connecting sends nothing but the handshake. The scripts read the server's
+//! `TIME`, so all clients share one clock.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+
+/// A Lua script as sent: `common.lua` in front of its own file, and the SHA1 that
+/// `build.rs` computed from the same text (hashing at run time would add to the start-up of
+/// every `dlock` run; figures: README, *Benchmarks*).
+pub(super) struct Lua {
+    pub(super) body: &'static str,
+    pub(super) sha: &'static str,
+}
+
+macro_rules! lua {
+    ($file:literal, $sha:literal) => {
+        Lua {
+            body: concat!(include_str!("common.lua"), "\n", include_str!($file)),
+            sha: env!($sha),
+        }
+    };
+}
+
+impl Lua {
+    /// `SCRIPT LOAD`s the body, for a server that answered `NOSCRIPT`.
+    async fn load(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.body);
+        cmd.query_async::<String>(conn).await.map(drop)
+    }
+}
+
+/// The scripts, each sent by SHA (`EVALSHA`) and only in full when the server lacks it.
+pub(super) struct Scripts {
+    pub(super) acquire: Lua,
+    pub(super) renew: Lua,
+    pub(super) release: Lua,
+    pub(super) leave: Lua,
+    pub(super) fence: Lua,
+}
+
+/// Text and hash are both fixed at build time: one static serves every connection.
+pub(super) static SCRIPTS: Scripts = Scripts {
+    acquire: lua!("acquire.lua", "DLOCK_LUA_SHA_ACQUIRE"),
+    renew: lua!("renew.lua", "DLOCK_LUA_SHA_RENEW"),
+    release: lua!("release.lua", "DLOCK_LUA_SHA_RELEASE"),
+    leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
+    fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
+};
+
+/// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
+/// loaded and the call made again, once.
+pub(super) async fn run_script(
+    conn: &mut MultiplexedConnection,
+    script: &Lua,
+    cmd: &Cmd,
+) -> redis::RedisResult<Value> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load(conn).await?;
+            cmd.query_async(conn).await
+        }
+        reply => reply,
+    }
+}
+
+/// An `EVALSHA` of `script` on `keys`, to which the caller adds `args` arguments. Built
+/// straight into one command buffer: a `ScriptInvocation` copies every key and argument
+/// into a vector of its own first, a dozen allocations per call on the hot path.
+pub(super) fn evalsha(script: &Lua, keys: &[&str], args: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args, 256);
+    cmd.arg("EVALSHA").arg(script.sha).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
+/// Milliseconds for a script argument; at least 1, as Redis rejects a zero expiry.
+pub(super) fn millis(d: Duration) -> u64 {
+    (d.as_millis() as u64).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_time_hashes_match_the_scripts() {
+        let s = &SCRIPTS;
+        for lua in [&s.acquire, &s.renew, &s.release, &s.leave, &s.fence] {
+            assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
+        }
+    }
+
+    #[test]
+    fn millis_are_never_zero() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 1);
+        assert_eq!(millis(Duration::from_secs(2)), 2000);
+    }
+}

@@ -1,0 +1,173 @@
+//! Reading state for `status`: the leases and waiters of named keys in pipelines, and
+//! every held lock by one `SCAN MATCH` of the keyspace (never `KEYS`), the leases read by
+//! `HMGET` + `PTTL` pipelines while the scan goes on.
+
+use std::collections::{HashMap, HashSet};
+
+use redis::Value;
+
+use super::keys::{lease_key, lock_name, Keys, SCAN_PATTERN};
+use super::reply::{lock_info, parse_holder, Reply, LEASE_FIELDS};
+use super::RedisBackend;
+use crate::backend::{KeyStatus, LockInfo, WaiterInfo};
+use crate::error::{Error, Result};
+
+/// Keys asked per SCAN call: large, so 100,000 locks take few round trips.
+const SCAN_COUNT: u64 = 10_000;
+/// Locks read per status pipeline.
+const STATUS_CHUNK: usize = 2000;
+
+impl RedisBackend {
+    /// The state of the named keys, in order; with no key, every held lock.
+    pub(super) async fn read_status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        if keys.is_empty() {
+            return self.list_held().await;
+        }
+        let locks = self.read_leases(keys).await?;
+        let waiters = self.read_waiters(keys).await?;
+        let statuses = keys.iter().zip(locks).zip(waiters);
+        Ok(statuses
+            .map(|((key, lock), waiters)| KeyStatus {
+                key: key.clone(),
+                lock,
+                waiters: Some(waiters),
+                servers: None,
+            })
+            .collect())
+    }
+
+    /// The lease of each key (`None` when free), read in pipelines.
+    async fn read_leases(&self, keys: &[String]) -> Result<Vec<Option<LockInfo>>> {
+        let mut locks = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(STATUS_CHUNK) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                let lease = lease_key(key);
+                pipe.cmd("HMGET").arg(&lease).arg(&LEASE_FIELDS[..]);
+                pipe.cmd("PTTL").arg(&lease);
+            }
+            let mut conn = self.conn().await?;
+            let reply: Value = self
+                .call("cannot read lock status", pipe.query_async(&mut conn))
+                .await?;
+            let mut r = Reply::new(reply, &self.server.url)?;
+            for key in chunk {
+                let fields: Vec<Option<String>> = r.next()?;
+                locks.push(lock_info(key, fields, r.next()?));
+            }
+        }
+        Ok(locks)
+    }
+
+    /// The live waiters of each key, in queue order, in one pipeline.
+    async fn read_waiters(&self, keys: &[String]) -> Result<Vec<Vec<WaiterInfo>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for key in keys {
+            let k = Keys::new(key);
+            pipe.cmd("ZRANGE").arg(&k.queue).arg(0).arg(-1);
+            pipe.cmd("ZRANGE")
+                .arg(&k.alive)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+            pipe.cmd("HGETALL").arg(&k.info);
+        }
+        let mut conn = self.conn().await?;
+        let reply: Value = self
+            .call("cannot read lock status", pipe.query_async(&mut conn))
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        let (secs, micros): (u64, u64) = r.next()?;
+        let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let mut all = Vec::with_capacity(keys.len());
+        for _ in keys {
+            let order: Vec<String> = r.next()?;
+            let alive: HashMap<String, f64> = r.next()?;
+            let mut info: HashMap<String, String> = r.next()?;
+            let live = |id: &String| alive.get(id).is_some_and(|deadline| *deadline > now_ms);
+            let waiters = order.into_iter().filter(live).map(|id| {
+                let holder = info
+                    .remove(&id)
+                    .and_then(|json| parse_holder(&json))
+                    .unwrap_or_default();
+                WaiterInfo { id, holder }
+            });
+            all.push(waiters.collect());
+        }
+        Ok(all)
+    }
+
+    /// One SCAN step: the next cursor, the locks with a lease, the locks with a queue.
+    async fn scan_step(&self, cursor: u64) -> Result<(u64, Vec<String>, Vec<String>)> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
+        scan.arg("COUNT").arg(SCAN_COUNT);
+        let mut conn = self.conn().await?;
+        let (next, batch): (u64, Vec<Vec<u8>>) = self
+            .call("cannot list locks", scan.query_async(&mut conn))
+            .await?;
+        let (mut held, mut queued) = (Vec::new(), Vec::new());
+        for name in batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok()) {
+            if let Some(key) = lock_name(name, ":lease") {
+                held.push(key.to_string());
+            } else if let Some(key) = lock_name(name, ":queue") {
+                queued.push(key.to_string());
+            }
+        }
+        Ok((next, held, queued))
+    }
+
+    /// Every held lock, and the names of locks with a queue, by one SCAN of the keyspace.
+    /// Scanning and reading the leases run side by side: while the server answers one, we
+    /// read the replies of the other.
+    async fn scan_locks(&self) -> Result<(Vec<LockInfo>, HashSet<String>)> {
+        let (found, mut batches) = tokio::sync::mpsc::channel::<Vec<String>>(2);
+        let scanning = async move {
+            let (mut cursor, mut queued) = (0, HashSet::new());
+            loop {
+                let (next, held, with_queue) = self.scan_step(cursor).await?;
+                queued.extend(with_queue);
+                if found.send(held).await.is_err() || next == 0 {
+                    return Ok::<_, Error>(queued);
+                }
+                cursor = next;
+            }
+        };
+        let reading = async {
+            let mut locks = Vec::new();
+            while let Some(keys) = batches.recv().await {
+                locks.extend(self.read_leases(&keys).await?.into_iter().flatten());
+            }
+            Ok(locks)
+        };
+        let (queued, locks) = tokio::try_join!(scanning, reading)?;
+        Ok((locks, queued))
+    }
+
+    /// `status` with no key: every held lock, sorted by key; waiters only where a queue is.
+    async fn list_held(&self) -> Result<Vec<KeyStatus>> {
+        let (mut held, queued) = self.scan_locks().await?;
+        held.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        held.dedup_by(|a, b| a.key == b.key); // SCAN may return a key twice
+        let with_queue: Vec<String> = held
+            .iter()
+            .map(|lock| &lock.key)
+            .filter(|key| queued.contains(*key))
+            .cloned()
+            .collect();
+        let waiters = self.read_waiters(&with_queue).await?;
+        let mut waiters: HashMap<String, Vec<WaiterInfo>> =
+            with_queue.into_iter().zip(waiters).collect();
+        let statuses = held.into_iter().map(|lock| KeyStatus {
+            key: lock.key.clone(),
+            waiters: Some(waiters.remove(&lock.key).unwrap_or_default()),
+            lock: Some(lock),
+            servers: None,
+        });
+        Ok(statuses.collect())
+    }
+}

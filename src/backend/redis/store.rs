@@ -1,0 +1,70 @@
+//! Redis as a [`LockStore`]: the waiting loop in [`crate::backend::waiting`] drives the
+//! primitives of the other parts.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::queue::Waiter;
+use super::RedisBackend;
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::{AcquireRequest, KeyStatus, Lease, ReleaseMode, Released};
+use crate::error::Result;
+
+#[async_trait]
+impl LockStore for RedisBackend {
+    type Waiter = Waiter;
+
+    fn describe(&self) -> String {
+        self.server.url.clone()
+    }
+
+    async fn begin(&self, req: &AcquireRequest) -> Result<Waiter> {
+        let conn = self.conn().await?;
+        Ok(self.waiter(req, conn))
+    }
+
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Waiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        self.attempt_as(req, waiter, enqueue).await
+    }
+
+    async fn sleep(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Waiter,
+        _busy: &Busy,
+        pause: Duration,
+        _round: u32,
+    ) -> Result<Woken> {
+        self.sleep_as(req, waiter, pause).await
+    }
+
+    async fn leave(&self, _req: &AcquireRequest, waiter: Waiter) {
+        self.leave_as(waiter).await
+    }
+
+    async fn leave_cancelled(&self, _req: &AcquireRequest, mut waiter: Waiter) {
+        self.leave_after_cancel(&mut waiter).await
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.renew_lease(key, owner, ttl).await
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        self.release_with(key, owner, mode, true).await
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        self.read_status(keys).await
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.server.tuning.heartbeat
+    }
+}
