@@ -17,16 +17,17 @@ fn one_line(out: &Output) -> String {
     err
 }
 
-/// Spawns `cmd` with its stdout a pipe whose reading end is closed at once.
+/// Runs `cmd` with its stdout a pipe whose reading end is already closed. Closed before the
+/// spawn: a process forked meanwhile by another test of this binary would otherwise keep a
+/// copy of the reading end open until it execs, and a write could succeed.
 fn with_reader_gone(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    cmd.stdin(Stdio::null())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    child.wait_with_output().unwrap()
+        .output()
+        .unwrap()
 }
 
 fn a_reader_gone_ends_status_output_quietly(store: Store) {
