@@ -19,8 +19,9 @@
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
 //!
 //! The repository and the harness:
-//! - `generated` (completions and man pages; `DLOCK_BLESS=1 cargo test --test integration
-//!   generated::` rewrites them), `harness_smoke` (the servers, and every file here declared below).
+//! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
+//!   generated::` rewrites them).
+//! - `harness_smoke`: the servers start and restart, and every file here is declared below.
 
 #[macro_use]
 mod macros;
