@@ -21,6 +21,10 @@ macro_rules! on_every_backend {
     };
 }
 
+pub mod etcd;
+#[allow(unused_imports)]
+pub use etcd::{EtcdCluster, EtcdServer};
+
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
