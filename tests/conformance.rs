@@ -23,6 +23,10 @@ use dlock::backend::{Backend, ReleaseMode};
 /// a runnable task by tens of milliseconds.
 pub const PROMPT: Duration = Duration::from_millis(200);
 
+/// The unit of the TTL tests: tenths of a second, or seconds for whole-second TTLs.
+pub const TENTH: Duration = Duration::from_millis(100);
+pub const SECOND: Duration = Duration::from_secs(1);
+
 /// Keeps a backend's resources alive for the duration of a test.
 pub type Guard = Box<dyn Any + Send>;
 
@@ -52,6 +56,14 @@ pub async fn redlock_factory() -> (Arc<dyn Backend>, Guard) {
     (Arc::new(backend), Box::new(servers))
 }
 
+/// A single etcd member on free ports, opened through the scheme table.
+pub async fn etcd_factory() -> (Arc<dyn Backend>, Guard) {
+    let server = common::EtcdServer::start();
+    let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("etcd URL");
+    let backend = dlock::backend::open(&spec).await.expect("connect to etcd");
+    (backend, Box::new(server))
+}
+
 /// The in-memory reference store, opened through the scheme table as a user's URL would be
 /// (a fresh name per test: stores are shared by name within the process).
 pub async fn memory_factory() -> (Arc<dyn Backend>, Guard) {
@@ -65,16 +77,24 @@ pub async fn memory_factory() -> (Arc<dyn Backend>, Guard) {
     (backend, Box::new(()))
 }
 
-/// Instantiates every test of [`suite`] for one backend, as `mod $name`.
+/// Instantiates every test of [`suite`] for one backend, as `mod $name`. A store whose
+/// TTLs are whole seconds (etcd) runs the two TTL tests in seconds instead of tenths.
 macro_rules! conformance_suite {
     ($name:ident, $factory:path) => {
+        conformance_suite!(@module $name, $factory, detached_lease_expires, renewal_extends);
+    };
+    ($name:ident, $factory:path, whole_seconds) => {
+        conformance_suite!(@module $name, $factory,
+            detached_lease_expires_whole_seconds, renewal_extends_whole_seconds);
+    };
+    (@module $name:ident, $factory:path, $expires:ident, $renewal:ident) => {
         mod $name {
             conformance_suite!(@tests $factory;
                 exclusion_under_contention,
                 tokens_strictly_increase,
                 owner_checks,
-                detached_lease_expires,
-                renewal_extends,
+                $expires,
+                $renewal,
                 reentrancy,
                 force_release,
                 status_named_and_all,
@@ -100,6 +120,7 @@ conformance_suite!(local, crate::local_factory);
 conformance_suite!(redis, crate::redis_factory);
 conformance_suite!(redlock, crate::redlock_factory);
 conformance_suite!(memory, crate::memory_factory);
+conformance_suite!(etcd, crate::etcd_factory, whole_seconds);
 
 pub mod suite {
     use super::*;
@@ -276,12 +297,28 @@ pub mod suite {
         F: Fn() -> Fut,
         Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
     {
+        detached_lease_expires_in(factory, TENTH).await
+    }
+
+    pub async fn detached_lease_expires_whole_seconds<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        detached_lease_expires_in(factory, SECOND).await
+    }
+
+    async fn detached_lease_expires_in<F, Fut>(factory: F, tick: Duration)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
         let (b, _g) = factory().await;
         let mut r = req("exp", "a");
-        r.ttl = Duration::from_millis(300);
+        r.ttl = tick * 3;
         let a = b.acquire(&r, &no_wait()).await.unwrap();
         assert!(b.acquire(&req("exp", "b"), &no_wait()).await.is_err());
-        tokio::time::sleep(Duration::from_millis(450)).await;
+        tokio::time::sleep(tick * 9 / 2).await;
         assert_eq!(held_by(&b, "exp").await, None);
         let c = b
             .acquire(&req("exp", "b"), &no_wait())
@@ -304,17 +341,32 @@ pub mod suite {
         F: Fn() -> Fut,
         Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
     {
+        renewal_extends_in(factory, TENTH, 6).await
+    }
+
+    /// The same with whole-second TTLs, renewed to the TTL it has: an etcd lease keeps the
+    /// TTL it was granted with.
+    pub async fn renewal_extends_whole_seconds<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        renewal_extends_in(factory, SECOND, 4).await
+    }
+
+    async fn renewal_extends_in<F, Fut>(factory: F, tick: Duration, renewed: u32)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
         let (b, _g) = factory().await;
         let mut r = req("ren", "a");
-        r.ttl = Duration::from_millis(400);
+        r.ttl = tick * 4;
         b.acquire(&r, &no_wait()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let l = b
-            .renew("ren", "a", Duration::from_millis(600))
-            .await
-            .unwrap();
-        assert_eq!(l.ttl, Duration::from_millis(600));
-        tokio::time::sleep(Duration::from_millis(350)).await; // past the first expiry
+        tokio::time::sleep(tick * 2).await;
+        let l = b.renew("ren", "a", tick * renewed).await.unwrap();
+        assert_eq!(l.ttl, tick * renewed);
+        tokio::time::sleep(tick * 7 / 2).await; // past the first expiry
         assert_eq!(held_by(&b, "ren").await.as_deref(), Some("a"));
         assert!(b.acquire(&req("ren", "b"), &no_wait()).await.is_err());
         b.release("ren", "a", ReleaseMode::One).await.unwrap();

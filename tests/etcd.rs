@@ -66,6 +66,7 @@ fn put_range_and_txn_compare() {
             target: CompareTarget::Create as i32,
             key: key.into(),
             target_union: Some(TargetUnion::CreateRevision(0)),
+            range_end: Vec::new(),
         };
         let op = |r| RequestOp { request: Some(r) };
         let txn = |key: &str| TxnRequest {

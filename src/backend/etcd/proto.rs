@@ -215,6 +215,9 @@ pub struct Compare {
     pub key: Vec<u8>,
     #[prost(oneof = "TargetUnion", tags = "4, 5, 6, 7, 8")]
     pub target_union: Option<TargetUnion>,
+    /// When set, every key of `[key, range_end)` must satisfy the comparison.
+    #[prost(bytes = "vec", tag = "64")]
+    pub range_end: Vec<u8>,
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
