@@ -130,3 +130,62 @@ fn status_shows_an_etcdctl_holder() {
     std::fs::write(dir.path().join("go-etcdctl"), "").unwrap();
     assert!(wait_exit(&mut held, Duration::from_secs(20)).is_some());
 }
+
+/// The lease id (hex) of lock `job`'s only contender.
+fn holder_lease(server: &EtcdServer) -> String {
+    let keys = server.ctl(&["get", "job/", "--prefix", "--keys-only"]);
+    let key = keys.lines().find(|l| !l.is_empty()).expect("a holder");
+    key.rsplit('/').next().unwrap().to_string()
+}
+
+#[test]
+fn a_revoked_lease_kills_the_command() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = dlock();
+    c.env("DLOCK_URL", server.url())
+        .args(["exec", "job", "--ttl", "3s", "--", "sh", "-c"])
+        .arg(critical_section(
+            dir.path(),
+            "dlock",
+            "$DLOCK_FENCING_TOKEN",
+        ));
+    let mut held = spawn(c);
+    read_when_ready(&dir.path().join("dlock-start"), Duration::from_secs(20));
+    server.ctl(&["lease", "revoke", &holder_lease(&server)]);
+    // The next keep-alive (every third of the TTL) learns the lease is gone.
+    let status = wait_exit(&mut held, Duration::from_secs(3)).expect("dlock still runs");
+    assert_eq!(status.code(), Some(i32::from(dlock::exit::LEASE_LOST)));
+    assert!(
+        !dir.path().join("dlock-end").exists(),
+        "the command went on"
+    );
+}
+
+#[test]
+fn lock_then_unlock_from_another_process() {
+    let server = EtcdServer::start();
+    let run = |args: &[&str]| {
+        dlock()
+            .env("DLOCK_URL", server.url())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["lock", "job", "--ttl", "30s"]);
+    assert!(out.status.success(), "{out:?}");
+    let owner = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!owner.is_empty());
+    assert_eq!(contenders(&server), 1);
+    let busy = run(&["lock", "job", "--no-wait"]);
+    assert_eq!(
+        busy.status.code(),
+        Some(i32::from(dlock::exit::NOT_OBTAINED))
+    );
+    assert_eq!(contenders(&server), 1, "a refused --no-wait leaves no key");
+    let text = String::from_utf8_lossy(&run(&["status", "job"]).stdout).to_string();
+    assert!(text.contains(&owner), "{text}");
+    let unlocked = run(&["unlock", "job", "--owner", &owner]);
+    assert!(unlocked.status.success(), "{unlocked:?}");
+    assert_eq!(contenders(&server), 0);
+}
