@@ -16,7 +16,7 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 async fn client(server: &EtcdServer) -> Client {
-    Client::connect(&[server.endpoint()], &server.url())
+    Client::connect(&[server.endpoint()], &server.url(), None)
         .await
         .unwrap()
 }
@@ -153,7 +153,7 @@ fn a_dead_endpoint_is_unavailable() {
     let endpoint = server.endpoint();
     server.kill();
     let e = rt()
-        .block_on(Client::connect(&[endpoint], "etcd://x"))
+        .block_on(Client::connect(&[endpoint], "etcd://x", None))
         .err()
         .expect("connected to a dead endpoint");
     assert!(e.to_string().contains("etcd://x: cannot connect"), "{e}");

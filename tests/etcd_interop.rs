@@ -189,3 +189,49 @@ fn lock_then_unlock_from_another_process() {
     assert!(unlocked.status.success(), "{unlocked:?}");
     assert_eq!(contenders(&server), 0);
 }
+
+#[test]
+fn user_and_password_in_the_url() {
+    let server = EtcdServer::start();
+    server.ctl(&["user", "add", "root:rootpw"]);
+    server.ctl(&["auth", "enable"]);
+    let url = |pw: &str| format!("etcd://root:{pw}@{}", server.endpoint());
+    // Renewals (keep-alives) and the release run with the token too.
+    let ok = dlock()
+        .env("DLOCK_URL", url("rootpw"))
+        .args(["exec", "job", "--ttl", "1s", "--", "sleep", "1.5"])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{ok:?}");
+    let wrong = dlock()
+        .env("DLOCK_URL", url("wrongpw"))
+        .args(["exec", "job", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(
+        wrong.status.code(),
+        Some(i32::from(dlock::exit::UNAVAILABLE)),
+        "{err}"
+    );
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(!err.contains("wrongpw"), "{err}");
+    let anonymous = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["exec", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        anonymous.status.code(),
+        Some(i32::from(dlock::exit::UNAVAILABLE))
+    );
+    let keys = server.ctl(&[
+        "--user",
+        "root:rootpw",
+        "get",
+        "job/",
+        "--prefix",
+        "--keys-only",
+    ]);
+    assert_eq!(keys, "", "nothing left held");
+}

@@ -64,7 +64,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["etcd://"],
-        help: "etcd://host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds)",
+        help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds)",
         host_list: true,
         family: "etcd",
         check: check_etcd,
@@ -171,7 +171,7 @@ fn check_etcd(url: &str) -> Result<()> {
 fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let t = etcd::url::parse(url)?;
-        let store = etcd::store::EtcdStore::connect(&t.endpoints, &t.name, &t.prefix).await?;
+        let store = etcd::store::EtcdStore::connect(&t).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

@@ -4,9 +4,12 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use std::sync::{Arc, PoisonError, RwLock};
+
 use tokio::sync::mpsc;
 use tonic::codec::{ProstCodec, Streaming};
 use tonic::codegen::http::uri::PathAndQuery;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use super::proto::*;
@@ -22,7 +25,14 @@ pub struct Client {
     channel: Channel,
     /// `etcd://host:port,…` for messages.
     name: String,
+    /// User and password, when the cluster has authentication on.
+    credentials: Option<Arc<(String, String)>>,
+    /// The token `Authenticate` gave, sent with every request.
+    token: Arc<RwLock<Option<AsciiMetadataValue>>>,
 }
+
+/// What etcd answers when a token has expired (the server drops them after a while).
+const STALE_TOKEN: &str = "invalid auth token";
 
 /// The key range holding every key that starts with `prefix` (etcd's `WithPrefix`).
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -41,7 +51,11 @@ impl Client {
     /// Connects to the cluster behind `endpoints` (`host:port` each): one endpoint is
     /// connected at once (so a wrong address fails here); several are balanced, and a
     /// request goes to one that answers.
-    pub async fn connect(endpoints: &[String], name: &str) -> Result<Client> {
+    pub async fn connect(
+        endpoints: &[String],
+        name: &str,
+        credentials: Option<(String, String)>,
+    ) -> Result<Client> {
         let unavailable =
             |e: &dyn std::fmt::Display| Error::Unavailable(format!("{name}: cannot connect: {e}"));
         let mut eps = Vec::new();
@@ -58,17 +72,62 @@ impl Client {
             [one] => one.connect().await.map_err(|e| unavailable(&e))?,
             _ => Channel::balance_list(eps.into_iter()),
         };
-        Ok(Client {
+        let client = Client {
             channel,
             name: name.to_string(),
-        })
+            credentials: credentials.map(Arc::new),
+            token: Arc::default(),
+        };
+        client.authenticate().await?;
+        Ok(client)
+    }
+
+    /// Logs in with the credentials, if any, and keeps the token for every request.
+    async fn authenticate(&self) -> Result<()> {
+        let Some(creds) = &self.credentials else {
+            return Ok(());
+        };
+        let req = AuthenticateRequest {
+            name: creds.0.clone(),
+            password: creds.1.clone(),
+        };
+        let resp: AuthenticateResponse = self.call("/etcdserverpb.Auth/Authenticate", req).await?;
+        let token =
+            AsciiMetadataValue::try_from(resp.token).map_err(|e| self.fail("authenticate", e))?;
+        *self.token.write().unwrap_or_else(PoisonError::into_inner) = Some(token);
+        Ok(())
+    }
+
+    /// `req` with the auth token, when there is one.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(message);
+        let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(token) = token.as_ref() {
+            req.metadata_mut().insert("token", token.clone());
+        }
+        req
     }
 
     fn fail(&self, what: &str, e: impl std::fmt::Display) -> Error {
         Error::Unavailable(format!("{}: {what}: {e}", self.name))
     }
 
+    /// One call; a stale auth token is renewed once.
     async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
+    where
+        Req: prost::Message + Clone + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        match self.call(path, req.clone()).await {
+            Err(e) if self.credentials.is_some() && e.to_string().contains(STALE_TOKEN) => {
+                self.authenticate().await?;
+                self.call(path, req).await
+            }
+            other => other,
+        }
+    }
+
+    async fn call<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
@@ -77,14 +136,10 @@ impl Client {
         let call = async {
             grpc.ready().await.map_err(|e| self.fail(path, e))?;
             let codec = ProstCodec::<Req, Resp>::default();
-            grpc.unary(
-                tonic::Request::new(req),
-                PathAndQuery::from_static(path),
-                codec,
-            )
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|s| self.fail(path_name(path), status_text(&s)))
+            grpc.unary(self.request(req), PathAndQuery::from_static(path), codec)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|s| self.fail(path_name(path), status_text(&s)))
         };
         tokio::time::timeout(REQUEST_TIMEOUT, call)
             .await
@@ -114,7 +169,7 @@ impl Client {
             grpc.ready().await.map_err(|e| self.fail(path, e))?;
             let codec = ProstCodec::<Req, Resp>::default();
             grpc.streaming(
-                tonic::Request::new(outgoing),
+                self.request(outgoing),
                 PathAndQuery::from_static(path),
                 codec,
             )

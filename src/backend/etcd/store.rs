@@ -14,6 +14,7 @@ use tokio::sync::Mutex;
 use super::client::{prefix_end, Client, KeepAlive};
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
+use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -52,15 +53,14 @@ fn lease_not_found(e: &Error) -> bool {
 }
 
 impl EtcdStore {
-    /// Connects to `endpoints` (`host:port` each) of one cluster; `name` names it in
-    /// messages (no password), `prefix` is put before every lock name.
-    pub async fn connect(endpoints: &[String], name: &str, prefix: &str) -> Result<EtcdStore> {
-        let client = Client::connect(endpoints, name).await?;
+    /// Connects to the cluster an `etcd://` URL names.
+    pub async fn connect(t: &Target) -> Result<EtcdStore> {
+        let client = Client::connect(&t.endpoints, &t.name, t.credentials.clone()).await?;
         Ok(EtcdStore {
             keep_alive: Mutex::new(client.keep_alive()),
             client,
-            name: name.to_string(),
-            prefix: prefix.to_string(),
+            name: t.name.clone(),
+            prefix: t.prefix.clone(),
         })
     }
 

@@ -15,6 +15,8 @@ pub struct Target {
     pub prefix: String,
     /// `etcd://host:port,…`, for messages.
     pub name: String,
+    /// User and password (`etcd://user:password@…`), for a cluster with auth on.
+    pub credentials: Option<(String, String)>,
 }
 
 fn usage(url: &str, why: &str) -> Error {
@@ -33,10 +35,21 @@ pub fn parse(url: &str) -> Result<Target> {
         .strip_prefix("etcd://")
         .ok_or_else(|| usage(url, "it must start with etcd://"))?;
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let hosts = rest.strip_suffix('/').unwrap_or(rest);
-    if hosts.contains('@') {
-        return Err(usage(url, "etcd user/password auth is not supported yet"));
-    }
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (credentials, hosts) = match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, password)) if !user.is_empty() => {
+                (Some((user.to_string(), password.to_string())), hosts)
+            }
+            _ => {
+                return Err(usage(
+                    url,
+                    "give both user and password: etcd://USER:PASSWORD@…",
+                ))
+            }
+        },
+        None => (None, rest),
+    };
     if hosts.contains('/') {
         return Err(usage(
             url,
@@ -70,6 +83,7 @@ pub fn parse(url: &str) -> Result<Target> {
         name: format!("etcd://{}", endpoints.join(",")),
         endpoints,
         prefix,
+        credentials,
     })
 }
 
@@ -93,7 +107,12 @@ mod tests {
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
-        let e = parse("etcd://u:secret@a").unwrap_err().to_string();
+        let t = parse("etcd://u:p@ss@a:1,b:2").unwrap();
+        assert_eq!(t.credentials, Some(("u".into(), "p@ss".into())));
+        assert_eq!(t.endpoints, ["a:1", "b:2"]);
+        assert!(!t.name.contains("p@ss"));
+        let e = parse("etcd://u:secret@a:x").unwrap_err().to_string();
         assert!(!e.contains("secret"), "{e}");
+        assert!(parse("etcd://nopassword@a").is_err());
     }
 }
