@@ -89,10 +89,8 @@ impl EtcdServer {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", state])
-            .args([
-                "--initial-cluster-token",
-                &format!("dlock-{}", self.peer_port),
-            ])
+            // One token for the whole cluster: its list of members is unique to it.
+            .args(["--initial-cluster-token", &self.initial_cluster])
             .args(["--heartbeat-interval", &self.timings.0.to_string()])
             .args(["--election-timeout", &self.timings.1.to_string()])
             .args(["--logger", "zap", "--log-outputs"])
@@ -136,6 +134,13 @@ impl EtcdServer {
         s.write_all(req.as_bytes()).is_ok()
             && s.read_to_string(&mut answer).is_ok()
             && answer.contains("\"health\":\"true\"")
+    }
+
+    /// The last lines of the member's log, for a failure message.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().rev().take(3).collect();
+        format!("\n{}: {}", self.name, lines.join("\n"))
     }
 
     /// `127.0.0.1:PORT`, the client endpoint.
@@ -217,7 +222,8 @@ pub struct EtcdCluster {
 
 impl EtcdCluster {
     pub fn start() -> EtcdCluster {
-        for _ in 0..5 {
+        let mut last = String::new();
+        for _ in 0..3 {
             let mut members: Vec<EtcdServer> = (0..3)
                 .map(|i| EtcdServer::new(&format!("m{i}"), free_port(), free_port()))
                 .collect();
@@ -232,8 +238,9 @@ impl EtcdCluster {
             if members.iter_mut().all(|m| m.await_ready(limit)) {
                 return EtcdCluster { members };
             }
+            last = members.iter().map(EtcdServer::log_tail).collect();
         }
-        panic!("could not start a 3-member etcd cluster on free ports");
+        panic!("could not start a 3-member etcd cluster on free ports: {last}");
     }
 
     /// `etcd://a,b,c` naming every member.

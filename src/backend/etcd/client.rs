@@ -22,7 +22,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// A connection to one etcd cluster (any of its endpoints).
 #[derive(Clone)]
 pub struct Client {
-    channel: Channel,
+    /// Every endpoint of the cluster, in the order given.
+    endpoints: Arc<Vec<Endpoint>>,
+    /// The endpoint in use (its index) and its connection.
+    current: Arc<RwLock<(usize, Channel)>>,
     /// `etcd://host:port,…` for messages.
     name: String,
     /// User and password, when the cluster has authentication on.
@@ -68,12 +71,25 @@ impl Client {
                 .keep_alive_timeout(Duration::from_secs(5));
             eps.push(ep);
         }
-        let channel = match eps.as_slice() {
-            [one] => one.connect().await.map_err(|e| unavailable(&e))?,
-            _ => Channel::balance_list(eps.into_iter()),
+        let mut last = None;
+        let mut current = None;
+        for (i, ep) in eps.iter().enumerate() {
+            match ep.connect().await {
+                Ok(channel) => {
+                    current = Some((i, channel));
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(current) = current else {
+            return Err(unavailable(
+                &last.map_or_else(String::new, |e| e.to_string()),
+            ));
         };
         let client = Client {
-            channel,
+            endpoints: Arc::new(eps),
+            current: Arc::new(RwLock::new(current)),
             name: name.to_string(),
             credentials: credentials.map(Arc::new),
             token: Arc::default(),
@@ -108,17 +124,53 @@ impl Client {
         req
     }
 
+    fn channel(&self) -> (usize, Channel) {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Moves to the next endpoint that connects, after endpoint `failed` failed; false when
+    /// there is none (or only one endpoint). Another request may have moved on already.
+    async fn failover(&self, failed: usize) -> bool {
+        let n = self.endpoints.len();
+        if n < 2 {
+            return false;
+        }
+        if self.channel().0 != failed {
+            return true;
+        }
+        for step in 1..n {
+            let i = (failed + step) % n;
+            if let Ok(channel) = self.endpoints[i].connect().await {
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) = (i, channel);
+                return true;
+            }
+        }
+        false
+    }
+
     fn fail(&self, what: &str, e: impl std::fmt::Display) -> Error {
         Error::Unavailable(format!("{}: {what}: {e}", self.name))
     }
 
-    /// One call; a stale auth token is renewed once.
+    /// One call; a stale auth token is renewed once, and an endpoint that does not answer
+    /// is left for the next one (the calls dlock makes may be repeated safely: a create
+    /// if absent, a compare-and-put, a revoke; a repeated grant leaves a lease that expires).
     async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
     where
         Req: prost::Message + Clone + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        match self.call(path, req.clone()).await {
+        let used = self.channel().0;
+        let answer = match self.call(path, req.clone()).await {
+            Err(e) if self.unreachable(&e) && self.failover(used).await => {
+                self.call(path, req.clone()).await
+            }
+            other => other,
+        };
+        match answer {
             Err(e) if self.credentials.is_some() && e.to_string().contains(STALE_TOKEN) => {
                 self.authenticate().await?;
                 self.call(path, req).await
@@ -127,12 +179,28 @@ impl Client {
         }
     }
 
+    /// True for an error that another endpoint may not have: no connection, no answer in
+    /// time, or a member that has no leader.
+    fn unreachable(&self, e: &Error) -> bool {
+        let text = e.to_string();
+        [
+            "connect",
+            "no answer within",
+            "Unavailable",
+            "transport",
+            "no leader",
+            "leader changed",
+        ]
+        .iter()
+        .any(|s| text.contains(s))
+    }
+
     async fn call<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut grpc = tonic::client::Grpc::new(self.channel().1);
         let call = async {
             grpc.ready().await.map_err(|e| self.fail(path, e))?;
             let codec = ProstCodec::<Req, Resp>::default();
@@ -164,7 +232,7 @@ impl Client {
                 rx,
                 |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
             );
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut grpc = tonic::client::Grpc::new(self.channel().1);
         let call = async {
             grpc.ready().await.map_err(|e| self.fail(path, e))?;
             let codec = ProstCodec::<Req, Resp>::default();
@@ -263,13 +331,19 @@ impl KeepAlive {
     /// Refreshes `lease` to its granted TTL; the TTL the server answers (0: the lease is
     /// gone). A failed stream is dropped and opened again by the next call.
     pub async fn once(&mut self, lease: i64) -> Result<i64> {
+        let used = self.client.channel().0;
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.round(lease)).await;
         let answer =
             answer.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
-        answer.map_err(|e| {
-            self.stream = None;
-            self.client.fail("lease keep-alive", e)
-        })
+        match answer {
+            Ok(ttl) => Ok(ttl),
+            Err(e) => {
+                // The next renewal opens a new stream, on another endpoint if this one is gone.
+                self.stream = None;
+                self.client.failover(used).await;
+                Err(self.client.fail("lease keep-alive", e))
+            }
+        }
     }
 
     async fn round(&mut self, lease: i64) -> std::result::Result<i64, String> {
