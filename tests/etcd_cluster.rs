@@ -91,3 +91,41 @@ fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
         .unwrap();
     assert!(next > token, "{token} then {next}");
 }
+
+/// With two of three members frozen no keep-alive is answered: exec kills its command
+/// before the lease could expire (exit 79), and once the members are back nobody else
+/// held the lock meanwhile.
+#[test]
+fn a_lost_quorum_kills_the_command_before_the_lease_ends() {
+    let cluster = EtcdCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!("echo $$ > '{}'; sleep 60", ready.display());
+    let mut holder = dlock()
+        .env("DLOCK_URL", cluster.url())
+        .args(["exec", "job", "--ttl", "3s", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid: u32 = read_when_ready(&ready, Duration::from_secs(20))
+        .parse()
+        .unwrap();
+    let frozen_at = std::time::Instant::now();
+    cluster.members[1].pause();
+    cluster.members[2].pause();
+    let status = wait_exit(&mut holder, Duration::from_secs(10)).expect("dlock still runs");
+    let took = frozen_at.elapsed();
+    assert_eq!(status.code(), Some(i32::from(dlock::exit::LEASE_LOST)));
+    assert!(!common::alive(pid), "the command outlived its lease");
+    // The last answered keep-alive was sent at most a third of the TTL before the freeze.
+    assert!(took < Duration::from_secs(3), "killed after {took:?}");
+    cluster.members[1].resume();
+    cluster.members[2].resume();
+    let next = dlock()
+        .env("DLOCK_URL", cluster.url())
+        .args(["exec", "job", "--timeout", "20s", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(next.status.success(), "{next:?}");
+}

@@ -235,3 +235,26 @@ fn user_and_password_in_the_url() {
     ]);
     assert_eq!(keys, "", "nothing left held");
 }
+
+#[test]
+fn a_killed_waiter_leaves_the_line_within_its_ttl() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = dlock_exec(&server, dir.path());
+    read_when_ready(&dir.path().join("dlock-start"), Duration::from_secs(20));
+    let mut waiter = dlock();
+    waiter
+        .env("DLOCK_URL", server.url())
+        .args(["exec", "job", "--ttl", "2s", "--", "true"]);
+    let mut waiter = spawn(waiter);
+    assert!(wait_for(Duration::from_secs(20), || contenders(&server) == 2));
+    let killed = std::time::Instant::now();
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || contenders(&server) == 1));
+    let left = killed.elapsed();
+    // Its lease ends at most one TTL (2 s) after its last keep-alive, plus the server's check.
+    assert!(left < Duration::from_millis(3500), "left after {left:?}");
+    std::fs::write(dir.path().join("go-dlock"), "").unwrap();
+    assert!(wait_exit(&mut holder, Duration::from_secs(20)).is_some());
+}
