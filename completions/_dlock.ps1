@@ -21,8 +21,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'dlock' {
-            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
-            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
@@ -43,7 +43,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;exec' {
-            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
@@ -71,7 +71,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;lock' {
-            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)')
             [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
             [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
             [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
@@ -111,7 +111,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
         }
         'dlock;renew' {
             [CompletionResult]::new('--owner', '--owner', [CompletionResultType]::ParameterName, 'The owner id printed by `lock` (default: $DLOCK_OWNER)')
-            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease length, from now')
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'New lease length, from now. An etcd lease keeps the TTL it was granted with: a longer one is refused')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')

@@ -18,8 +18,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
     }
     var completions = [
         &'dlock'= {
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
             cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
@@ -39,7 +39,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'dlock;exec'= {
-            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs'
+            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)'
             cand -w 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand -E 'Exit code when the lock was not obtained (0-255)'
@@ -66,7 +66,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'dlock;lock'= {
-            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs'
+            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)'
             cand -w 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
             cand -E 'Exit code when the lock was not obtained (0-255)'
@@ -104,7 +104,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
         }
         &'dlock;renew'= {
             cand --owner 'The owner id printed by `lock` (default: $DLOCK_OWNER)'
-            cand --ttl 'New lease length, from now'
+            cand --ttl 'New lease length, from now. An etcd lease keeps the TTL it was granted with: a longer one is refused'
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'

@@ -24,7 +24,7 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_needs_command" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
@@ -39,7 +39,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "renew" -d 'Extend a hel
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
@@ -57,7 +57,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-re
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
@@ -82,7 +82,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s q -l quiet -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand unlock" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l owner -d 'The owner id printed by `lock` (default: $DLOCK_OWNER)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand renew" -l ttl -d 'New lease length, from now' -r
+complete -c dlock -n "__fish_dlock_using_subcommand renew" -l ttl -d 'New lease length, from now. An etcd lease keeps the TTL it was granted with: a longer one is refused' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand renew" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"

@@ -210,7 +210,8 @@ impl Command {
 // How to acquire: shared by `exec` and `lock` (plain comment: see `Late`).
 #[derive(Debug, Clone, Args)]
 pub struct AcquireOpts {
-    /// Lease length; exec renews it every TTL/3 while the command runs.
+    /// Lease length; exec renews it every TTL/3 while the command runs. On etcd it is
+    /// rounded up to whole seconds (never shortened).
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
@@ -358,7 +359,8 @@ pub struct RenewArgs {
     #[arg(long, env = "DLOCK_OWNER", hide_env_values = true, value_name = "ID")]
     pub owner: Option<String>,
 
-    /// New lease length, from now.
+    /// New lease length, from now. An etcd lease keeps the TTL it was granted with: a
+    /// longer one is refused.
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 

@@ -17,6 +17,8 @@
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
+//! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`), `etcd_cluster` (leader and
+//!   quorum loss).
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
@@ -40,6 +42,9 @@ mod lease_clock;
 mod scripts;
 
 mod connections;
+mod etcd;
+mod etcd_cluster;
+mod etcd_interop;
 mod redis_faults;
 mod unanswered;
 

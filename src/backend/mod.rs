@@ -11,6 +11,7 @@
 //!   (a Redis `BLPOP` on the waiter's own wake list or pub/sub, kernel file locks) instead
 //!   of polling.
 
+pub mod etcd;
 pub mod local;
 pub mod memory;
 pub mod redis;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::{local, memory, redis, redlock, Backend};
+use super::{etcd, local, memory, redis, redlock, Backend};
 use crate::config::{parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
 
@@ -61,6 +61,14 @@ pub static SCHEMES: &[Scheme] = &[
         family: "redis",
         check: check_sentinel,
         open: open_redis,
+    },
+    Scheme {
+        prefixes: &["etcd://"],
+        help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds)",
+        host_list: true,
+        family: "etcd",
+        check: check_etcd,
+        open: open_etcd,
     },
     Scheme {
         prefixes: &["file://"],
@@ -154,6 +162,18 @@ fn no_check(_: &str) -> Result<()> {
 
 fn check_sentinel(url: &str) -> Result<()> {
     parse_sentinel_url(url).map(drop)
+}
+
+fn check_etcd(url: &str) -> Result<()> {
+    etcd::url::parse(url).map(drop)
+}
+
+fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let t = etcd::url::parse(url)?;
+        let store = etcd::store::EtcdStore::connect(&t).await?;
+        Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
 }
 
 fn check_file(url: &str) -> Result<()> {

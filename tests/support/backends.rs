@@ -113,6 +113,14 @@ pub mod factory {
         (Arc::new(backend), Box::new(servers))
     }
 
+    /// A single etcd member on free ports, opened through the scheme table.
+    pub async fn etcd() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::EtcdServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("etcd URL");
+        let backend = dlock::backend::open(&spec).await.expect("connect to etcd");
+        (backend, Box::new(server))
+    }
+
     /// The in-memory reference store, opened through the scheme table as a user's URL would be
     /// (a fresh name per test: stores are shared by name within the process).
     pub async fn memory() -> (Arc<dyn Backend>, Guard) {

@@ -3,10 +3,13 @@
 
 use std::net::TcpListener;
 
+mod etcd;
 mod redis;
 mod silent;
 mod tls;
 
+#[allow(unused_imports)] // the bench uses Redis only
+pub use etcd::{EtcdCluster, EtcdServer};
 pub use redis::RedisServer;
 pub use silent::Silent;
 pub use tls::{pki, self_signed};

@@ -1,0 +1,238 @@
+//! The shape of etcd's `concurrency.Mutex` locks, as pure functions: key names, the
+//! transactions, and what a lock key's value says. No I/O here.
+//!
+//! A lock NAME is the set of keys `<prefix>NAME/<lease id in hex>`, one per contender,
+//! each attached to its contender's lease. The holder is the key with the lowest create
+//! revision; the others wait in create-revision order.
+
+use serde::{Deserialize, Serialize};
+
+use super::client::prefix_end;
+use super::proto::*;
+use crate::backend::{Holder, LockInfo, WaiterInfo};
+
+/// What dlock stores in its lock keys (`etcdctl lock` stores nothing).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub owner: String,
+    pub depth: u32,
+    /// The fencing token once the key was rewritten after it was acquired (re-entered);
+    /// until then it is the key's mod revision: its creation when it took a free lock, the
+    /// write that marked its turn when it waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    #[serde(flatten)]
+    pub holder: Holder,
+}
+
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// One contender's key, read back.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub kv: KeyValue,
+    pub meta: Meta,
+}
+
+impl Entry {
+    /// Reads a lock key; a key that is not dlock's JSON (an `etcdctl lock` key) is named
+    /// by its lease, as `etcdctl lease` does.
+    pub fn read(kv: KeyValue) -> Entry {
+        let meta = serde_json::from_slice::<Meta>(&kv.value).unwrap_or_else(|_| Meta {
+            owner: format!("{:x}", kv.lease),
+            depth: 1,
+            token: None,
+            holder: Holder {
+                command: "(etcdctl lock)".into(),
+                ..Holder::default()
+            },
+        });
+        Entry { kv, meta }
+    }
+
+    pub fn token(&self) -> u64 {
+        self.meta
+            .token
+            .unwrap_or(self.kv.mod_revision.max(0) as u64)
+    }
+
+    /// True when `owner` names this entry: its owner id, or its lease in hex.
+    pub fn owned_by(&self, owner: &str) -> bool {
+        self.meta.owner == owner || format!("{:x}", self.kv.lease) == owner
+    }
+
+    pub fn info(&self, name: &str, ttl_left_ms: Option<u64>) -> LockInfo {
+        LockInfo {
+            key: name.to_string(),
+            owner: self.meta.owner.clone(),
+            fencing_token: self.token(),
+            holder: self.meta.holder.clone(),
+            ttl_left_ms,
+            depth: self.meta.depth.max(1),
+        }
+    }
+
+    pub fn waiter(&self) -> WaiterInfo {
+        WaiterInfo {
+            id: self.meta.owner.clone(),
+            holder: self.meta.holder.clone(),
+        }
+    }
+}
+
+/// `<prefix>NAME/`: every contender's key for lock NAME starts with it.
+pub fn lock_dir(prefix: &str, name: &str) -> Vec<u8> {
+    format!("{prefix}{name}/").into_bytes()
+}
+
+/// A contender's key: `<prefix>NAME/<lease hex>`, as `etcdctl lock` names it.
+pub fn contender_key(dir: &[u8], lease: i64) -> Vec<u8> {
+    let mut key = dir.to_vec();
+    key.extend_from_slice(format!("{lease:x}").as_bytes());
+    key
+}
+
+/// The lock name of `key` under `prefix` when it has a contender key's shape
+/// (`<prefix>NAME/<hex of its own lease>`), else `None`: other keys are not locks.
+pub fn lock_name(prefix: &str, kv: &KeyValue) -> Option<String> {
+    let key = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?;
+    let (name, lease) = key.rsplit_once('/')?;
+    (kv.lease != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease))
+        .then(|| name.to_string())
+}
+
+fn op(request: Request) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+/// Every key under `dir`, oldest first (`limit` 0: all).
+pub fn contenders(dir: &[u8], limit: i64) -> RangeRequest {
+    RangeRequest {
+        key: dir.to_vec(),
+        range_end: prefix_end(dir),
+        limit,
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        ..Default::default()
+    }
+}
+
+/// The newest contender created before `rev`: the one a waiter at `rev` watches.
+pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
+    RangeRequest {
+        sort_order: SortOrder::Descend as i32,
+        max_create_revision: rev - 1,
+        limit: 1,
+        ..contenders(dir, 1)
+    }
+}
+
+/// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
+/// `tryAcquire`): responses are [put or our key, the oldest contender].
+pub fn enter(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64) -> TxnRequest {
+    let absent = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(0)),
+        range_end: Vec::new(),
+    };
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        lease,
+        ..Default::default()
+    };
+    let ours = RangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    };
+    TxnRequest {
+        compare: vec![absent],
+        success: vec![
+            op(Request::Put(put)),
+            op(Request::Range(contenders(dir, 1))),
+        ],
+        failure: vec![
+            op(Request::Range(ours)),
+            op(Request::Range(contenders(dir, 1))),
+        ],
+    }
+}
+
+/// Rewrites `key`'s value if it is still at `mod_revision`, keeping its lease.
+pub fn rewrite(key: &[u8], mod_revision: i64, value: Vec<u8>) -> TxnRequest {
+    let unchanged = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Mod as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::ModRevision(mod_revision)),
+        range_end: Vec::new(),
+    };
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        ignore_lease: true,
+        ..Default::default()
+    };
+    TxnRequest {
+        compare: vec![unchanged],
+        success: vec![op(Request::Put(put))],
+        failure: Vec::new(),
+    }
+}
+
+/// The key-values of a transaction's `i`th answer, when it is a range.
+pub fn range_kvs(resp: &TxnResponse, i: usize) -> &[KeyValue] {
+    match resp.responses.get(i).and_then(|r| r.response.as_ref()) {
+        Some(Response::Range(r)) => &r.kvs,
+        _ => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(key: &str, lease: i64) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            lease,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lock_keys_are_told_by_their_shape() {
+        assert_eq!(contender_key(b"job/", 0x694d7d5e), b"job/694d7d5e");
+        assert_eq!(
+            lock_name("", &kv("job/694d7d5e", 0x694d7d5e)).as_deref(),
+            Some("job")
+        );
+        assert_eq!(lock_name("", &kv("a/b/1f", 0x1f)).as_deref(), Some("a/b"));
+        assert_eq!(lock_name("p/", &kv("p/x/1f", 0x1f)).as_deref(), Some("x"));
+        // Not locks: no lease, a suffix that is not the key's own lease, another prefix.
+        assert_eq!(lock_name("", &kv("job/1f", 0)), None);
+        assert_eq!(lock_name("", &kv("job/1f", 0x2f)), None);
+        assert_eq!(lock_name("", &kv("/1f", 0x1f)), None);
+        assert_eq!(lock_name("p/", &kv("q/x/1f", 0x1f)), None);
+    }
+
+    #[test]
+    fn etcdctl_keys_are_named_by_their_lease() {
+        let mut k = kv("job/1f", 0x1f);
+        k.create_revision = 7;
+        k.mod_revision = 7;
+        let e = Entry::read(k);
+        assert_eq!(e.meta.owner, "1f");
+        assert!(e.owned_by("1f"));
+        assert_eq!(e.token(), 7);
+        assert_eq!(e.info("job", None).depth, 1);
+    }
+}

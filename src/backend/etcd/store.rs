@@ -1,0 +1,451 @@
+//! The etcd [`LockStore`]: the lock recipe of etcd's `concurrency.Mutex` on the store seam.
+//!
+//! Each acquisition has its own lease (the waiter's key lives on it, and becomes the
+//! holder's key); a waiter watches only the deletion of the contender just before it.
+//! The fencing token is the revision at which the holder acquired: its key's create
+//! revision when it took a free lock, else the revision of the write that records the token
+//! once its predecessors are gone (later than any earlier holder's release).
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::Mutex;
+
+use super::client::{prefix_end, Client, KeepAlive};
+use super::proto::*;
+use super::recipe::{self, Entry, Meta};
+use super::url::Target;
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::{now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
+use crate::error::{Error, Result};
+
+/// A connection to one etcd cluster, holding locks under `prefix`.
+pub struct EtcdStore {
+    client: Client,
+    name: String,
+    prefix: String,
+    /// Renewals of any lease go through one keep-alive stream.
+    keep_alive: Mutex<KeepAlive>,
+}
+
+/// One acquisition: its lease and, once queued, its key's create revision.
+#[derive(Default)]
+pub struct EtcdWaiter {
+    lease: Option<Granted>,
+    queued_at: Option<i64>,
+}
+
+struct Granted {
+    id: i64,
+    ttl: Duration,
+    /// When the last grant or keep-alive that was answered was sent.
+    refreshed: Instant,
+}
+
+/// etcd TTLs are whole seconds: a TTL is rounded up, never shortened.
+pub fn whole_seconds(ttl: Duration) -> i64 {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    secs.max(1) as i64
+}
+
+fn lease_not_found(e: &Error) -> bool {
+    e.to_string().contains("lease not found")
+}
+
+impl EtcdStore {
+    /// Connects to the cluster an `etcd://` URL names.
+    pub async fn connect(t: &Target) -> Result<EtcdStore> {
+        let client = Client::connect(&t.endpoints, &t.name, t.credentials.clone()).await?;
+        Ok(EtcdStore {
+            keep_alive: Mutex::new(client.keep_alive()),
+            client,
+            name: t.name.clone(),
+            prefix: t.prefix.clone(),
+        })
+    }
+
+    fn dir(&self, key: &str) -> Vec<u8> {
+        recipe::lock_dir(&self.prefix, key)
+    }
+
+    /// The lease of this acquisition, granted on first use.
+    async fn lease(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<(i64, Duration)> {
+        if let Some(g) = &w.lease {
+            return Ok((g.id, g.ttl));
+        }
+        let sent = Instant::now();
+        let resp = self.client.grant(whole_seconds(req.ttl)).await?;
+        let ttl = Duration::from_secs(resp.ttl.max(1) as u64);
+        w.lease = Some(Granted {
+            id: resp.id,
+            ttl,
+            refreshed: sent,
+        });
+        Ok((resp.id, ttl))
+    }
+
+    /// Every contender for `key`, oldest (the holder) first.
+    async fn entries(&self, key: &str) -> Result<(Vec<Entry>, i64)> {
+        let resp = self
+            .client
+            .range(recipe::contenders(&self.dir(key), 0))
+            .await?;
+        let rev = resp.header.map_or(0, |h| h.revision);
+        Ok((resp.kvs.into_iter().map(Entry::read).collect(), rev))
+    }
+
+    fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
+        Lease {
+            key: key.to_string(),
+            owner: e.meta.owner.clone(),
+            fencing_token: e.token(),
+            ttl,
+            reentered: false,
+            sent_at,
+            bound: false,
+            expires_at_ms: now_ms() + ttl.as_millis() as u64,
+        }
+    }
+
+    /// Re-enters `key` when one of `req.reenter` holds it: one level deeper on its lease.
+    async fn reenter(&self, req: &AcquireRequest) -> Result<Option<Acquired>> {
+        if req.reenter.is_empty() {
+            return Ok(None);
+        }
+        let sent = Instant::now();
+        let (entries, _) = self.entries(&req.key).await?;
+        let Some(holder) = entries.first() else {
+            return Ok(None);
+        };
+        if !req.reenter.iter().any(|o| holder.owned_by(o)) {
+            return Ok(None);
+        }
+        let mut meta = holder.meta.clone();
+        meta.depth += 1;
+        meta.token = Some(holder.token());
+        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
+        if !self.client.txn(txn).await?.succeeded {
+            return Ok(None); // changed meanwhile: attempt as anyone would
+        }
+        let ttl = self.client.time_to_live(holder.kv.lease).await?;
+        let ttl = Duration::from_secs(ttl.ttl.max(0) as u64);
+        let mut lease = self.lease_of(holder, &req.key, ttl, sent);
+        lease.reentered = true;
+        Ok(Some(Acquired { lease, guard: None }))
+    }
+
+    /// Takes the key or queues for it, on a granted lease.
+    async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
+        let (id, ttl) = self.lease(req, w).await?;
+        let sent = w.lease.as_ref().map_or_else(Instant::now, |g| g.refreshed);
+        let dir = self.dir(&req.key);
+        let key = recipe::contender_key(&dir, id);
+        let mut meta = Meta {
+            owner: req.owner.clone(),
+            depth: 1,
+            token: None,
+            holder: req.holder.clone(),
+        };
+        meta.holder.acquired_at_ms = now_ms();
+        let resp = self
+            .client
+            .txn(recipe::enter(&dir, &key, meta.encode(), id))
+            .await?;
+        let rev = resp.header.as_ref().map_or(0, |h| h.revision);
+        let ours = match resp.succeeded {
+            true => rev,
+            false => match recipe::range_kvs(&resp, 0).first() {
+                Some(kv) => kv.create_revision,
+                None => return Err(self.client_gone(&req.key)),
+            },
+        };
+        w.queued_at = Some(ours);
+        let holder = recipe::range_kvs(&resp, 1)
+            .first()
+            .cloned()
+            .map(Entry::read);
+        match holder {
+            Some(h) if h.kv.create_revision != ours => Ok(Attempt::Busy(Busy {
+                holder: Some(h.info(&req.key, None)),
+                ..Busy::default()
+            })),
+            _ if resp.succeeded => {
+                let kv = KeyValue {
+                    key,
+                    create_revision: rev,
+                    mod_revision: rev,
+                    lease: id,
+                    value: meta.encode(),
+                    ..KeyValue::default()
+                };
+                let lease = self.lease_of(&Entry::read(kv), &req.key, ttl, sent);
+                Ok(Attempt::Granted(Acquired { lease, guard: None }))
+            }
+            _ => {
+                // Our predecessors are gone: the token is the revision of this write,
+                // later than any earlier holder's release (`Entry::token` reads it back).
+                meta.holder.acquired_at_ms = now_ms();
+                let txn = recipe::rewrite(&key, rev_of_ours(&resp), meta.encode());
+                let done = self.client.txn(txn).await?;
+                if !done.succeeded {
+                    return Err(self.client_gone(&req.key));
+                }
+                meta.token = done.header.map(|h| h.revision as u64);
+                let entry = Entry {
+                    kv: KeyValue::default(),
+                    meta,
+                };
+                let lease = self.lease_of(&entry, &req.key, ttl, sent);
+                Ok(Attempt::Granted(Acquired { lease, guard: None }))
+            }
+        }
+    }
+
+    fn client_gone(&self, key: &str) -> Error {
+        Error::Unavailable(format!(
+            "{}: lock '{key}': our waiting key vanished (its lease expired?)",
+            self.name
+        ))
+    }
+
+    /// Keeps the waiter's lease alive while it waits; false when the lease is gone.
+    async fn refresh(&self, w: &mut EtcdWaiter) -> Result<bool> {
+        let Some(g) = &mut w.lease else {
+            return Ok(true);
+        };
+        if g.refreshed.elapsed() < g.ttl / 3 {
+            return Ok(true);
+        }
+        let sent = Instant::now();
+        let ttl = self.keep_alive.lock().await.once(g.id).await?;
+        if ttl <= 0 {
+            w.lease = None;
+            w.queued_at = None;
+            return Ok(false);
+        }
+        g.refreshed = sent;
+        Ok(true)
+    }
+
+    /// Waits until the contender just before `rev` is deleted, for at most `pause`.
+    async fn await_predecessor(&self, key: &str, rev: i64, pause: Duration) -> Result<()> {
+        let dir = self.dir(key);
+        let resp = self.client.range(recipe::predecessor(&dir, rev)).await?;
+        let Some(pred) = resp.kvs.first() else {
+            return Ok(()); // we are first: attempt again
+        };
+        let from = resp.header.map_or(0, |h| h.revision) + 1;
+        let mut watch = self.client.watch_stream();
+        let deleted = async {
+            watch.create(&pred.key, from).await?;
+            loop {
+                let answer = watch.next().await?;
+                let delete = EventType::Delete as i32;
+                if answer.events.iter().any(|e| e.r#type == delete) {
+                    return Ok::<(), Error>(());
+                }
+            }
+        };
+        match tokio::time::timeout(pause, deleted).await {
+            Ok(done) => done,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// The mod revision of our key in an `enter` transaction that found it.
+fn rev_of_ours(resp: &TxnResponse) -> i64 {
+    recipe::range_kvs(resp, 0)
+        .first()
+        .map_or(0, |kv| kv.mod_revision)
+}
+
+#[async_trait]
+impl LockStore for EtcdStore {
+    type Waiter = EtcdWaiter;
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn begin(&self, _req: &AcquireRequest) -> Result<EtcdWaiter> {
+        Ok(EtcdWaiter::default())
+    }
+
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        w: &mut EtcdWaiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        if let Some(acquired) = self.reenter(req).await? {
+            if let Some(g) = w.lease.take() {
+                self.client.revoke(g.id).await?;
+            }
+            return Ok(Attempt::Granted(acquired));
+        }
+        let attempt = match self.enter(req, w).await {
+            Err(e) if lease_not_found(&e) => {
+                w.lease = None; // expired while we waited: queue again on a new one
+                self.enter(req, w).await?
+            }
+            other => other?,
+        };
+        if matches!(attempt, Attempt::Busy(_)) && !enqueue {
+            if let Some(g) = w.lease.take() {
+                self.client.revoke(g.id).await?;
+            }
+            w.queued_at = None;
+        }
+        Ok(attempt)
+    }
+
+    async fn sleep(
+        &self,
+        req: &AcquireRequest,
+        w: &mut EtcdWaiter,
+        _busy: &Busy,
+        pause: Duration,
+        round: u32,
+    ) -> Result<Woken> {
+        if !self.refresh(w).await? {
+            return Ok(Woken::Again);
+        }
+        match (w.queued_at, &w.lease) {
+            (Some(rev), Some(g)) => {
+                let pause = pause.min(g.ttl / 3);
+                self.await_predecessor(&req.key, rev, pause).await?;
+            }
+            _ => {
+                let pause = crate::backend::waiting::backoff(round).min(pause);
+                tokio::time::sleep(pause).await;
+            }
+        }
+        Ok(Woken::Again)
+    }
+
+    async fn leave(&self, _req: &AcquireRequest, w: EtcdWaiter) {
+        if let Some(g) = w.lease {
+            let _ = self.client.revoke(g.id).await;
+        }
+    }
+
+    /// A keep-alive: the lease runs its granted TTL again. An etcd lease keeps that TTL
+    /// for life, so a longer one is refused rather than silently shortened.
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        let (entries, _) = self.entries(key).await?;
+        let holder = match entries.first() {
+            Some(h) if h.owned_by(owner) => h,
+            Some(_) => return Err(Error::held_by_other("renew", key, &self.name, owner)),
+            None => return Err(Error::lease_gone("renew", key, &self.name)),
+        };
+        let granted = self.client.time_to_live(holder.kv.lease).await?.granted_ttl;
+        if whole_seconds(ttl) > granted {
+            return Err(Error::Usage(format!(
+                "cannot renew lock '{key}' on {} for {ttl:?}: an etcd lease keeps the TTL it was granted with ({granted}s); acquire it with the longer --ttl",
+                self.name
+            )));
+        }
+        let sent = Instant::now();
+        let left = self.keep_alive.lock().await.once(holder.kv.lease).await?;
+        if left <= 0 {
+            return Err(Error::lease_gone("renew", key, &self.name));
+        }
+        Ok(self.lease_of(holder, key, Duration::from_secs(left as u64), sent))
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        let (entries, _) = self.entries(key).await?;
+        let Some(holder) = entries.first() else {
+            return match mode {
+                ReleaseMode::Force => Ok(Released {
+                    previous_owner: None,
+                    still_held: false,
+                }),
+                _ => Err(Error::lease_gone("release", key, &self.name)),
+            };
+        };
+        if mode != ReleaseMode::Force && !holder.owned_by(owner) {
+            return Err(Error::held_by_other("release", key, &self.name, owner));
+        }
+        let previous_owner = Some(holder.meta.owner.clone());
+        if mode == ReleaseMode::One && holder.meta.depth > 1 {
+            let mut meta = holder.meta.clone();
+            meta.depth -= 1;
+            meta.token = Some(holder.token());
+            let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
+            if self.client.txn(txn).await?.succeeded {
+                return Ok(Released {
+                    previous_owner,
+                    still_held: true,
+                });
+            }
+            return Err(Error::lease_gone("release", key, &self.name));
+        }
+        self.client.revoke(holder.kv.lease).await?;
+        Ok(Released {
+            previous_owner,
+            still_held: false,
+        })
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        let names = match keys {
+            [] => self.lock_names().await?,
+            named => named.to_vec(),
+        };
+        let mut all = Vec::new();
+        for name in names {
+            let (entries, _) = self.entries(&name).await?;
+            let lock = match entries.first() {
+                Some(h) => {
+                    let ttl = self.client.time_to_live(h.kv.lease).await?;
+                    let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
+                    Some(h.info(&name, left))
+                }
+                None => None,
+            };
+            if keys.is_empty() && lock.is_none() {
+                continue;
+            }
+            let waiters = entries.iter().skip(1).map(Entry::waiter).collect();
+            all.push(KeyStatus {
+                key: name,
+                lock,
+                waiters: Some(waiters),
+                servers: None,
+            });
+        }
+        Ok(all)
+    }
+
+    fn heartbeat(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+}
+
+impl EtcdStore {
+    /// The names of every lock under the prefix, told from other keys by their shape.
+    async fn lock_names(&self) -> Result<Vec<String>> {
+        let start = if self.prefix.is_empty() {
+            vec![0]
+        } else {
+            self.prefix.as_bytes().to_vec()
+        };
+        let req = RangeRequest {
+            range_end: prefix_end(self.prefix.as_bytes()),
+            key: start,
+            keys_only: true,
+            ..Default::default()
+        };
+        let resp = self.client.range(req).await?;
+        let mut names: Vec<String> = resp
+            .kvs
+            .iter()
+            .filter_map(|kv| recipe::lock_name(&self.prefix, kv))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+}
