@@ -39,9 +39,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The environment variable that names the backend when no `--url` is given.
-pub const URL_ENV: &str = "DLOCK_URL";
-
 /// The `--url` help: every scheme of [`crate::backend::registry`], then how URLs combine.
 fn url_help() -> String {
     format!(
@@ -61,7 +58,7 @@ pub struct GlobalArgs {
     #[arg(
         short = 'u',
         long = "url",
-        env = URL_ENV,
+        env = crate::env::URL,
         value_delimiter = ',',
         hide_env_values = true,
         value_name = "URL",
@@ -111,7 +108,7 @@ pub struct Output {
 
     /// The events of -v as `text` lines or `json` objects, one per line on stderr (json
     /// shows them without -v).
-    #[arg(long, value_name = "FORMAT", env = "DLOCK_LOG_FORMAT")]
+    #[arg(long, value_name = "FORMAT", env = crate::env::LOG_FORMAT)]
     pub log_format: Option<LogFormat>,
 }
 
@@ -337,7 +334,7 @@ pub struct UnlockArgs {
     pub key: String,
 
     /// The owner id printed by `lock` (default: $DLOCK_OWNER).
-    #[arg(long, env = "DLOCK_OWNER", hide_env_values = true, value_name = "ID")]
+    #[arg(long, env = crate::env::OWNER, hide_env_values = true, value_name = "ID")]
     pub owner: Option<String>,
 
     /// Release whoever holds it (says so on stderr).
@@ -356,7 +353,7 @@ pub struct RenewArgs {
     pub key: String,
 
     /// The owner id printed by `lock` (default: $DLOCK_OWNER).
-    #[arg(long, env = "DLOCK_OWNER", hide_env_values = true, value_name = "ID")]
+    #[arg(long, env = crate::env::OWNER, hide_env_values = true, value_name = "ID")]
     pub owner: Option<String>,
 
     /// New lease length, from now. An etcd lease keeps the TTL it was granted with: a

@@ -15,21 +15,6 @@ pub const MIN_TTL: Duration = Duration::from_millis(100);
 pub const MAX_TTL: Duration = Duration::from_secs(366 * 24 * 3600);
 /// Longest key, in bytes. Keys end up in file names and Redis key names.
 pub const MAX_KEY_LEN: usize = 512;
-/// Environment variable naming the local store's directory.
-pub const DIR_ENV: &str = "DLOCK_DIR";
-/// The environment variables through which a caller's setting or an enclosing lease reaches
-/// `dlock` (`exec` sets the lease ones for its command). Harnesses that run `dlock` clear
-/// them, so that whatever the caller's shell holds cannot leak into a measurement or a test.
-pub const INHERITED_ENV: [&str; 8] = [
-    "DLOCK_URL",
-    crate::credentials::URL_FD_ENV,
-    crate::cmd::acquire::OWNER_ENV,
-    crate::cmd::acquire::OWNERS_ENV,
-    "DLOCK_KEY",
-    "DLOCK_FENCING_TOKEN",
-    DIR_ENV,
-    crate::backend::redis::AUTH_ENV,
-];
 /// The local store's directory when neither `file://DIR` nor `DLOCK_DIR` is given:
 /// per host, shared by all users, and kept across reboots so fencing counters never reset.
 pub const DEFAULT_DIR: &str = "/var/tmp/dlock";
@@ -215,7 +200,7 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// The local store's directory: `DLOCK_DIR` or [`DEFAULT_DIR`].
 pub fn default_dir() -> PathBuf {
-    match std::env::var_os(DIR_ENV) {
+    match std::env::var_os(crate::env::DIR) {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => PathBuf::from(DEFAULT_DIR),
     }

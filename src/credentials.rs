@@ -3,7 +3,7 @@
 //!
 //! `exec` gives its command `DLOCK_URL` with every password removed. When the URLs carried
 //! one, the full URLs go into a sealed, unlinked in-memory file (`memfd`) that the command
-//! inherits as an open file descriptor, whose number is in [`URL_FD_ENV`]. A nested
+//! inherits as an open file descriptor, whose number is in [`crate::env::URL_FD`]. A nested
 //! `dlock` reads it back and uses, for each URL it was given without a password, the full
 //! URL that strips down to exactly that one ([`restore`]). So a password only ever goes
 //! to the server it was given for: a command that points `DLOCK_URL` elsewhere gets none.
@@ -23,8 +23,6 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 
 use crate::error::{Error, Result};
 
-/// The number of the inherited descriptor holding the full backend URLs.
-pub const URL_FD_ENV: &str = "DLOCK_URL_FD";
 /// The memfd's name, as `/proc/self/fd/N` shows it (`/memfd:dlock-url (deleted)`): a
 /// descriptor under that number that is anything else is not read.
 const NAME: &CStr = c"dlock-url";
@@ -41,9 +39,9 @@ pub struct ForChild {
 impl ForChild {
     /// The variables to set in the command's environment.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        let mut env = vec![("DLOCK_URL", self.url.clone())];
+        let mut env = vec![(crate::env::URL, self.url.clone())];
         if let Some(fd) = &self.fd {
-            env.push((URL_FD_ENV, fd.as_raw_fd().to_string()));
+            env.push((crate::env::URL_FD, fd.as_raw_fd().to_string()));
         }
         env
     }
@@ -98,9 +96,13 @@ pub fn restore_from(urls: Vec<String>, full: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The URLs in the descriptor [`URL_FD_ENV`] names, if it is ours.
+/// The URLs in the descriptor [`crate::env::URL_FD`] names, if it is ours.
 fn inherited() -> Option<Vec<String>> {
-    let n: u32 = std::env::var(URL_FD_ENV).ok()?.trim().parse().ok()?;
+    let n: u32 = std::env::var(crate::env::URL_FD)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     let path = format!("/proc/self/fd/{n}");
     let target = std::fs::read_link(&path).ok()?;
     let expected = format!("/memfd:{}", NAME.to_str().ok()?);

@@ -12,6 +12,7 @@
 //! * [`config`]: checked values (durations, keys, backend URLs, redaction of passwords).
 //! * [`credentials`]: backend passwords kept out of `exec`'s command's environment, and
 //!   read back by nested calls.
+//! * [`env`]: every environment variable dlock reads or sets.
 //! * [`error`] and [`exit`]: one error type, and every exit code in one place.
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait and one file per store: [`backend::local`]
@@ -40,6 +41,7 @@ pub mod cli;
 pub mod cmd;
 pub mod config;
 pub mod credentials;
+pub mod env;
 pub mod error;
 pub mod events;
 pub mod exit;

@@ -9,9 +9,6 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-/// The environment variable naming a directory for one metrics file per key.
-pub const DIR_ENV: &str = "DLOCK_METRICS_DIR";
-
 /// What one run of `exec` did.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -30,7 +27,7 @@ pub fn path_for(explicit: Option<&Path>, key: &str) -> Option<PathBuf> {
     if let Some(p) = explicit {
         return Some(p.to_path_buf());
     }
-    let dir = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty())?;
+    let dir = std::env::var_os(crate::env::METRICS_DIR).filter(|d| !d.is_empty())?;
     let safe: String = key
         .chars()
         .map(|c| {

@@ -115,7 +115,7 @@ impl Ctx {
 
 pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
     let mut c = Command::new(bin);
-    for v in dlock::config::INHERITED_ENV {
+    for v in dlock::env::INHERITED {
         c.env_remove(v);
     }
     match store {

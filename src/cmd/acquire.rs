@@ -12,17 +12,13 @@ use crate::backend::{
 };
 use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
+use crate::env;
 use crate::error::{Error, Result};
 use crate::holder;
 use crate::output::WaitLine;
 use crate::supervisor::Signals;
 
-/// Environment variable holding the owner id of the innermost lease.
-pub const OWNER_ENV: &str = "DLOCK_OWNER";
-/// Environment variable listing every owner id of the enclosing leases (comma-separated),
-/// so that a nested `dlock exec` re-enters a key held by any ancestor, not only the nearest.
-pub const OWNERS_ENV: &str = "DLOCK_OWNERS";
-/// Most owner ids kept in [`OWNERS_ENV`]; deeper nesting than this is not sensible.
+/// Most owner ids kept in `DLOCK_OWNERS`; deeper nesting than this is not sensible.
 const MAX_OWNERS: usize = 16;
 
 /// Builds the request for `key`, with a fresh owner id and the inherited ones for re-entry.
@@ -46,7 +42,7 @@ pub fn request(
 /// The owner ids this process acts for, from `DLOCK_OWNER` and `DLOCK_OWNERS`.
 pub fn inherited_owners() -> Vec<String> {
     let mut owners: Vec<String> = Vec::new();
-    let vars = [OWNER_ENV, OWNERS_ENV].map(|v| std::env::var(v).unwrap_or_default());
+    let vars = [env::OWNER, env::OWNERS].map(|v| std::env::var(v).unwrap_or_default());
     for id in vars.iter().flat_map(|v| v.split(',')).map(str::trim) {
         if !id.is_empty() && !owners.iter().any(|o| o == id) {
             owners.push(id.to_string());

@@ -20,7 +20,7 @@ use crate::credentials;
 use crate::error::{Error, Result};
 use crate::lease::Schedule;
 use crate::supervisor::{self, Caught, Signals, Supervised};
-use crate::{exit, metrics};
+use crate::{env, exit, metrics};
 
 /// What the keeper tells the supervisor when the lease is in danger.
 #[derive(Debug)]
@@ -173,10 +173,10 @@ type ChildEnv = Vec<(&'static str, String)>;
 /// (see [`credentials`]); and the descriptor that carries them, to keep open until spawned.
 fn child_env(global: &Global, lease: &Lease) -> Result<(ChildEnv, Option<OwnedFd>)> {
     let mut env = vec![
-        ("DLOCK_KEY", lease.key.clone()),
-        ("DLOCK_FENCING_TOKEN", lease.fencing_token.to_string()),
-        (acquire::OWNER_ENV, lease.owner.clone()),
-        (acquire::OWNERS_ENV, acquire::owners_for_child(&lease.owner)),
+        (env::KEY, lease.key.clone()),
+        (env::FENCING_TOKEN, lease.fencing_token.to_string()),
+        (env::OWNER, lease.owner.clone()),
+        (env::OWNERS, acquire::owners_for_child(&lease.owner)),
     ];
     let mut url_fd = None;
     if !global.urls.is_empty() {

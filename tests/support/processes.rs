@@ -13,7 +13,7 @@ pub fn dlock_bin() -> PathBuf {
 /// A `dlock` command with a clean environment for dlock's own variables.
 pub fn dlock() -> Command {
     let mut c = Command::new(dlock_bin());
-    for v in dlock::config::INHERITED_ENV {
+    for v in dlock::env::INHERITED {
         c.env_remove(v);
     }
     c

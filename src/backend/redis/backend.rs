@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use redis::aio::{MultiplexedConnection, PubSub};
 use redis::{Client, Cmd, Value};
 
-use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning, AUTH_ENV};
+use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::scripts::{run_script, Lua};
 use crate::config::redact_url;
@@ -31,8 +31,11 @@ impl RedisBackend {
     /// reached or refuses our credentials.
     pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
         install_crypto_provider();
-        let (endpoint, secrets) =
-            Endpoint::new(url, std::env::var(AUTH_ENV).ok(), tls_from_env()?)?;
+        let (endpoint, secrets) = Endpoint::new(
+            url,
+            std::env::var(crate::env::REDIS_AUTH).ok(),
+            tls_from_env()?,
+        )?;
         let server = Server {
             url: redact_url(url),
             secrets,

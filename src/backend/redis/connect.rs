@@ -15,19 +15,8 @@ use redis::{
 };
 
 use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
+use crate::env;
 use crate::error::{Error, Result};
-
-/// Read for a password when the URL has none, as `redis-cli` does.
-pub const AUTH_ENV: &str = "REDISCLI_AUTH";
-/// A PEM file of CA certificates to trust for `rediss://` instead of the system roots.
-pub const TLS_CA_ENV: &str = "DLOCK_TLS_CA";
-/// A PEM client certificate (chain) for mutual TLS; needs [`TLS_KEY_ENV`].
-pub const TLS_CERT_ENV: &str = "DLOCK_TLS_CERT";
-/// The PEM private key of [`TLS_CERT_ENV`].
-pub const TLS_KEY_ENV: &str = "DLOCK_TLS_KEY";
-/// The password of the Sentinels themselves (`redis+sentinel://`), when they require one;
-/// the URL's credentials are for the master.
-pub const SENTINEL_PASSWORD_ENV: &str = "DLOCK_SENTINEL_PASSWORD";
 
 /// Timing knobs. The defaults suit production; tests shrink them.
 #[derive(Debug, Clone, Copy)]
@@ -59,7 +48,7 @@ impl Default for Tuning {
 }
 
 /// Parses a `redis://` or `rediss://` URL; when it carries no password, `env_password`
-/// (the value of [`AUTH_ENV`]) is used. Pure, so it is testable without touching the
+/// (the value of [`env::REDIS_AUTH`]) is used. Pure, so it is testable without touching the
 /// process environment.
 pub fn connection_info(url: &str, env_password: Option<String>) -> Result<ConnectionInfo> {
     let info = url
@@ -78,7 +67,7 @@ pub fn connection_info(url: &str, env_password: Option<String>) -> Result<Connec
     }
 }
 
-/// The TLS material named by [`TLS_CA_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`] (paths to
+/// The TLS material named by [`env::TLS_CA`], [`env::TLS_CERT`] and [`env::TLS_KEY`] (paths to
 /// PEM files), or `None` when none is set. A certificate needs its key and the other way round.
 pub fn tls_certificates(
     ca: Option<&Path>,
@@ -91,17 +80,19 @@ pub fn tls_certificates(
     };
     let client_tls = match (cert, key) {
         (Some(cert), Some(key)) => Some(ClientTlsConfig {
-            client_cert: read(TLS_CERT_ENV, cert)?,
-            client_key: read(TLS_KEY_ENV, key)?,
+            client_cert: read(env::TLS_CERT, cert)?,
+            client_key: read(env::TLS_KEY, key)?,
         }),
         (None, None) => None,
         _ => {
             return Err(Error::Usage(format!(
-                "{TLS_CERT_ENV} and {TLS_KEY_ENV} go together: set both for a client certificate, or neither"
+                "{} and {} go together: set both for a client certificate, or neither",
+                env::TLS_CERT,
+                env::TLS_KEY
             )))
         }
     };
-    let root_cert = ca.map(|ca| read(TLS_CA_ENV, ca)).transpose()?;
+    let root_cert = ca.map(|ca| read(env::TLS_CA, ca)).transpose()?;
     if client_tls.is_none() && root_cert.is_none() {
         return Ok(None);
     }
@@ -118,7 +109,7 @@ pub(super) fn tls_from_env() -> Result<Option<TlsCertificates>> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     };
-    let (ca, cert, key) = (path(TLS_CA_ENV), path(TLS_CERT_ENV), path(TLS_KEY_ENV));
+    let (ca, cert, key) = (path(env::TLS_CA), path(env::TLS_CERT), path(env::TLS_KEY));
     tls_certificates(ca.as_deref(), cert.as_deref(), key.as_deref())
 }
 
@@ -177,7 +168,7 @@ impl Endpoint {
         tls: Option<TlsCertificates>,
     ) -> Result<(Endpoint, Vec<String>)> {
         let parsed = parse_sentinel_url(url)?;
-        let sentinel_password = std::env::var(SENTINEL_PASSWORD_ENV)
+        let sentinel_password = std::env::var(env::SENTINEL_PASSWORD)
             .ok()
             .filter(|p| !p.is_empty());
         let password = parsed.password.clone().or(env_password);
@@ -315,8 +306,9 @@ impl Server {
         if needs_password(e) {
             return Error::Unavailable(self.line(format!(
                 "{}: {what}: authentication required: the server wants a password (give it \
-                 in the URL or in {AUTH_ENV})",
-                self.url
+                 in the URL or in {})",
+                self.url,
+                env::REDIS_AUTH
             )));
         }
         Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))

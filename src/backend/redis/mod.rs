@@ -26,8 +26,5 @@ mod status;
 mod store;
 
 pub use self::backend::RedisBackend;
-pub use self::connect::{
-    connection_info, tls_certificates, Tuning, AUTH_ENV, SENTINEL_PASSWORD_ENV, TLS_CA_ENV,
-    TLS_CERT_ENV, TLS_KEY_ENV,
-};
+pub use self::connect::{connection_info, tls_certificates, Tuning};
 pub(crate) use self::lease::{Attempt, Busy};
