@@ -96,9 +96,12 @@ impl WaitOptions {
         }
     }
 
-    /// True when the deadline has passed.
+    /// True when the deadline has passed, on tokio's clock: the same as the system's,
+    /// except in tests that pause it, which then drive every wait alike.
     pub fn expired(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+        let now = tokio::time::Instant::now();
+        self.deadline
+            .is_some_and(|d| now >= tokio::time::Instant::from_std(d))
     }
 }
 

@@ -7,7 +7,6 @@
 //! may last, a grant that raced a cancel given back, and the wording of both failures.
 //! Times are read from tokio's clock so that tests can run it with the clock paused.
 
-use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,8 +14,8 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::store::{Attempt, Busy, LockStore, Woken};
+use super::{unless_cancelled, WaitOptions, CANCEL_GRACE};
 use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released};
-use super::{WaitOptions, CANCEL_GRACE};
 use crate::error::{Error, Result};
 
 /// The first back-off of a store without notifications; it doubles per refusal.
@@ -78,7 +77,7 @@ pub async fn acquire<S: LockStore + ?Sized>(
     wait: &WaitOptions,
 ) -> Result<Acquired> {
     let started = Instant::now();
-    let mut waiter = match cancellable(wait, store.begin(req)).await {
+    let mut waiter = match unless_cancelled(&wait.cancel, store.begin(req)).await {
         Some(w) => w?,
         None => return Err(cancelled(store, req)),
     };
@@ -101,21 +100,8 @@ pub async fn acquire<S: LockStore + ?Sized>(
     })
 }
 
-/// Runs `f` unless the wait is cancelled first (then `None`; `f` is dropped).
-async fn cancellable<F: Future>(wait: &WaitOptions, f: F) -> Option<F::Output> {
-    tokio::select! {
-        biased;
-        _ = wait.cancel.cancelled() => None,
-        out = f => Some(out),
-    }
-}
-
 fn deadline(wait: &WaitOptions) -> Option<Instant> {
     wait.deadline.map(Instant::from_std)
-}
-
-fn expired(wait: &WaitOptions) -> bool {
-    deadline(wait).is_some_and(|d| Instant::now() >= d)
 }
 
 async fn run<S: LockStore + ?Sized>(
@@ -125,16 +111,18 @@ async fn run<S: LockStore + ?Sized>(
     waiter: &mut S::Waiter,
     started: Instant,
 ) -> std::result::Result<Acquired, Stop> {
-    let no_wait = expired(wait);
+    let no_wait = wait.expired();
     let mut reported = None;
     let mut answered = None;
     for round in 0u32.. {
         let attempt = match answered.take() {
             Some(attempt) => attempt,
             None => {
-                let enqueue = req.fair && !expired(wait);
+                let enqueue = req.fair && !wait.expired();
                 let attempt = store.attempt(req, waiter, enqueue);
-                cancellable(wait, attempt).await.ok_or(Stop::Cancelled)??
+                unless_cancelled(&wait.cancel, attempt)
+                    .await
+                    .ok_or(Stop::Cancelled)??
             }
         };
         let busy = match attempt {
@@ -145,7 +133,7 @@ async fn run<S: LockStore + ?Sized>(
             reported = Some(busy.gist());
             wait.report(&busy.info());
         }
-        if expired(wait) {
+        if wait.expired() {
             let waited = (!no_wait).then(|| started.elapsed());
             return Err(Stop::Failed(not_obtained(store, req, &busy, waited)));
         }
