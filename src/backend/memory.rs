@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use super::store::{Attempt, Busy, LockStore};
 use super::{
-    now_ms, AcquireRequest, Acquired, Holder, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
-    WaiterInfo,
+    now_ms, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, ReleaseMode,
+    Released, RunRecord, WaiterInfo,
 };
 use crate::error::{Error, Result};
 
@@ -46,6 +46,8 @@ struct KeyState {
     lease: Option<Held>,
     queue: VecDeque<(String, Holder)>,
     counter: u64,
+    /// Kept for the life of the store (a test's), so no expiry.
+    runs: LastRuns,
 }
 
 #[derive(Clone)]
@@ -297,6 +299,56 @@ impl LockStore for MemoryStore {
             .iter()
             .map(|k| all.entry(k.clone()).or_default().status(k))
             .collect())
+    }
+
+    /// The lease expires exactly `left` from now (a renewal never shortens it).
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        let (key, owner) = (&acquired.lease.key, &acquired.lease.owner);
+        {
+            let mut keys = self.keys();
+            let held = keys.get_mut(key.as_str()).and_then(KeyState::live);
+            match held {
+                Some(l) if l.owner == *owner => {
+                    l.expires = Instant::now() + left;
+                    l.holder.held_until_ms = Some(now_ms() + left.as_millis() as u64);
+                }
+                other => return Err(self.not_owner("hold", key, owner, other.as_deref())),
+            }
+        }
+        self.poke();
+        Ok(())
+    }
+
+    /// Sleeps on the change counter, subscribed before the keys are looked at.
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        let mut changes = self.changed.subscribe();
+        let free = {
+            let mut all = self.keys();
+            keys.iter()
+                .any(|k| all.get_mut(k.as_str()).and_then(KeyState::live).is_none())
+        };
+        if !free {
+            let _ = tokio::time::timeout(pause, changes.changed()).await;
+        }
+        Ok(())
+    }
+
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        {
+            let mut keys = self.keys();
+            let state = keys.entry(key.to_string()).or_default();
+            state.runs = std::mem::take(&mut state.runs).with(run);
+        }
+        self.poke();
+        Ok(())
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<LastRuns> {
+        Ok(self
+            .keys()
+            .get(key)
+            .map(|s| s.runs.clone())
+            .unwrap_or_default())
     }
 }
 

@@ -13,13 +13,18 @@
 
 pub mod etcd;
 pub mod local;
+pub mod memcached;
 pub mod memory;
+pub mod postgres;
+pub mod quorum;
 pub mod redis;
 pub mod redlock;
 pub mod registry;
+pub mod runs;
 mod spec;
 pub mod store;
 pub mod waiting;
+pub mod zookeeper;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -29,6 +34,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use self::runs::{LastRuns, RunRecord, RUN_RECORD_TTL};
 pub use self::spec::BackendSpec;
 
 use crate::error::Result;
@@ -44,6 +50,10 @@ pub struct Holder {
     pub command: String,
     /// Wall-clock time of acquisition, milliseconds since the Unix epoch.
     pub acquired_at_ms: u64,
+    /// Set when the run has finished and `exec --hold-at-least` leaves the key held until
+    /// this wall-clock time (ms since the Unix epoch): `status` says why it is still held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until_ms: Option<u64>,
 }
 
 /// What `acquire` needs to know.
@@ -200,7 +210,23 @@ impl LockInfo {
         } else {
             format!(": {}", h.command)
         };
-        format!("{} ({} pid {}{command})", self.owner, h.host, h.pid)
+        let why = self
+            .why_held()
+            .map(|w| format!(", {w}"))
+            .unwrap_or_default();
+        format!("{} ({} pid {}{command}{why})", self.owner, h.host, h.pid)
+    }
+
+    /// `finished, held until HH:MM:SS UTC by --hold-at-least` when the run that holds it
+    /// has ended and `exec --hold-at-least` keeps the key held.
+    pub fn why_held(&self) -> Option<String> {
+        let until = self.holder.held_until_ms?;
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(until);
+        let stamp = humantime::format_rfc3339_seconds(at).to_string();
+        let clock = stamp.get(11..19).unwrap_or(&stamp);
+        Some(format!(
+            "finished, held until {clock} UTC by --hold-at-least"
+        ))
     }
 }
 
@@ -281,6 +307,37 @@ pub trait Backend: Send + Sync {
             unreadable: Vec::new(),
         })
     }
+
+    /// Leaves a lease this process acquired held for `left` more, then to expire by
+    /// itself even though this process exits (`exec --hold-at-least`): fencing and
+    /// `status` go on seeing it held. A backend whose leases die with their process
+    /// (the local store's bound leases) must turn it into one that does not. Lock stores
+    /// get a default from [`LockStore::linger`](store::LockStore::linger).
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()>;
+
+    /// Returns when one of `keys` may have changed (released, taken, expired), or after
+    /// about `pause` at most; a spurious return is fine, callers look again. `dlock wait`
+    /// and `status --watch` sleep here. A store with notifications uses them; the default
+    /// polls.
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        poll(keys, pause).await
+    }
+
+    /// Keeps `run` as the last run of `key`, and as its last success when it succeeded,
+    /// for [`RUN_RECORD_TTL`]. Every store keeps them beside its locks.
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()>;
+
+    /// What [`Backend::record_run`] kept for `key`.
+    async fn last_runs(&self, key: &str) -> Result<LastRuns>;
+}
+
+/// How often [`Backend::watch`] looks again on a store without notifications.
+pub const WATCH_POLL: Duration = Duration::from_millis(200);
+
+/// [`Backend::watch`] on a store without notifications: a pause of at most [`WATCH_POLL`].
+pub async fn poll(_keys: &[String], pause: Duration) -> Result<()> {
+    tokio::time::sleep(pause.min(WATCH_POLL)).await;
+    Ok(())
 }
 
 /// What [`Backend::list`] found.

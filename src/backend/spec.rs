@@ -88,7 +88,7 @@ mod tests {
             BackendSpec::from_urls(&file).unwrap(),
             BackendSpec::One("file:///tmp/x".into())
         );
-        assert!(BackendSpec::from_urls(&["zk://x".to_string()]).is_err());
+        assert!(BackendSpec::from_urls(&["consul://x".to_string()]).is_err());
         for empty in ["", " ", ",", " , "] {
             let e = BackendSpec::from_urls(&[empty.to_string()]).unwrap_err();
             assert!(e.to_string().contains("URL is empty"), "{e}");

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{
-    AcquireRequest, Acquired, KeyStatus, Lease, LockInfo, ReleaseMode, Released, WaitInfo,
+    AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, LockInfo, ReleaseMode, Released,
+    RunRecord, WaitInfo,
 };
 use crate::error::Result;
 
@@ -144,4 +145,25 @@ pub trait LockStore: Send + Sync {
     fn heartbeat(&self) -> Duration {
         Duration::from_secs(1)
     }
+
+    /// See [`Backend::linger`](super::Backend::linger): by default the lease is renewed
+    /// to `left` and not released. A store whose leases cannot outlive this process
+    /// (sessions) overrides it.
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        let lease = &acquired.lease;
+        self.renew(&lease.key, &lease.owner, left).await?;
+        drop(acquired);
+        Ok(())
+    }
+
+    /// See [`Backend::watch`](super::Backend::watch); the default polls.
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        super::poll(keys, pause).await
+    }
+
+    /// See [`Backend::record_run`](super::Backend::record_run).
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()>;
+
+    /// See [`Backend::last_runs`](super::Backend::last_runs).
+    async fn last_runs(&self, key: &str) -> Result<LastRuns>;
 }

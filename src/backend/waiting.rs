@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::store::{Attempt, Busy, LockStore, Woken};
 use super::{unless_cancelled, WaitOptions, CANCEL_GRACE};
 use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released};
+use super::{LastRuns, RunRecord};
 use crate::error::{Error, Result};
 
 /// The first back-off of a store without notifications; it doubles per refusal.
@@ -55,6 +56,22 @@ impl<S: LockStore> Backend for S {
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         LockStore::status(self, keys).await
+    }
+
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        LockStore::linger(self, acquired, left).await
+    }
+
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        LockStore::watch(self, keys, pause).await
+    }
+
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        LockStore::record_run(self, key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<LastRuns> {
+        LockStore::last_runs(self, key).await
     }
 }
 

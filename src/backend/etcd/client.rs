@@ -59,16 +59,35 @@ impl Client {
         name: &str,
         credentials: Option<(String, String)>,
     ) -> Result<Client> {
+        Client::connect_with(endpoints, name, credentials, false).await
+    }
+
+    /// [`Client::connect`], over TLS when `tls` (`etcds://`, see [`super::tls`]).
+    pub async fn connect_with(
+        endpoints: &[String],
+        name: &str,
+        credentials: Option<(String, String)>,
+        tls: bool,
+    ) -> Result<Client> {
         let unavailable =
             |e: &dyn std::fmt::Display| Error::Unavailable(format!("{name}: cannot connect: {e}"));
         let mut eps = Vec::new();
         for host in endpoints {
-            let ep = Endpoint::from_shared(format!("http://{host}"))
-                .map_err(|e| Error::Usage(format!("{name}: bad endpoint {host}: {e}")))?
+            let bad = |e: &dyn std::fmt::Display| {
+                Error::Usage(format!("{name}: bad endpoint {host}: {e}"))
+            };
+            let scheme = if tls { "https" } else { "http" };
+            let mut ep = Endpoint::from_shared(format!("{scheme}://{host}"))
+                .map_err(|e| bad(&e))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_timeout(Duration::from_secs(5));
+            if tls {
+                ep = ep
+                    .tls_config(super::tls::from_env(host)?)
+                    .map_err(|e| bad(&e))?;
+            }
             eps.push(ep);
         }
         let mut last = None;
@@ -263,16 +282,30 @@ impl Client {
         self.unary("/etcdserverpb.KV/DeleteRange", req).await
     }
 
+    /// Deletes one key.
+    pub async fn delete_key(&self, key: Vec<u8>) -> Result<DeleteRangeResponse> {
+        self.delete(DeleteRangeRequest {
+            key,
+            ..Default::default()
+        })
+        .await
+    }
+
     pub async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
         self.unary("/etcdserverpb.KV/Txn", req).await
     }
 
     /// A lease of `ttl` whole seconds (the server may raise it to its minimum).
     pub async fn grant(&self, ttl: i64) -> Result<LeaseGrantResponse> {
+        self.grant_id(ttl, 0).await
+    }
+
+    /// [`Client::grant`] with the lease id `id` (0: the server chooses).
+    pub async fn grant_id(&self, ttl: i64, id: i64) -> Result<LeaseGrantResponse> {
         let resp: LeaseGrantResponse = self
             .unary(
                 "/etcdserverpb.Lease/LeaseGrant",
-                LeaseGrantRequest { ttl, id: 0 },
+                LeaseGrantRequest { ttl, id },
             )
             .await?;
         if !resp.error.is_empty() {
@@ -283,13 +316,18 @@ impl Client {
 
     /// Revokes `lease`, deleting every key attached to it. A lease already gone is no error.
     pub async fn revoke(&self, lease: i64) -> Result<()> {
+        self.revoke_found(lease).await.map(drop)
+    }
+
+    /// [`Client::revoke`], saying whether the lease was there to revoke.
+    pub async fn revoke_found(&self, lease: i64) -> Result<bool> {
         let req = LeaseRevokeRequest { id: lease };
         match self
             .unary::<_, LeaseRevokeResponse>("/etcdserverpb.Lease/LeaseRevoke", req)
             .await
         {
-            Err(Error::Unavailable(e)) if e.contains("lease not found") => Ok(()),
-            other => other.map(drop),
+            Err(Error::Unavailable(e)) if e.contains("lease not found") => Ok(false),
+            other => other.map(|_| true),
         }
     }
 
@@ -306,6 +344,7 @@ impl Client {
         KeepAlive {
             client: self.clone(),
             stream: None,
+            pending: false,
         }
     }
 
@@ -325,6 +364,9 @@ type Duplex<Req, Resp> = (mpsc::UnboundedSender<Req>, Streaming<Resp>);
 pub struct KeepAlive {
     client: Client,
     stream: Option<Duplex<LeaseKeepAliveRequest, LeaseKeepAliveResponse>>,
+    /// A round is under way: when the next call finds it so, the caller gave up waiting
+    /// for its answer (a stream stuck behind a dead leader), and a new stream is opened.
+    pending: bool,
 }
 
 impl KeepAlive {
@@ -332,7 +374,12 @@ impl KeepAlive {
     /// gone). A failed stream is dropped and opened again by the next call.
     pub async fn once(&mut self, lease: i64) -> Result<i64> {
         let used = self.client.channel().0;
+        if self.pending {
+            self.stream = None;
+        }
+        self.pending = true;
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.round(lease)).await;
+        self.pending = false;
         let answer =
             answer.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
         match answer {
@@ -394,6 +441,23 @@ impl Watch {
             start_revision,
             ..Default::default()
         };
+        self.open(create).await
+    }
+
+    /// Watches the deletions of every key under `prefix` from `start_revision` on, as
+    /// [`Watch::create`].
+    pub async fn create_prefix(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {
+        let create = WatchCreateRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            start_revision,
+            filters: vec![FilterType::NoPut as i32],
+            ..Default::default()
+        };
+        self.open(create).await
+    }
+
+    async fn open(&mut self, create: WatchCreateRequest) -> Result<i64> {
         let req = WatchRequest {
             request_union: Some(WatchRequestUnion::Create(create)),
         };
@@ -423,19 +487,25 @@ impl Watch {
         self.send(req)
     }
 
-    /// The next answer on the stream.
+    /// The next answer on the stream. A broken stream is dropped, and the client moves on
+    /// to another endpoint when its member is gone: watching again (a new `create`) goes
+    /// to one that answers.
     pub async fn next(&mut self) -> Result<WatchResponse> {
+        let used = self.client.channel().0;
         let Some((_, rx)) = &mut self.stream else {
             return Err(self.fail("no watch open"));
         };
-        match rx.next().await {
+        let broken = match rx.next().await {
             Some(Ok(resp)) if resp.canceled && !resp.cancel_reason.is_empty() => {
-                Err(self.fail(&resp.cancel_reason))
+                return Err(self.fail(&resp.cancel_reason))
             }
-            Some(Ok(resp)) => Ok(resp),
-            Some(Err(s)) => Err(self.fail(status_text(&s))),
-            None => Err(self.fail("stream closed")),
-        }
+            Some(Ok(resp)) => return Ok(resp),
+            Some(Err(s)) => status_text(&s),
+            None => "stream closed".to_string(),
+        };
+        self.stream = None;
+        self.client.failover(used).await;
+        Err(self.fail(broken))
     }
 }
 

@@ -4,11 +4,18 @@
 //! * [`proto`]: the protobuf messages, written by hand (no `protoc` at build time).
 //! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic.
 //! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
+//! * [`runs`]: the last run and last success of each lock name.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
-//! * [`url`]: `etcd://` URLs.
+//! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
+//!   watching a lock for a release (`dlock wait`).
+//! * [`tls`]: `etcds://` certificates, from the same variables as `rediss://`.
+//! * [`url`]: `etcd://` and `etcds://` URLs.
 
 pub mod client;
+pub mod linger;
 pub mod proto;
 pub mod recipe;
+pub mod runs;
 pub mod store;
+pub mod tls;
 pub mod url;

@@ -84,6 +84,12 @@ impl Entry {
     }
 }
 
+/// A lease id of our own choosing (positive, never 0, which asks etcd to choose), so that a
+/// key can be put on the lease in the same breath as the lease is granted.
+pub fn new_lease_id() -> i64 {
+    (crate::holder::random_u64() >> 1).max(1) as i64
+}
+
 /// `<prefix>NAME/`: every contender's key for lock NAME starts with it.
 pub fn lock_dir(prefix: &str, name: &str) -> Vec<u8> {
     format!("{prefix}{name}/").into_bytes()
@@ -97,12 +103,17 @@ pub fn contender_key(dir: &[u8], lease: i64) -> Vec<u8> {
 }
 
 /// The lock name of `key` under `prefix` when it has a contender key's shape
-/// (`<prefix>NAME/<hex of its own lease>`), else `None`: other keys are not locks.
+/// (`<prefix>NAME/<hex of its own lease>`), else `None`: other keys are not locks. A
+/// holder left held by `exec --hold-at-least` is on another lease than its name says
+/// (see [`super::linger`]): any lease id in hex, on a key with a lease, is accepted.
 pub fn lock_name(prefix: &str, kv: &KeyValue) -> Option<String> {
     let key = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?;
     let (name, lease) = key.rsplit_once('/')?;
-    (kv.lease != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease))
-        .then(|| name.to_string())
+    let hex = !lease.is_empty()
+        && lease
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (kv.lease != 0 && !name.is_empty() && hex).then(|| name.to_string())
 }
 
 fn op(request: Request) -> RequestOp {
@@ -133,9 +144,27 @@ pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
     }
 }
 
+/// How many contenders were created before revision `rev` (all of them when `None`),
+/// counted without reading them.
+pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
+    RangeRequest {
+        count_only: true,
+        max_create_revision: rev.map_or(0, |r| r - 1),
+        ..contenders(dir, 0)
+    }
+}
+
 /// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
-/// `tryAcquire`): responses are [put or our key, the oldest contender].
-pub fn enter(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64) -> TxnRequest {
+/// `tryAcquire`): responses are [put or our key, the oldest contender, how many contend,
+/// how many are ahead of us]. `queued_at`, our key's create revision when we know it, lets
+/// a waiter that finds its key count the contenders ahead of it (a new key is the last).
+pub fn enter(
+    dir: &[u8],
+    key: &[u8],
+    value: Vec<u8>,
+    lease: i64,
+    queued_at: Option<i64>,
+) -> TxnRequest {
     let absent = Compare {
         result: CompareResult::Equal as i32,
         target: CompareTarget::Create as i32,
@@ -153,16 +182,22 @@ pub fn enter(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64) -> TxnRequest {
         key: key.to_vec(),
         ..Default::default()
     };
+    let mut failure = vec![
+        op(Request::Range(ours)),
+        op(Request::Range(contenders(dir, 1))),
+        op(Request::Range(count_before(dir, None))),
+    ];
+    if let Some(rev) = queued_at {
+        failure.push(op(Request::Range(count_before(dir, Some(rev)))));
+    }
     TxnRequest {
         compare: vec![absent],
         success: vec![
             op(Request::Put(put)),
             op(Request::Range(contenders(dir, 1))),
+            op(Request::Range(count_before(dir, None))),
         ],
-        failure: vec![
-            op(Request::Range(ours)),
-            op(Request::Range(contenders(dir, 1))),
-        ],
+        failure,
     }
 }
 
@@ -186,6 +221,25 @@ pub fn rewrite(key: &[u8], mod_revision: i64, value: Vec<u8>) -> TxnRequest {
         success: vec![op(Request::Put(put))],
         failure: Vec::new(),
     }
+}
+
+/// The count of a transaction's `i`th answer, when it is a range.
+pub fn range_count(resp: &TxnResponse, i: usize) -> Option<u64> {
+    match resp.responses.get(i).and_then(|r| r.response.as_ref()) {
+        Some(Response::Range(r)) => Some(r.count.max(0) as u64),
+        _ => None,
+    }
+}
+
+/// Our 1-based place among the waiters and how many wait, from an `enter` answer (the
+/// holder is the one contender that does not wait).
+pub fn queue_place(resp: &TxnResponse) -> (Option<u64>, Option<u64>) {
+    let total = range_count(resp, 2);
+    let ahead = match (resp.succeeded, range_count(resp, 3)) {
+        (false, Some(ahead)) => Some(ahead),
+        _ => total.map(|n| n.saturating_sub(1)),
+    };
+    (ahead, total.map(|n| n.saturating_sub(1)))
 }
 
 /// The key-values of a transaction's `i`th answer, when it is a range.
@@ -217,9 +271,11 @@ mod tests {
         );
         assert_eq!(lock_name("", &kv("a/b/1f", 0x1f)).as_deref(), Some("a/b"));
         assert_eq!(lock_name("p/", &kv("p/x/1f", 0x1f)).as_deref(), Some("x"));
-        // Not locks: no lease, a suffix that is not the key's own lease, another prefix.
+        // A holder moved to a lease of its own by --hold-at-least keeps its name.
+        assert_eq!(lock_name("", &kv("job/1f", 0x2f)).as_deref(), Some("job"));
+        // Not locks: no lease, a suffix that is no lease id, another prefix.
         assert_eq!(lock_name("", &kv("job/1f", 0)), None);
-        assert_eq!(lock_name("", &kv("job/1f", 0x2f)), None);
+        assert_eq!(lock_name("", &kv("job/report", 0x2f)), None);
         assert_eq!(lock_name("", &kv("/1f", 0x1f)), None);
         assert_eq!(lock_name("p/", &kv("q/x/1f", 0x1f)), None);
     }

@@ -6,6 +6,7 @@
 //! revision when it took a free lock, else the revision of the write that records the token
 //! once its predecessors are gone (later than any earlier holder's release).
 
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,11 +22,14 @@ use crate::error::{Error, Result};
 
 /// A connection to one etcd cluster, holding locks under `prefix`.
 pub struct EtcdStore {
-    client: Client,
-    name: String,
+    pub(super) client: Client,
+    pub(super) name: String,
     prefix: String,
     /// Renewals of any lease go through one keep-alive stream.
     keep_alive: Mutex<KeepAlive>,
+    /// The leases of the locks this process took, by key and owner (the last few): a whole
+    /// release of one of them is a revoke, with no read of the lock first.
+    took: std::sync::Mutex<Vec<(String, String, i64)>>,
 }
 
 /// One acquisition: its lease and, once queued, its key's create revision.
@@ -42,6 +46,9 @@ struct Granted {
     refreshed: Instant,
 }
 
+/// The pause after a watch broke, before looking again.
+const WATCH_RETRY: Duration = Duration::from_millis(100);
+
 /// etcd TTLs are whole seconds: a TTL is rounded up, never shortened.
 pub fn whole_seconds(ttl: Duration) -> i64 {
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
@@ -55,37 +62,62 @@ fn lease_not_found(e: &Error) -> bool {
 impl EtcdStore {
     /// Connects to the cluster an `etcd://` URL names.
     pub async fn connect(t: &Target) -> Result<EtcdStore> {
-        let client = Client::connect(&t.endpoints, &t.name, t.credentials.clone()).await?;
+        let client =
+            Client::connect_with(&t.endpoints, &t.name, t.credentials.clone(), t.tls).await?;
         Ok(EtcdStore {
             keep_alive: Mutex::new(client.keep_alive()),
+            took: Default::default(),
             client,
             name: t.name.clone(),
             prefix: t.prefix.clone(),
         })
     }
 
-    fn dir(&self, key: &str) -> Vec<u8> {
+    pub(super) fn dir(&self, key: &str) -> Vec<u8> {
         recipe::lock_dir(&self.prefix, key)
     }
 
-    /// The lease of this acquisition, granted on first use.
-    async fn lease(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<(i64, Duration)> {
-        if let Some(g) = &w.lease {
-            return Ok((g.id, g.ttl));
+    /// Sends `txn` (which puts our key on lease `id`), and grants lease `id` first when
+    /// this acquisition has none yet: both at once, saving a round trip. etcd may apply the
+    /// put before the grant (each request has its own goroutine): the put is then refused
+    /// ("requested lease not found") and sent again once the lease exists.
+    async fn granted_txn(
+        &self,
+        req: &AcquireRequest,
+        w: &mut EtcdWaiter,
+        id: i64,
+        txn: TxnRequest,
+    ) -> Result<TxnResponse> {
+        if w.lease.is_some() {
+            return self.client.txn(txn).await;
         }
         let sent = Instant::now();
-        let resp = self.client.grant(whole_seconds(req.ttl)).await?;
-        let ttl = Duration::from_secs(resp.ttl.max(1) as u64);
+        let grant = self.client.grant_id(whole_seconds(req.ttl), id);
+        let (granted, entered) = tokio::join!(grant, self.client.txn(txn.clone()));
+        let granted = match granted {
+            Ok(g) => g,
+            Err(e) => {
+                // The id was someone else's lease (a chance of one in 2^63): undo our put.
+                if entered.is_ok_and(|r| r.succeeded) {
+                    let key = recipe::contender_key(&self.dir(&req.key), id);
+                    let _ = self.client.delete_key(key).await;
+                }
+                return Err(e);
+            }
+        };
         w.lease = Some(Granted {
-            id: resp.id,
-            ttl,
+            id,
+            ttl: Duration::from_secs(granted.ttl.max(1) as u64),
             refreshed: sent,
         });
-        Ok((resp.id, ttl))
+        match entered {
+            Err(e) if lease_not_found(&e) => self.client.txn(txn).await,
+            other => other,
+        }
     }
 
     /// Every contender for `key`, oldest (the holder) first.
-    async fn entries(&self, key: &str) -> Result<(Vec<Entry>, i64)> {
+    pub(super) async fn entries(&self, key: &str) -> Result<(Vec<Entry>, i64)> {
         let resp = self
             .client
             .range(recipe::contenders(&self.dir(key), 0))
@@ -136,8 +168,7 @@ impl EtcdStore {
 
     /// Takes the key or queues for it, on a granted lease.
     async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
-        let (id, ttl) = self.lease(req, w).await?;
-        let sent = w.lease.as_ref().map_or_else(Instant::now, |g| g.refreshed);
+        let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let mut meta = Meta {
@@ -147,10 +178,10 @@ impl EtcdStore {
             holder: req.holder.clone(),
         };
         meta.holder.acquired_at_ms = now_ms();
-        let resp = self
-            .client
-            .txn(recipe::enter(&dir, &key, meta.encode(), id))
-            .await?;
+        let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at);
+        let resp = self.granted_txn(req, w, id, txn).await?;
+        let (ttl, sent) = w.lease.as_ref().map(|g| (g.ttl, g.refreshed)).unzip();
+        let (ttl, sent) = (ttl.unwrap_or(req.ttl), sent.unwrap_or_else(Instant::now));
         let rev = resp.header.as_ref().map_or(0, |h| h.revision);
         let ours = match resp.succeeded {
             true => rev,
@@ -165,10 +196,15 @@ impl EtcdStore {
             .cloned()
             .map(Entry::read);
         match holder {
-            Some(h) if h.kv.create_revision != ours => Ok(Attempt::Busy(Busy {
-                holder: Some(h.info(&req.key, None)),
-                ..Busy::default()
-            })),
+            Some(h) if h.kv.create_revision != ours => {
+                let (position, waiters) = recipe::queue_place(&resp);
+                Ok(Attempt::Busy(Busy {
+                    holder: Some(h.info(&req.key, None)),
+                    position,
+                    waiters,
+                    ..Busy::default()
+                }))
+            }
             _ if resp.succeeded => {
                 let kv = KeyValue {
                     key,
@@ -179,6 +215,7 @@ impl EtcdStore {
                     ..KeyValue::default()
                 };
                 let lease = self.lease_of(&Entry::read(kv), &req.key, ttl, sent);
+                self.took(req, id);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
             _ => {
@@ -196,6 +233,7 @@ impl EtcdStore {
                     meta,
                 };
                 let lease = self.lease_of(&entry, &req.key, ttl, sent);
+                self.took(req, id);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
         }
@@ -247,8 +285,13 @@ impl EtcdStore {
             }
         };
         match tokio::time::timeout(pause, deleted).await {
-            Ok(done) => done,
-            Err(_) => Ok(()),
+            // A broken watch (its member died) is not the end of the wait: the next attempt
+            // looks again through a member that answers, or fails if none does.
+            Ok(Err(_)) => {
+                tokio::time::sleep(WATCH_RETRY.min(pause)).await;
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -355,6 +398,16 @@ impl LockStore for EtcdStore {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        if let (ReleaseMode::All, Some(lease)) = (mode, self.took_lease(key, owner)) {
+            // The lease that took the lock holds it until it is revoked or expires.
+            if !self.client.revoke_found(lease).await? {
+                return Err(Error::lease_gone("release", key, &self.name));
+            }
+            return Ok(Released {
+                previous_owner: Some(owner.to_string()),
+                still_held: false,
+            });
+        }
         let (entries, _) = self.entries(key).await?;
         let Some(holder) = entries.first() else {
             return match mode {
@@ -422,9 +475,43 @@ impl LockStore for EtcdStore {
     fn heartbeat(&self) -> Duration {
         Duration::from_secs(5)
     }
+
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        let lease = &acquired.lease;
+        self.linger_key(&lease.key, &lease.owner, left).await
+    }
+
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        self.watch_keys(keys, pause).await
+    }
+
+    async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
+        super::runs::record(&self.client, &self.keep_alive, &self.prefix, key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
+        super::runs::read(&self.client, &self.prefix, key).await
+    }
 }
 
 impl EtcdStore {
+    /// Notes that lease `id` took `req.key` for `req.owner`.
+    fn took(&self, req: &AcquireRequest, id: i64) {
+        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+        took.retain(|(k, o, _)| (k, o) != (&req.key, &req.owner));
+        if took.len() >= 16 {
+            took.remove(0);
+        }
+        took.push((req.key.clone(), req.owner.clone(), id));
+    }
+
+    /// The lease that took `key` for `owner` in this process, forgotten as it is asked for.
+    fn took_lease(&self, key: &str, owner: &str) -> Option<i64> {
+        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = took.iter().position(|(k, o, _)| k == key && o == owner)?;
+        Some(took.remove(i).2)
+    }
+
     /// The names of every lock under the prefix, told from other keys by their shape.
     async fn lock_names(&self) -> Result<Vec<String>> {
         let start = if self.prefix.is_empty() {

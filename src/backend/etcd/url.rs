@@ -1,5 +1,5 @@
 //! `etcd://host[:port][,host[:port]…][/][?prefix=P]`: the endpoints of one cluster and
-//! the prefix put before every lock name.
+//! the prefix put before every lock name; `etcds://` the same over TLS.
 
 use crate::error::{Error, Result};
 
@@ -17,6 +17,8 @@ pub struct Target {
     pub name: String,
     /// User and password (`etcd://user:password@…`), for a cluster with auth on.
     pub credentials: Option<(String, String)>,
+    /// `etcds://`: every endpoint is spoken to over TLS.
+    pub tls: bool,
 }
 
 fn usage(url: &str, why: &str) -> Error {
@@ -26,20 +28,31 @@ fn usage(url: &str, why: &str) -> Error {
     ))
 }
 
+/// The user and password of a URL, `%XX` escapes decoded (a password may hold `@` or `:`).
+fn userinfo_of(url: &str, user: &str, password: &str) -> Result<(String, String)> {
+    let decode = |s: &str, what: &str| {
+        crate::config::percent_decode(s)
+            .ok_or_else(|| usage(url, &format!("bad escape in the {what}")))
+    };
+    Ok((decode(user, "user")?, decode(password, "password")?))
+}
+
 /// Reads an `etcd://` URL.
 pub fn parse(url: &str) -> Result<Target> {
-    if url.starts_with("etcds://") {
-        return Err(usage(url, "TLS (etcds://) is not supported yet"));
-    }
-    let rest = url
-        .strip_prefix("etcd://")
-        .ok_or_else(|| usage(url, "it must start with etcd://"))?;
+    let (scheme, rest) = match url.strip_prefix("etcds://") {
+        Some(rest) => ("etcds", rest),
+        None => (
+            "etcd",
+            url.strip_prefix("etcd://")
+                .ok_or_else(|| usage(url, "it must start with etcd:// or etcds://"))?,
+        ),
+    };
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let rest = rest.strip_suffix('/').unwrap_or(rest);
     let (credentials, hosts) = match rest.rsplit_once('@') {
         Some((userinfo, hosts)) => match userinfo.split_once(':') {
             Some((user, password)) if !user.is_empty() => {
-                (Some((user.to_string(), password.to_string())), hosts)
+                (Some(userinfo_of(url, user, password)?), hosts)
             }
             _ => {
                 return Err(usage(
@@ -80,10 +93,11 @@ pub fn parse(url: &str) -> Result<Target> {
         }
     }
     Ok(Target {
-        name: format!("etcd://{}", endpoints.join(",")),
+        name: format!("{scheme}://{}", endpoints.join(",")),
         endpoints,
         prefix,
         credentials,
+        tls: scheme == "etcds",
     })
 }
 
@@ -98,12 +112,16 @@ mod tests {
         assert_eq!(t.prefix, "");
         assert_eq!(t.name, "etcd://a:1,b:2379");
         assert_eq!(parse("etcd://a/?prefix=locks/").unwrap().prefix, "locks/");
+        assert!(!t.tls);
+        let t = parse("etcds://a:1,b").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.name, "etcds://a:1,b:2379");
         for bad in [
             "etcd://",
             "etcd://a:x",
             "etcd://a/b",
             "etcd://a?x=1",
-            "etcds://a",
+            "etcdx://a",
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
@@ -114,5 +132,12 @@ mod tests {
         let e = parse("etcd://u:secret@a:x").unwrap_err().to_string();
         assert!(!e.contains("secret"), "{e}");
         assert!(parse("etcd://nopassword@a").is_err());
+        let t = parse("etcd://us%65r:p%40ss%3Aw%25rd@a").unwrap();
+        assert_eq!(t.credentials, Some(("user".into(), "p@ss:w%rd".into())));
+        let e = parse("etcd://u:s%zzecret@a").unwrap_err().to_string();
+        assert!(
+            e.contains("bad escape in the password") && !e.contains("ecret"),
+            "{e}"
+        );
     }
 }

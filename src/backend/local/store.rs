@@ -2,18 +2,18 @@
 //!
 //! Each transition runs inside a [`Session`], which exists only while the caller holds the
 //! state mutex of the file, and is made of a few syscalls: one `pread` of both slots, a
-//! few lock probes, one `pwrite`, and (once per [`CEILING_BLOCK`] tokens) an `fdatasync`.
+//! few lock probes, one `pwrite`, and (once per
+//! [`CEILING_BLOCK`](super::file::CEILING_BLOCK) tokens) an `fdatasync`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
+use super::file::{boot_ms, io_err, read_full_at, Ctx, KeyFile};
 use super::locks::{self, hold_lock, wait_lock, Kind, MAX_TICKET};
-use super::names;
-use super::record::{self, LeaseRecord, Slot, State, WaiterRecord, Waiters, SLOT, SLOTS_LEN};
+use super::queue::UNLISTED;
+use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN};
 use crate::backend::{
     now_ms, AcquireRequest, KeyStatus, Lease, LockInfo, ReleaseMode, Released, WaitInfo, WaiterInfo,
 };
@@ -22,185 +22,6 @@ use crate::error::{Error, Result};
 /// A free key not taken by the waiter ahead within this long is taken by whoever comes
 /// next: hand-offs take microseconds, and the head rechecks at least every 250 ms.
 const STUCK_AFTER_MS: u64 = 1000;
-
-/// Most waiters listed for `status`; beyond this, `status` says it cannot tell.
-const MAX_LISTED: usize = 128;
-/// The list entry that marks it incomplete.
-const UNLISTED: u64 = u64::MAX;
-
-/// Tokens reserved by one durable write of the ceiling: the counter is fsynced once per
-/// this many acquisitions, and tokens may jump by up to this much after a crash.
-pub const CEILING_BLOCK: u64 = 1024;
-
-/// What every operation on the store needs to know.
-#[derive(Debug)]
-pub struct Ctx {
-    pub dir: PathBuf,
-    /// This kernel boot's id; empty when unknown (then every token is fsynced).
-    pub boot_id: String,
-    /// `file://DIR`, for messages.
-    pub describe: String,
-}
-
-impl Ctx {
-    /// Tokens per durable ceiling write: one when a crash cannot be detected.
-    fn block(&self) -> u64 {
-        if self.boot_id.is_empty() {
-            1
-        } else {
-            CEILING_BLOCK
-        }
-    }
-}
-
-/// The boot id of the running kernel; it changes at every boot, so a record written in
-/// another boot may have lost writes that were not yet on disk.
-pub fn read_boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// Milliseconds of CLOCK_BOOTTIME: monotonic, system-wide, counts suspend; immune to
-/// wall-clock steps, so detached leases neither expire early nor linger after NTP fixes.
-pub fn boot_ms() -> u64 {
-    use nix::time::{clock_gettime, ClockId};
-    clock_gettime(ClockId::CLOCK_BOOTTIME)
-        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
-        .unwrap_or(0)
-}
-
-/// One open key file. Every operation opens its own, so that the open file description
-/// (which owns the OFD locks) is never shared between two concurrent critical sections.
-#[derive(Debug)]
-pub struct KeyFile {
-    /// The key the file must hold (`None` when listing files whose keys we do not know).
-    pub key: Option<String>,
-    pub path: PathBuf,
-    pub file: Arc<File>,
-    pub writable: bool,
-}
-
-impl KeyFile {
-    /// Opens the file of `key`, creating it when missing and `create` is set; `None` when
-    /// it is missing and not created.
-    /// Operations that write (all but `status`) need a writable file.
-    pub fn open(ctx: &Ctx, key: &str, create: bool, write: bool) -> Result<Option<KeyFile>> {
-        let path = ctx.dir.join(names::file_name(key));
-        loop {
-            match Self::open_path(&path, Some(key)) {
-                Ok(kf) if write && !kf.writable => {
-                    return Err(Error::Unavailable(format!(
-                        "no permission to write lock file {} (its owner can make it mode 0666)",
-                        path.display()
-                    )));
-                }
-                Ok(kf) => return Ok(Some(kf)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
-                    create_file(ctx, key, &path)?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(io_err("cannot open lock file", &path, e)),
-            }
-        }
-    }
-
-    /// Opens an existing file read-write (read-only when we may not write it). Never with
-    /// O_CREAT: in a sticky world-writable directory, `fs.protected_regular` forbids
-    /// O_CREAT opens of other users' files even when their mode allows writing.
-    ///
-    /// In a shared directory another user could plant a symbolic link or a FIFO under a
-    /// key's name: never follow links, never block in `open`, and accept regular files only.
-    pub fn open_path(path: &Path, key: Option<&str>) -> io::Result<KeyFile> {
-        let open = |write: bool| {
-            OpenOptions::new()
-                .read(true)
-                .write(write)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(path)
-        };
-        let (file, writable) = match open(true) {
-            Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => (open(false)?, false),
-            Err(e) => return Err(e),
-        };
-        if !file.metadata()?.is_file() {
-            return Err(io::Error::other("not a regular file"));
-        }
-        Ok(KeyFile {
-            key: key.map(String::from),
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            writable,
-        })
-    }
-
-    fn corrupt(&self, detail: &str) -> Error {
-        Error::Internal(format!(
-            "lock file {} is damaged ({detail}); refusing to use it, because starting its \
-             fencing counter over would hand out tokens again. Move it aside only when no \
-             one relies on the fencing tokens of this key",
-            self.path.display()
-        ))
-    }
-}
-
-/// Creates `key`'s file atomically, with its full size and a valid record from birth, so
-/// that a short or empty key file is always damage, never a file still being created.
-/// Mode 0666 whatever the umask: other users sharing the directory lock the same keys.
-fn create_file(ctx: &Ctx, key: &str, path: &Path) -> Result<()> {
-    let tmp = ctx
-        .dir
-        .join(format!(".{:016x}.tmp", crate::holder::random_u64()));
-    let fail = |what: &str, p: &Path, e: io::Error| io_err(what, p, e);
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o666)
-        .open(&tmp)
-        .map_err(|e| fail("cannot create a file in", &ctx.dir, e))?;
-    let result = (|| {
-        file.set_permissions(std::fs::Permissions::from_mode(0o666))?;
-        let st = State::new(key, &ctx.boot_id);
-        let mut buf = vec![0u8; SLOTS_LEN];
-        for seq in 0..2u64 {
-            let bytes = record::encode_slot(seq, &st).ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, "the key is too long")
-            })?;
-            let at = seq as usize * SLOT;
-            buf[at..at + bytes.len()].copy_from_slice(&bytes);
-        }
-        file.write_all_at(&buf, 0)?;
-        file.sync_all()?;
-        match std::fs::hard_link(&tmp, path) {
-            Ok(()) => File::open(&ctx.dir)?.sync_all(),
-            // Someone else created it first: use theirs.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(e),
-        }
-    })();
-    let _ = std::fs::remove_file(&tmp);
-    result.map_err(|e| fail("cannot create lock file", path, e))
-}
-
-/// An I/O failure on the store, naming the file: the store is unusable (exit 69).
-pub fn io_err(what: &str, path: &Path, e: io::Error) -> Error {
-    Error::Unavailable(format!("{what} {}: {e}", path.display()))
-}
-
-/// Reads until `buf` is full or the file ends; returns the bytes read.
-fn read_full_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], at + n as u64) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
 
 /// What an acquisition attempt needs.
 pub struct Attempt<'r> {
@@ -245,7 +66,7 @@ pub enum Step {
 /// The state of one key, read (and possibly changed) under its state mutex.
 pub struct Session<'a> {
     kf: &'a KeyFile,
-    ctx: &'a Ctx,
+    pub(super) ctx: &'a Ctx,
     pub st: State,
     seq: u64,
     /// `st` differs from the newest slot.
@@ -332,11 +153,11 @@ impl<'a> Session<'a> {
         &self.st.key
     }
 
-    fn file(&self) -> &File {
+    pub(super) fn file(&self) -> &File {
         &self.kf.file
     }
 
-    fn io(&self, what: &str, e: io::Error) -> Error {
+    pub(super) fn io(&self, what: &str, e: io::Error) -> Error {
         io_err(what, &self.kf.path, e)
     }
 
@@ -411,7 +232,7 @@ impl<'a> Session<'a> {
 
     /// Takes a fresh ticket and locks its byte in the family `at` (waiting or holding).
     /// A fresh ticket's byte is free unless a record went back in time: then skip ahead.
-    fn take_ticket(&mut self, at: fn(u64) -> i64) -> Result<u64> {
+    pub(super) fn take_ticket(&mut self, at: fn(u64) -> i64) -> Result<u64> {
         for _ in 0..64 {
             let t = self.st.next_ticket;
             if t >= MAX_TICKET {
@@ -664,134 +485,6 @@ impl<'a> Session<'a> {
         let _ = self.commit();
     }
 
-    // ---- the waiter list ----
-
-    /// Takes a waiting ticket and adds us to the waiter list; returns the ticket and the
-    /// list as written (live waiters, us included).
-    fn join_queue(&mut self, req: &AcquireRequest) -> Result<(u64, Vec<WaiterRecord>)> {
-        let t = self.take_ticket(wait_lock)?;
-        let mut list = self.live_waiters(Some(t))?.unwrap_or_default();
-        if list.len() < MAX_LISTED {
-            list.push(WaiterRecord {
-                ticket: t,
-                owner: req.owner.clone(),
-                holder: req.holder.clone(),
-            });
-        } else if list.iter().all(|w| w.ticket != UNLISTED) {
-            // Too many to list (each join and leave rewrites the list): from now on the
-            // list is incomplete, and readers say they cannot tell.
-            list.push(WaiterRecord {
-                ticket: UNLISTED,
-                owner: String::new(),
-                holder: Default::default(),
-            });
-        }
-        match self.write_waiters(list) {
-            Ok(list) => Ok((t, list)),
-            Err(e) => {
-                let _ = locks::unlock(self.file(), wait_lock(t));
-                Err(e)
-            }
-        }
-    }
-
-    /// Leaves the queue on being granted the key: only the waiting lock goes (that is what
-    /// the queue is made of). The entry stays in the waiter list until the next join or
-    /// leave rewrites it: readers skip entries whose waiting lock is free, and this runs on
-    /// the hand-off's critical path, where a read, a probe per waiter and a rewrite of the
-    /// list cost more than the rest of the grant.
-    fn leave_queue_granted(&mut self, ticket: u64) {
-        let _ = locks::unlock(self.file(), wait_lock(ticket));
-    }
-
-    /// Leaves the queue: releases the waiting lock (that is what the queue is made of),
-    /// then tidies the waiter list, best effort (it is only informational).
-    pub fn leave_queue(&mut self, ticket: u64) {
-        let _ = locks::unlock(self.file(), wait_lock(ticket));
-        if let Ok(Some(mut list)) = self.live_waiters(None) {
-            list.retain(|w| w.ticket != ticket);
-            let _ = self.write_waiters(list);
-        }
-    }
-
-    /// The waiter list without dead waiters (their waiting lock is free), or `None` when
-    /// it is damaged. `me` is ours: our own locks are invisible to our probes.
-    fn live_waiters(&self, me: Option<u64>) -> Result<Option<Vec<WaiterRecord>>> {
-        let Some(list) = self.read_waiters()? else {
-            return Ok(None);
-        };
-        let mut live = Vec::with_capacity(list.len());
-        for w in list {
-            if w.ticket == UNLISTED {
-                // Unlisted waiters remain as long as any waiter is not in the list.
-                let listed: Vec<u64> = live.iter().map(|w: &WaiterRecord| w.ticket).collect();
-                if self.unlisted_waiters(&listed, me)? {
-                    live.push(w);
-                }
-                continue;
-            }
-            let held = Some(w.ticket) == me
-                || locks::is_held(self.file(), wait_lock(w.ticket))
-                    .map_err(|e| self.io("cannot probe", e))?;
-            if held {
-                live.push(w);
-            }
-        }
-        Ok(Some(live))
-    }
-
-    /// True when some waiter other than `me` holds a ticket that is not in `listed`.
-    fn unlisted_waiters(&self, listed: &[u64], me: Option<u64>) -> Result<bool> {
-        let mut below = self.st.next_ticket;
-        while let Some(t) =
-            locks::waiter_before(self.file(), below).map_err(|e| self.io("cannot probe", e))?
-        {
-            if Some(t) != me && !listed.contains(&t) {
-                return Ok(true);
-            }
-            below = t;
-        }
-        Ok(false)
-    }
-
-    fn read_waiters(&self) -> Result<Option<Vec<WaiterRecord>>> {
-        let read = |buf: &mut [u8], at| {
-            read_full_at(self.file(), buf, at).map_err(|e| self.io("cannot read lock file", e))
-        };
-        let mut header = [0u8; record::waiters_header_len()];
-        let n = read(&mut header, record::WAITERS_AT)?;
-        if n == 0 {
-            return Ok(Some(Vec::new()));
-        }
-        let Some(len) = record::waiters_len(&header[..n]) else {
-            return Ok(None);
-        };
-        let mut body = vec![0u8; len];
-        if read(&mut body, record::WAITERS_AT + header.len() as u64)? < len {
-            return Ok(None);
-        }
-        Ok(record::decode_waiters(&header, &body).map(|w| {
-            if w.boot_id == self.ctx.boot_id {
-                w.entries
-            } else {
-                Vec::new()
-            }
-        }))
-    }
-
-    /// Writes the list (sorted by ticket) and hands it back.
-    fn write_waiters(&self, mut entries: Vec<WaiterRecord>) -> Result<Vec<WaiterRecord>> {
-        entries.sort_by_key(|w| w.ticket);
-        let w = Waiters {
-            boot_id: self.ctx.boot_id.clone(),
-            entries,
-        };
-        self.file()
-            .write_all_at(&record::encode_waiters(&w), record::WAITERS_AT)
-            .map_err(|e| self.io("cannot write lock file", e))?;
-        Ok(w.entries)
-    }
-
     // ---- release, renew, status ----
 
     /// Releases as `mode` says; `NotOwner` (and no change) when `owner` does not hold it.
@@ -850,6 +543,27 @@ impl<'a> Session<'a> {
         self.dirty = true;
         self.commit()?;
         Ok(self.lease_of(&l, ttl, false, sent_at))
+    }
+
+    /// Turns `owner`'s lease into a detached one that expires `left` from now, marked for
+    /// `status` (`exec --hold-at-least`): a bound lease would end with its process.
+    pub fn detach(&mut self, owner: &str, left: Duration) -> Result<()> {
+        match self.live_lease()? {
+            Some(l) if l.owner == owner => {}
+            other => {
+                self.commit()?;
+                return Err(self.not_owner("hold", owner, other.as_ref()));
+            }
+        }
+        let ttl_ms = left.as_millis() as u64;
+        let cur = self.st.lease.as_mut().expect("live lease");
+        cur.bound = false;
+        cur.ttl_ms = ttl_ms;
+        cur.expires_boot_ms = boot_ms() + ttl_ms;
+        cur.expires_wall_ms = now_ms() + ttl_ms;
+        cur.holder.held_until_ms = Some(cur.expires_wall_ms);
+        self.dirty = true;
+        self.commit()
     }
 
     fn not_owner(&self, what: &str, owner: &str, held: Option<&LeaseRecord>) -> Error {

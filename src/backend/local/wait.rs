@@ -21,8 +21,9 @@ use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use tokio::sync::{mpsc, oneshot};
 
+use super::file::{io_err, Ctx, KeyFile};
 use super::locks::{self, Kind, MUTEX};
-use super::store::{io_err, Ctx, KeyFile, Session};
+use super::store::Session;
 use crate::backend::WaitOptions;
 use crate::error::{Error, Result};
 

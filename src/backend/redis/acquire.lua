@@ -10,7 +10,7 @@
 -- gave up and left (the server had not yet seen the connection close), so it does nothing
 -- at all unless the waiter is still queued, and returns {2}.
 -- Returns {1, owner, token, depth, reentered, client_ms, pttl} when granted, else
--- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms}
+-- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms, held_until}
 -- (lease fields nil when the lock is free but reserved for the queue head).
 local lease, fence, queue, alive, info, unfair =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -128,5 +128,5 @@ elseif head then
   retry = tonumber(redis.call('ZSCORE', alive, head)) - now + 1
 end
 
-local fields = redis.call('HMGET', lease, 'owner', 'token', 'depth', 'holder', 'acquired_ms')
+local fields = redis.call('HMGET', lease, 'owner', 'token', 'depth', 'holder', 'acquired_ms', 'held_until')
 return {0, position, redis.call('ZCARD', queue), retry, pttl, unpack(fields)}

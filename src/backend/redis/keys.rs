@@ -5,14 +5,16 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `dlock:{K}:lease` | HASH | owner, token, depth, holder (JSON `[host, pid, user, command, requested_ms]`), acquired_ms; `PEXPIRE` = TTL |
+//! | `dlock:{K}:lease` | HASH | owner, token, depth, holder (JSON `[host, pid, user, command, requested_ms]`), acquired_ms, and held_until (server ms) once `exec --hold-at-least` leaves it held after its run; `PEXPIRE` = TTL |
 //! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
 //! | `dlock:{K}:queue` | ZSET | waiter id → arrival ticket (last ticket + 1): the FIFO line |
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
 //! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status` |
+//! | `dlock:{K}:lastrun` | STRING | the last run's [`RunRecord`](crate::backend::RunRecord) as JSON; `PX` = `RUN_RECORD_TTL` from its write |
+//! | `dlock:{K}:lastok` | STRING | the last successful run's, the same way |
 //!
 //! | `dlock:{K}:wake:<waiter id>` | LIST | a pending wake-up of that fair waiter (expires after 60 s) |
-//! | `dlock:{K}:unfair` | STRING | set (for twice the liveness window) by every refused unfair attempt: a release publishes on the released channel only while it exists |
+//! | `dlock:{K}:unfair` | STRING | set (for twice the liveness window) by every refused unfair attempt, and by `dlock wait` (for at least a minute): a release publishes on the released channel only while it exists |
 //!
 //! The three queue keys get a TTL of twice the liveness window on every refresh, so they
 //! vanish on their own when every waiter has died. The channel `dlock:{K}:released` wakes
@@ -66,6 +68,12 @@ pub(super) fn lock_name<'a>(redis_key: &'a str, suffix: &str) -> Option<&'a str>
 /// The lease key of lock `key` (see [`Keys`]; cheaper when listing many locks).
 pub(super) fn lease_key(key: &str) -> String {
     key_name(key, ":lease")
+}
+
+/// The keys of lock `key`'s last run and last success (see the table above); not matched
+/// by [`SCAN_PATTERN`], so listing never takes them for locks.
+pub(super) fn run_keys(key: &str) -> [String; 2] {
+    [key_name(key, ":lastrun"), key_name(key, ":lastok")]
 }
 
 /// `dlock:{K}<suffix>`, built in one allocation of the exact size (this runs several

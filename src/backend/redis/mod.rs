@@ -12,15 +12,20 @@
 //! * `reply.rs`: reading replies, lease fields and holders.
 //! * `lease.rs`: one attempt (also Redlock's), renew, release.
 //! * `queue.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
+//! * `linger.rs`: a lease left to expire by itself (`--hold-at-least`), and watching for
+//!   a release (`dlock wait`).
 //! * `status.rs`: leases and waiters for `status`, and listing by `SCAN`.
+//! * `runs.rs`: the last run and last success of each key (`status KEY`).
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation.
 
 mod backend;
 mod connect;
 mod keys;
 mod lease;
+mod linger;
 mod queue;
 mod reply;
+mod runs;
 mod scripts;
 mod status;
 mod store;

@@ -8,7 +8,15 @@ use crate::error::{Error, Result};
 
 /// The lease hash fields read back, in this order (see [`lock_info`]). The holder's host,
 /// pid, user and command travel as one JSON field: a grant stores 5 fields, not 8.
-pub(super) const LEASE_FIELDS: [&str; 5] = ["owner", "token", "depth", "holder", "acquired_ms"];
+/// `held_until` is written only by `exec --hold-at-least` once its run has finished.
+pub(super) const LEASE_FIELDS: [&str; 6] = [
+    "owner",
+    "token",
+    "depth",
+    "holder",
+    "acquired_ms",
+    "held_until",
+];
 
 /// A script or pipeline reply, read front to back.
 pub(super) struct Reply<'a> {
@@ -44,7 +52,8 @@ impl<'a> Reply<'a> {
 /// A lock's state from its lease fields (in [`LEASE_FIELDS`] order) and PTTL; `None` when
 /// free.
 pub(super) fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Option<LockInfo> {
-    let [owner, token, depth, holder, acquired]: [Option<String>; 5] = fields.try_into().ok()?;
+    let [owner, token, depth, holder, acquired, until]: [Option<String>; 6] =
+        fields.try_into().ok()?;
     let num = |s: Option<String>| s.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
     let holder = holder.as_deref().and_then(parse_holder);
     Some(LockInfo {
@@ -54,6 +63,7 @@ pub(super) fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Op
         depth: num(depth) as u32,
         holder: Holder {
             acquired_at_ms: num(acquired), // the holder's clock at the grant
+            held_until_ms: until.and_then(|s| s.parse().ok()),
             ..holder.unwrap_or_default()
         },
         ttl_left_ms: u64::try_from(pttl).ok(),
@@ -77,6 +87,7 @@ pub(super) fn parse_holder(json: &str) -> Option<Holder> {
         user,
         command,
         acquired_at_ms,
+        held_until_ms: None,
     })
 }
 
@@ -93,16 +104,21 @@ mod tests {
             user: "u".into(),
             command: "sleep 1".into(),
             acquired_at_ms: 5,
+            held_until_ms: None,
         });
-        let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000")];
+        let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000"), f("2000")];
         let info = lock_info("k", fields, 500).unwrap();
         assert_eq!(info.owner, "o1");
         assert_eq!(info.fencing_token, 7);
         assert_eq!(info.depth, 2);
         assert_eq!(info.holder.pid, 42);
         assert_eq!(info.ttl_left_ms, Some(500));
-        assert_eq!(info.describe(), "o1 (h pid 42: sleep 1)");
+        assert_eq!(
+            info.describe(),
+            "o1 (h pid 42: sleep 1, finished, held until 00:00:02 UTC by --hold-at-least)"
+        );
         assert_eq!(info.holder.acquired_at_ms, 1000);
-        assert!(lock_info("k", vec![None; 5], -2).is_none());
+        assert_eq!(info.holder.held_until_ms, Some(2000));
+        assert!(lock_info("k", vec![None; 6], -2).is_none());
     }
 }

@@ -43,6 +43,7 @@ pub(super) struct Scripts {
     pub(super) release: Lua,
     pub(super) leave: Lua,
     pub(super) fence: Lua,
+    pub(super) linger: Lua,
 }
 
 /// Text and hash are both fixed at build time: one static serves every connection.
@@ -52,6 +53,7 @@ pub(super) static SCRIPTS: Scripts = Scripts {
     release: lua!("release.lua", "DLOCK_LUA_SHA_RELEASE"),
     leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
     fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
+    linger: lua!("linger.lua", "DLOCK_LUA_SHA_LINGER"),
 };
 
 /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
@@ -94,7 +96,9 @@ mod tests {
     #[test]
     fn build_time_hashes_match_the_scripts() {
         let s = &SCRIPTS;
-        for lua in [&s.acquire, &s.renew, &s.release, &s.leave, &s.fence] {
+        for lua in [
+            &s.acquire, &s.renew, &s.release, &s.leave, &s.fence, &s.linger,
+        ] {
             assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
         }
     }

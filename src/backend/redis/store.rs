@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::queue::Waiter;
 use super::RedisBackend;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
-use crate::backend::{AcquireRequest, KeyStatus, Lease, ReleaseMode, Released};
+use crate::backend::{AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
 use crate::error::Result;
 
 #[async_trait]
@@ -66,5 +66,22 @@ impl LockStore for RedisBackend {
 
     fn heartbeat(&self) -> Duration {
         self.server.tuning.heartbeat
+    }
+
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        let lease = &acquired.lease;
+        self.linger_lease(&lease.key, &lease.owner, left).await
+    }
+
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        self.watch_released(keys, pause).await
+    }
+
+    async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
+        self.record_run_here(key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
+        self.last_runs_here(key).await
     }
 }

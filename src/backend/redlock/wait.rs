@@ -1,5 +1,9 @@
 //! How a Redlock waiter waits: release messages, back-off, and when to give up.
 //!
+//! Redlock waiters are **not** served in arrival order: there is no queue across servers,
+//! and no queue entry is ever written (so none can be left behind). Taking back a grant
+//! that did not make a majority wakes nobody.
+//!
 //! A release wakes every waiter of the key, and a retry costs a request to every server.
 //! So that a herd of waiters does not turn into load that makes healthy servers look dead,
 //! a waiter paces itself ([`Pace`]):
@@ -23,6 +27,30 @@
 //! * looking again after a heartbeat or at the expiry of the lease asks every server at
 //!   once, as the first attempt does: a stale lease left on the lead alone cannot block
 //!   the waiters.
+//!
+//! # Why Redlock keeps its own loop
+//!
+//! The other network stores wait in the one generic loop of [`crate::backend::waiting`].
+//! Redlock does not, because that loop would change what it does and says:
+//!
+//! * its failures read differently: "held by OWNER on 2 of 3 servers of redlock(…)", or
+//!   "could not be taken on a majority", with why the last round was lost and which
+//!   servers did not answer; the loop words "not obtained" itself, from a [`Busy`]
+//!   that has no room for counts, notes or per-server errors;
+//! * it ends a wait with `Unavailable` (exit 69) when no majority answered for the stall
+//!   limit, or a majority was down for the operation timeout: that is decided across
+//!   rounds, from every lost round's counts, where the loop sees one attempt at a time;
+//! * its pace — ask the lead server first after a release or a back-off, back off
+//!   without listening after a race lost or a split vote, give slow servers longer —
+//!   depends on the whole lost round and on what woke the waiter, not on a [`Busy`];
+//! * a round cut short by a cancel is given back on every server (the round's guard),
+//!   not by leaving a queue.
+//!
+//! Porting it means growing the seam (a store's own "not obtained" wording, a refusal
+//! richer than [`Busy`]), which every store builds on; until then the vote counting is
+//! shared ([`crate::backend::quorum::votes`]) and the loop stays here.
+//!
+//! [`Busy`]: crate::backend::store::Busy
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +61,10 @@ use rand::Rng;
 use redis::aio::PubSub;
 use tokio_util::sync::CancellationToken;
 
-use super::{acquire_timeout, joined, max_acquire_timeout, RedlockBackend, RedlockTuning};
-use super::{Refusal, Round};
+use super::member::joined;
+use super::round::{Refusal, Round};
+use super::{acquire_timeout, max_acquire_timeout, RedlockBackend, RedlockTuning};
+use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
     unless_cancelled, AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE,
@@ -365,13 +395,11 @@ impl RedlockBackend {
         let stalled = since.map_or(String::new(), |t| {
             format!(" (no majority answered for {})", whole_ms(t.elapsed()))
         });
+        let counted = votes::answered(refusal.answered, self.members.len(), self.quorum);
         Error::Unavailable(format!(
-            "cannot acquire lock '{}' on {}: {} of {} servers answered, {} needed{stalled}: {}",
+            "cannot acquire lock '{}' on {}: {counted}{stalled}: {}",
             req.key,
             self.name,
-            refusal.answered,
-            self.members.len(),
-            self.quorum,
             joined(&refusal.failed)
         ))
     }

@@ -296,6 +296,17 @@ impl LockStore for SilentAfterCancel {
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         LockStore::status(&self.0, keys).await
     }
+
+    async fn record_run(&self, key: &str, _run: &crate::backend::RunRecord) -> Result<()> {
+        Err(crate::error::Error::Internal(format!(
+            "{key}: run records are not kept by {} yet",
+            LockStore::describe(self)
+        )))
+    }
+
+    async fn last_runs(&self, _key: &str) -> Result<crate::backend::LastRuns> {
+        Ok(crate::backend::LastRuns::default())
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,5 +1,4 @@
-//! The embedded local store: locks for the processes and users of one host, kept in a
-//! directory (default `/var/tmp/dlock`, or `DLOCK_DIR`, or `file://DIR`), with no daemon.
+//! The local store's backend value, and its design.
 //!
 //! # Files
 //!
@@ -11,7 +10,8 @@
 //! waiters shown by `status` (informational, at most 128 listed). Files are created whole
 //! and atomically (temporary file, fsync, `link`, fsync of the directory) and never
 //! deleted: deleting one would restart that key's fencing counter. Stray `.*.tmp` files are
-//! left only by a crash during creation and can be removed.
+//! left only by a crash during creation and can be removed. Beside the file of each key that
+//! `exec` ran under, `<name>.dlock.runs` keeps its last run and last success (`local/runs.rs`).
 //!
 //! # Locks
 //!
@@ -38,6 +38,10 @@
 //! A detached lease (`dlock lock`) has no process: it ends by release or at its expiry,
 //! measured on CLOCK_BOOTTIME (immune to wall-clock steps; carried across a reboot by wall
 //! clock).
+//!
+//! `exec --hold-at-least` turns its bound lease into a detached one with an expiry when CMD
+//! ends early (`local/linger.rs`); `dlock wait` sleeps on the holder's lock or on the file
+//! (`local/watch.rs`).
 //!
 //! # Waiting and hand-off: a FIFO of kernel locks
 //!
@@ -97,44 +101,40 @@
 //! that no user owns it. Key files are opened without following symbolic links and must be
 //! regular files, so a planted link or FIFO is refused instead of written through.
 
-mod locks;
-mod names;
-mod record;
-mod store;
-mod wait;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use self::locks::{hold_lock, wait_lock, Kind};
-use self::store::{Attempt, Ctx, KeyFile, Step, Target};
-use self::wait::{Abort, LockWait, Outcome, Watch};
-use super::{
+use super::file::{self, io_err, Ctx, KeyFile};
+use super::locks::{self, wait_lock, Kind};
+use super::names;
+use super::store::{self, Attempt, Step};
+use super::wait::{self, Abort, Outcome};
+use super::waiter::{HoldGuard, Waiting, Wake};
+use super::{linger, runs, watch};
+use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, Listing, LockInfo, ReleaseMode, Released,
-    WaitInfo, WaitOptions,
+    WaitOptions,
 };
 use crate::config::{check_key, DEFAULT_DIR};
 use crate::error::{Error, Result};
 
-/// How often the head of the queue rechecks a bound lease (see the module doc).
-const RECHECK_HEAD: Duration = Duration::from_millis(250);
-/// How often a waiter behind the head rechecks.
-const RECHECK: Duration = Duration::from_secs(1);
 /// Longest owner id we store.
 const MAX_OWNER: usize = 256;
 
 /// Locks kept in a directory on this host.
 pub struct LocalBackend {
-    ctx: Arc<Ctx>,
+    pub(super) ctx: Arc<Ctx>,
+    /// Kernel-lock waits kept between two looks of `dlock wait` (see `local/watch.rs`).
+    watching: watch::Kept,
 }
 
 impl LocalBackend {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<LocalBackend> {
-        Self::open_with_boot_id(dir, store::read_boot_id())
+        Self::open_with_boot_id(dir, file::read_boot_id())
     }
 
     /// Opens the store as if the kernel's boot id were `boot_id`: tests use it to simulate
@@ -148,6 +148,7 @@ impl LocalBackend {
                 boot_id,
                 describe: format!("file://{}", dir.display()),
             }),
+            watching: watch::Kept::default(),
         })
     }
 
@@ -156,7 +157,12 @@ impl LocalBackend {
         self.ctx.dir.join(names::file_name(key))
     }
 
-    fn key_file(&self, key: &str, create: bool, write: bool) -> Result<Option<Arc<KeyFile>>> {
+    pub(super) fn key_file(
+        &self,
+        key: &str,
+        create: bool,
+        write: bool,
+    ) -> Result<Option<Arc<KeyFile>>> {
         Ok(KeyFile::open(&self.ctx, key, create, write)?.map(Arc::new))
     }
 
@@ -257,121 +263,6 @@ fn check_request(req: &AcquireRequest) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// The guard of a bound lease: its holding lock. Dropping it ends the lease (for waiters,
-/// at once) if it was not released before. The lock is dropped explicitly, not by closing
-/// the file: an old waker thread may still have the same open file.
-struct HoldGuard {
-    kf: Arc<KeyFile>,
-    ticket: u64,
-}
-
-impl Drop for HoldGuard {
-    fn drop(&mut self) {
-        let _ = locks::unlock(&self.kf.file, hold_lock(self.ticket));
-    }
-}
-
-/// What an acquisition in progress keeps between attempts. Dropping it (the acquisition
-/// ended, or its future was dropped) takes us out of the queue.
-struct Waiting {
-    kf: Arc<KeyFile>,
-    ticket: Option<u64>,
-    lock_wait: Option<LockWait>,
-    watch: Option<Watch>,
-    holder: Option<LockInfo>,
-    reported: Option<Reported>,
-}
-
-/// What the progress listener was last told: holder (owner, token), position, waiters.
-type Reported = (Option<(String, u64)>, Option<u64>, Option<u64>);
-
-/// Why the waiting loop goes around again, or stops.
-enum Wake {
-    Again,
-    Abort(Abort),
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        if let Some(t) = self.ticket {
-            let _ = locks::unlock(&self.kf.file, wait_lock(t));
-        }
-    }
-}
-
-impl Waiting {
-    fn new(kf: Arc<KeyFile>) -> Waiting {
-        Waiting {
-            kf,
-            ticket: None,
-            lock_wait: None,
-            watch: None,
-            holder: None,
-            reported: None,
-        }
-    }
-
-    /// Tells the progress listener, when what we know changed.
-    fn report(&mut self, wait: &WaitOptions, info: &WaitInfo) {
-        let now = (
-            info.holder
-                .as_ref()
-                .map(|h| (h.owner.clone(), h.fencing_token)),
-            info.position,
-            info.waiters,
-        );
-        if self.reported.as_ref() != Some(&now) {
-            wait.report(info);
-            self.reported = Some(now);
-        }
-    }
-
-    /// Sleeps until `target` says the situation may have changed, or the wait ends.
-    async fn sleep(&mut self, target: Target, wait: &WaitOptions) -> Result<Wake> {
-        let kf = self.kf.clone();
-        if wait.cancel.is_cancelled() {
-            return Ok(Wake::Abort(Abort::Cancelled));
-        }
-        if wait.expired() {
-            return Ok(Wake::Abort(Abort::Deadline));
-        }
-        match target {
-            Target::Again => Ok(Wake::Again),
-            Target::Lock { at, head } => {
-                if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
-                    self.lock_wait = Some(LockWait::start(&kf, at, self.ticket.filter(|_| !head))?);
-                }
-                let lw = self.lock_wait.as_mut().expect("started");
-                let recheck = if head { RECHECK_HEAD } else { RECHECK };
-                let released = tokio::select! {
-                    why = wait::aborted(wait, Duration::ZERO) => return Ok(Wake::Abort(why)),
-                    r = lw.released() => Some(r),
-                    _ = tokio::time::sleep(recheck) => None,
-                };
-                if let Some(r) = released {
-                    self.lock_wait = None;
-                    r.map_err(|e| store::io_err("cannot wait for a lock on", &kf.path, e))?;
-                }
-                Ok(Wake::Again)
-            }
-            Target::Expiry(left) => {
-                let Some(watch) = self.watch.as_mut() else {
-                    // Watch first, then look again: no change can slip in between.
-                    self.watch = Some(Watch::new(&kf.path));
-                    return Ok(Wake::Again);
-                };
-                let nap = left.min(RECHECK) + Duration::from_millis(1);
-                tokio::select! {
-                    why = wait::aborted(wait, Duration::ZERO) => return Ok(Wake::Abort(why)),
-                    _ = watch.changed() => {}
-                    _ = tokio::time::sleep(nap) => {}
-                }
-                Ok(Wake::Again)
-            }
-        }
-    }
 }
 
 #[async_trait]
@@ -573,6 +464,24 @@ impl Backend for LocalBackend {
         listing.held.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(listing)
     }
+
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        linger::detach(self, acquired, left).await
+    }
+
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        watch::changed(&self.ctx, &self.watching, keys, pause).await
+    }
+
+    async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
+        check_key(key)?;
+        runs::record(&runs::path_for(&self.key_path(key)), key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
+        check_key(key)?;
+        runs::read(&runs::path_for(&self.key_path(key)), key).await
+    }
 }
 
 impl LocalBackend {
@@ -581,7 +490,7 @@ impl LocalBackend {
         let kf = match KeyFile::open_path(path, None) {
             Ok(kf) => Arc::new(kf),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(store::io_err("cannot open lock file", path, e)),
+            Err(e) => return Err(io_err("cannot open lock file", path, e)),
         };
         wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status())
             .await

@@ -1,0 +1,203 @@
+//! The vote counting, with answers made up: no server.
+
+use std::time::{Duration, Instant};
+
+use super::votes::*;
+use crate::backend::store::Busy;
+use crate::backend::{Holder, Lease, LockInfo};
+
+fn grant(owner: &str, token: u64, reentered: bool) -> Answer<&'static str> {
+    Answer::Granted(Lease {
+        key: "k".into(),
+        owner: owner.into(),
+        fencing_token: token,
+        ttl: Duration::from_secs(10),
+        reentered,
+        sent_at: Instant::now(),
+        bound: false,
+        expires_at_ms: 0,
+    })
+}
+
+fn held_by(owner: &str, token: u64, ttl_ms: u64) -> Answer<&'static str> {
+    Answer::Busy(Busy {
+        holder: Some(LockInfo {
+            key: "k".into(),
+            owner: owner.into(),
+            fencing_token: token,
+            holder: Holder::default(),
+            ttl_left_ms: Some(ttl_ms),
+            depth: 0,
+        }),
+        retry: Some(Duration::from_millis(ttl_ms)),
+        ..Busy::default()
+    })
+}
+
+#[test]
+fn quorums_are_strict_majorities() {
+    let q: Vec<usize> = (1..=6).map(quorum).collect();
+    assert_eq!(q, [1, 2, 2, 3, 3, 4]);
+}
+
+#[test]
+fn a_majority_granted_wins_with_the_largest_token() {
+    let t = tally(
+        [
+            grant("me", 7, false),
+            held_by("b", 9, 500),
+            grant("me", 8, false),
+        ],
+        3,
+    );
+    assert_eq!((t.answered, t.down, t.max_token), (3, 0, 9));
+    assert_eq!(t.refused, [1]);
+    assert_eq!(decide(&t, quorum(3)), Decision::Granted { token: 8 });
+    // Server 0 granted with less: its counter is raised, with the refusing server's.
+    assert_eq!(behind(&t.fresh, 8), (1, vec![0]));
+    assert_eq!(t.others(), [1]);
+    // Nothing beside the majority to give back.
+    let won = decide(&t, quorum(3));
+    assert_eq!(settle(&t, Some(&won)), GiveBack::default());
+    assert_eq!(won.winner("me"), Some(("me".to_string(), 8, false)));
+}
+
+#[test]
+fn a_split_vote_is_lost_and_every_grant_given_back() {
+    // Five servers: two granted to us, two to someone else, one did not answer in time.
+    let t = tally(
+        [
+            grant("me", 4, false),
+            held_by("b", 5, 900),
+            grant("me", 4, false),
+            held_by("b", 5, 300),
+            Answer::Slow("e: timed out"),
+        ],
+        0,
+    );
+    assert_eq!((t.answered, t.down, t.failed.len()), (4, 0, 1));
+    assert_eq!(decide(&t, quorum(5)), Decision::Lost);
+    let (lock, on) = t.holder.as_ref().expect("holder");
+    assert_eq!((lock.owner.as_str(), *on), ("b", 2));
+    assert_eq!(t.retry, Some(Duration::from_millis(300)));
+    // The slow server may have granted: it is asked to give back too.
+    let back = settle(&t, None);
+    assert_eq!(back.fresh, [0, 2, 4]);
+    assert!(back.nested.is_empty());
+}
+
+#[test]
+fn all_errors_decide_nothing_and_say_so() {
+    let t = tally(
+        [
+            Answer::Down("a: refused"),
+            Answer::Down("b: reset"),
+            Answer::Slow("c: timed out"),
+        ],
+        12,
+    );
+    assert_eq!((t.answered, t.down, t.max_token), (0, 2, 12));
+    assert_eq!(t.failed, ["a: refused", "b: reset", "c: timed out"]);
+    assert_eq!(decide(&t, quorum(3)), Decision::Lost);
+    assert_eq!(settle(&t, None).fresh, [0, 1, 2]);
+    assert_eq!(
+        answered(t.answered, 3, quorum(3)),
+        "0 of 3 servers answered, 2 needed"
+    );
+    assert_eq!(verdict(0, 0, 2), Verdict::Unavailable);
+}
+
+#[test]
+fn a_tie_with_an_even_number_of_servers_is_no_majority() {
+    let t = tally(
+        [
+            grant("me", 1, false),
+            grant("me", 1, false),
+            held_by("b", 2, 100),
+            held_by("b", 2, 100),
+        ],
+        0,
+    );
+    assert_eq!(quorum(4), 3);
+    assert_eq!(decide(&t, quorum(4)), Decision::Lost);
+    assert_eq!(majority_owner(["me", "me", "b", "b"], quorum(4)), None);
+    assert_eq!(verdict(2, 2, quorum(4)), Verdict::Unavailable);
+    assert_eq!(
+        done_on("renewed", 2, 4, quorum(4)),
+        "renewed on 2 of 4 servers, 3 needed"
+    );
+}
+
+#[test]
+fn validity_is_what_the_time_taken_and_the_drift_leave() {
+    let ms = Duration::from_millis;
+    // Drift of a 1 s lease: 1% + 2 ms.
+    assert_eq!(validity(ms(1_000), ms(100)), Some(ms(888)));
+    assert_eq!(validity(ms(1_000), ms(988)), None);
+    assert_eq!(validity(ms(1_000), ms(2_000)), None);
+    assert_eq!(validity(ms(1_000), ms(987)), Some(ms(1)));
+}
+
+#[test]
+fn reentry_counts_on_a_majority_of_one_owner() {
+    let t = tally(
+        [
+            grant("parent", 3, true),
+            grant("me", 6, false),
+            grant("parent", 5, true),
+        ],
+        0,
+    );
+    let won = decide(&t, quorum(3));
+    assert_eq!(
+        won,
+        Decision::Reentered {
+            owner: "parent".into(),
+            token: 5
+        }
+    );
+    // The fresh grant beside the majority is given back, the re-entries kept.
+    let back = settle(&t, Some(&won));
+    assert_eq!((back.fresh, back.nested), (vec![1], vec![]));
+    assert_eq!(won.winner("me"), Some(("parent".to_string(), 5, true)));
+    assert_eq!(Decision::Lost.winner("me"), None);
+
+    // Re-entries for two different owners make no majority: all of them go back.
+    let t = tally(
+        [
+            grant("parent", 3, true),
+            grant("other", 4, true),
+            held_by("b", 4, 10),
+        ],
+        0,
+    );
+    assert_eq!(decide(&t, quorum(3)), Decision::Lost);
+    let back = settle(&t, None);
+    assert_eq!(
+        back.nested,
+        [(0, "parent".to_string()), (1, "other".to_string())]
+    );
+    assert_eq!(t.others(), [2, 0, 1]);
+}
+
+#[test]
+fn renew_and_release_settle_as_soon_as_the_outcome_is_known() {
+    // 3 servers, quorum 2.
+    assert!(!settled(1, 0, 0, 3, 2));
+    assert!(settled(2, 0, 0, 3, 2));
+    assert!(settled(0, 2, 0, 3, 2));
+    assert!(settled(1, 1, 1, 3, 2));
+    assert!(settled(0, 1, 1, 3, 2));
+    assert_eq!(verdict(2, 1, 2), Verdict::Done);
+    assert_eq!(verdict(1, 2, 2), Verdict::Refused);
+    assert_eq!(verdict(1, 1, 2), Verdict::Unavailable);
+}
+
+#[test]
+fn a_lease_lasts_while_a_majority_has_it() {
+    assert_eq!(quorum_ttl(vec![100, 900, 500], 2), 500);
+    assert_eq!(quorum_ttl(vec![100, 900, 500, 700, 300], 3), 500);
+    assert_eq!(majority_owner(["a", "b", "a"], 2), Some("a"));
+    assert_eq!(most_named(["a", "b", "b"]), Some("b"));
+    assert_eq!(most_named([]), None);
+}

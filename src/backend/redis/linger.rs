@@ -1,0 +1,79 @@
+//! `exec --hold-at-least` and `dlock wait` on one server: leaving a lease to expire by
+//! itself, and sleeping until a lock may have been released.
+//!
+//! * linger: one script sets the lease's expiry to exactly what is left of the hold (it may
+//!   shorten it, which renew never does) and marks it `held_until` for `status`.
+//! * watch: keyspace notifications are off on most servers, so a watcher uses what
+//!   releases already do: while a lock's `unfair` marker exists, its release publishes on
+//!   the released channel. The watcher subscribes, sets the marker, and only then looks
+//!   whether the lease is still there: a release in between is seen either way. A lease
+//!   that expires publishes nothing; the caller never sleeps past its TTL.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::Value;
+
+use super::keys::{lease_key, Keys};
+use super::reply::Reply;
+use super::scripts::{evalsha, millis, SCRIPTS};
+use super::RedisBackend;
+use crate::error::{Error, Result};
+
+/// The shortest life of the marker a watcher sets: a release publishes while it lasts.
+const MARKER_AT_LEAST: Duration = Duration::from_secs(60);
+
+impl RedisBackend {
+    /// Leaves `owner`'s lease on `key` to expire `left` from now, marked for `status`.
+    pub(crate) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        let lease = lease_key(key);
+        let script = &SCRIPTS.linger;
+        let mut cmd = evalsha(script, &[&lease], 2);
+        cmd.arg(owner).arg(millis(left));
+        let what = || format!("cannot leave lock '{key}' held (--hold-at-least)");
+        let reply = self.eval(what, script, &cmd).await?;
+        match Reply::new(reply, &self.server.url)?.next::<i64>()? {
+            1 => Ok(()),
+            0 => Err(Error::lease_gone("hold", key, &self.server.url)),
+            _ => Err(Error::held_by_other("hold", key, &self.server.url, owner)),
+        }
+    }
+
+    /// Returns when one of `keys` may have been released, or after `pause`.
+    pub(crate) async fn watch_released(&self, keys: &[String], pause: Duration) -> Result<()> {
+        let Some(first) = keys.first() else {
+            tokio::time::sleep(pause).await;
+            return Ok(());
+        };
+        let what = format!("cannot watch lock '{first}'");
+        let mut pubsub = self.subscribe_to(&Keys::new(first).released, &what).await?;
+        for key in &keys[1..] {
+            let channel = Keys::new(key).released;
+            let subscribing = pubsub.subscribe(&channel);
+            self.call(&what, subscribing).await?;
+        }
+        let marker_ms = millis((2 * pause).max(MARKER_AT_LEAST));
+        let mut pipe = redis::pipe();
+        for key in keys {
+            let k = Keys::new(key);
+            pipe.cmd("SET")
+                .arg(&k.unfair)
+                .arg(1)
+                .arg("PX")
+                .arg(marker_ms);
+            pipe.cmd("EXISTS").arg(&k.lease);
+        }
+        let mut conn = self.conn().await?;
+        let reply: Value = self.call(&what, pipe.query_async(&mut conn)).await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        for _ in keys {
+            let _: Value = r.next()?;
+            if r.next::<i64>()? == 0 {
+                return Ok(()); // already free
+            }
+        }
+        let mut messages = pubsub.on_message();
+        let _ = tokio::time::timeout(pause, messages.next()).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,28 @@
+//! Redlock: one lock held on a majority of several independent Redis servers, so that it
+//! survives the loss of a minority of them.
+//!
+//! Each server keeps the single-server layout and scripts of [`super::redis`]; this module
+//! runs one [`RedisBackend`](super::redis::RedisBackend) per server and adds the quorum.
+//! With `N` servers the quorum is `Q = N/2 + 1` (2 of 3, 3 of 5); the votes are counted by
+//! [`super::quorum::votes`].
+//!
+//! * `tuning.rs`: the timing knobs and the per-server timeouts.
+//! * `member.rs`: one server of the quorum, its reconnection and its timed requests.
+//! * `backend.rs`: the backend value, connecting, renew, release, status; the safety of
+//!   the lock and its limits.
+//! * `round.rs`: one acquire round, the fencing tokens, and giving back.
+//! * `runs.rs`: the last-run records, kept on every server and read from a majority.
+//! * `status.rs`: the servers' views of a key, combined.
+//! * `wait.rs`: how a waiter waits, and why Redlock keeps its own waiting loop.
+
+mod backend;
+mod member;
+mod round;
+mod runs;
+mod status;
+mod tuning;
+mod wait;
+
+pub use self::backend::RedlockBackend;
+pub use self::tuning::{acquire_timeout, max_acquire_timeout, renew_timeout, RedlockTuning};
+pub use crate::backend::quorum::votes::quorum;

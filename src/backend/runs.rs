@@ -1,0 +1,180 @@
+//! The record of a key's finished runs, kept in the same store as its lock so that
+//! `status KEY` can say when the job last ran and last succeeded, from any host.
+//!
+//! A store keeps two records per key, each written whole: the last run, and the last
+//! run that succeeded (written only by a run that succeeded). `exec` writes them while
+//! it still holds the lock, so the records of one key are written one run at a time and
+//! the last written is the last run; a run that lost its lease writes without that
+//! guarantee (another holder may already be running). Stores that cannot write both
+//! atomically may keep a `last_success` older than `last` for a moment: readers only
+//! ever see whole records.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Holder;
+
+/// How long a store keeps a key's run records after the last write: long enough for a
+/// monthly job, bounded so that retired keys do not stay forever.
+pub const RUN_RECORD_TTL: Duration = Duration::from_secs(40 * 24 * 3600);
+
+/// One finished `exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub owner: String,
+    pub fencing_token: u64,
+    /// Who ran it: host, pid, user, command, and when the lock was taken.
+    #[serde(flatten)]
+    pub holder: Holder,
+    /// When CMD started and ended, milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    /// The code `exec` exited with: CMD's own, 128+N when signal N killed it, 79 when the
+    /// lease was lost, 124 when `--max-runtime` cut it short.
+    pub exit_code: i32,
+    /// The signal that ended CMD, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// How long dlock waited for the lock, and how long CMD ran.
+    pub waited_ms: u64,
+    pub ran_ms: u64,
+    /// True when the lease was lost while CMD ran (dlock killed it, exit 79).
+    #[serde(default)]
+    pub lease_lost: bool,
+    /// True when CMD ran longer than `--max-runtime` and was terminated (exit 124).
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+impl RunRecord {
+    /// A run succeeded when CMD exited 0 with its lease intact.
+    pub fn succeeded(&self) -> bool {
+        self.exit_code == 0 && self.signal.is_none() && !self.lease_lost && !self.timed_out
+    }
+
+    /// `ok (exit 0)`, `failed (exit 3)`, `lease lost (exit 79)`, `killed by signal 9 (exit
+    /// 137)`, `too long (exit 124)`: how the run ended, for `status`.
+    pub fn outcome(&self) -> String {
+        let code = self.exit_code;
+        if self.succeeded() {
+            format!("ok (exit {code})")
+        } else if self.lease_lost {
+            format!("lease lost (exit {code})")
+        } else if self.timed_out {
+            format!("ran too long (exit {code})")
+        } else if let Some(sig) = self.signal {
+            format!("killed by signal {sig} (exit {code})")
+        } else {
+            format!("failed (exit {code})")
+        }
+    }
+
+    /// The newer of two records: the later end, then the larger token.
+    pub fn newer(a: Option<RunRecord>, b: Option<RunRecord>) -> Option<RunRecord> {
+        match (a, b) {
+            (Some(a), Some(b)) => {
+                let key = |r: &RunRecord| (r.ended_at_ms, r.fencing_token);
+                Some(if key(&b) > key(&a) { b } else { a })
+            }
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The record as stored: JSON.
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A stored record; `None` for anything that is not one (a damaged or foreign value
+    /// is no run, and must not fail `status`).
+    pub fn decode(bytes: &[u8]) -> Option<RunRecord> {
+        serde_json::from_slice(bytes).ok()
+    }
+}
+
+/// What a store remembers of a key's runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastRuns {
+    /// The most recent finished run.
+    pub last: Option<RunRecord>,
+    /// The most recent run that succeeded (the same as `last` when that one did).
+    pub last_success: Option<RunRecord>,
+}
+
+impl LastRuns {
+    /// What remains after `run` is recorded on top of `self`.
+    pub fn with(self, run: &RunRecord) -> LastRuns {
+        LastRuns {
+            last: Some(run.clone()),
+            last_success: if run.succeeded() {
+                Some(run.clone())
+            } else {
+                self.last_success
+            },
+        }
+    }
+
+    /// The newest of each record among several copies (a quorum's servers).
+    pub fn newest(copies: impl IntoIterator<Item = LastRuns>) -> LastRuns {
+        copies
+            .into_iter()
+            .fold(LastRuns::default(), |acc, c| LastRuns {
+                last: RunRecord::newer(acc.last, c.last),
+                last_success: RunRecord::newer(acc.last_success, c.last_success),
+            })
+    }
+
+    /// True when no run is on record.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_none() && self.last_success.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(code: i32, ended: u64) -> RunRecord {
+        RunRecord {
+            exit_code: code,
+            ended_at_ms: ended,
+            ..RunRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_failure_keeps_the_last_success() {
+        let ok = run(0, 1);
+        let bad = run(3, 2);
+        let runs = LastRuns::default().with(&ok).with(&bad);
+        assert_eq!(runs.last, Some(bad));
+        assert_eq!(runs.last_success, Some(ok));
+    }
+
+    #[test]
+    fn the_newest_copy_wins() {
+        let a = LastRuns::default().with(&run(0, 5));
+        let b = LastRuns::default().with(&run(0, 1)).with(&run(2, 9));
+        let n = LastRuns::newest([a, b, LastRuns::default()]);
+        assert_eq!(n.last.map(|r| r.ended_at_ms), Some(9));
+        assert_eq!(n.last_success.map(|r| r.ended_at_ms), Some(5));
+    }
+
+    #[test]
+    fn outcomes_read_plainly() {
+        assert_eq!(run(0, 0).outcome(), "ok (exit 0)");
+        assert_eq!(run(3, 0).outcome(), "failed (exit 3)");
+        let killed = RunRecord {
+            signal: Some(9),
+            ..run(137, 0)
+        };
+        assert_eq!(killed.outcome(), "killed by signal 9 (exit 137)");
+        let lost = RunRecord {
+            lease_lost: true,
+            ..run(79, 0)
+        };
+        assert!(!lost.succeeded());
+        assert_eq!(lost.outcome(), "lease lost (exit 79)");
+    }
+}
