@@ -21,8 +21,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'dlock' {
-            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
-            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS); memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d); zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator''s lock recipe); postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS); memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d); zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator''s lock recipe); postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
@@ -38,6 +38,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'Release KEY')
             [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Block until KEY is free, without taking it')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -53,6 +54,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run STRING with `sh -c` instead of CMD, as flock(1) does')
             [CompletionResult]::new('--max-runtime', '--max-runtime', [CompletionResultType]::ParameterName, 'Terminate CMD''s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does')
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there')
+            [CompletionResult]::new('--hold-at-least', '--hold-at-least', [CompletionResultType]::ParameterName, 'Keep KEY held until DUR after it was acquired, even when CMD ends sooner: the lease is left to expire by itself (on every backend, the local store too) and dlock exits with CMD''s status at once. Stops a short job from running again on a host whose clock or cron fires a little later. Only the outermost exec holds on; a run cut short by --max-runtime holds on too (exit 124); a lost lease (79) holds nothing')
             [CompletionResult]::new('--kill-after', '--kill-after', [CompletionResultType]::ParameterName, 'With --max-runtime: SIGKILL the group this long after the SIGTERM')
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
@@ -60,7 +62,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
-            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)')
+            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
@@ -83,7 +85,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
             [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
-            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)')
+            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)')
             [CompletionResult]::new('--export', '--export', [CompletionResultType]::ParameterName, 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
@@ -128,6 +130,22 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Keep showing the keys, redrawn in place on a terminal whenever they change (and at least every second); elsewhere, a new snapshot each time something changes. Ends on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit 0')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;wait' {
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up after DUR (exit 75). Default: wait forever')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up after DUR (exit 75). Default: wait forever')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
@@ -156,6 +174,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('unlock', 'unlock', [CompletionResultType]::ParameterValue, 'Release KEY')
             [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
+            [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Block until KEY is free, without taking it')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -173,6 +192,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;status' {
+            break
+        }
+        'dlock;help;wait' {
             break
         }
         'dlock;help;completions' {

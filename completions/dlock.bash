@@ -37,6 +37,9 @@ _dlock() {
             dlock,unlock)
                 cmd="dlock__subcmd__unlock"
                 ;;
+            dlock,wait)
+                cmd="dlock__subcmd__wait"
+                ;;
             dlock__subcmd__help,completions)
                 cmd="dlock__subcmd__help__subcmd__completions"
                 ;;
@@ -58,6 +61,9 @@ _dlock() {
             dlock__subcmd__help,unlock)
                 cmd="dlock__subcmd__help__subcmd__unlock"
                 ;;
+            dlock__subcmd__help,wait)
+                cmd="dlock__subcmd__help__subcmd__wait"
+                ;;
             *)
                 ;;
         esac
@@ -65,7 +71,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-u -q -v -h -V --url --json --quiet --verbose --log-format --help --version exec lock unlock renew status completions help"
+            opts="-u -q -v -h -V --url --json --quiet --verbose --log-format --help --version exec lock unlock renew status wait completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -117,7 +123,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --metrics-file --kill-after --url --json --quiet --verbose --log-format --help"
+            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --metrics-file --hold-at-least --kill-after --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -163,6 +169,10 @@ _dlock() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --hold-at-least)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --kill-after)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -187,7 +197,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="exec lock unlock renew status completions help"
+            opts="exec lock unlock renew status wait completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -298,6 +308,20 @@ _dlock() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlock__subcmd__help__subcmd__wait)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlock__subcmd__lock)
             opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --export --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -383,7 +407,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__status)
-            opts="-u -q -v -h --url --json --quiet --verbose --log-format --help"
+            opts="-u -q -v -h --watch --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -416,6 +440,40 @@ _dlock() {
             fi
             case "${prev}" in
                 --owner)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__wait)
+            opts="-w -u -q -v -h --timeout --url --json --quiet --verbose --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

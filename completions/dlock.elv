@@ -18,8 +18,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
     }
     var completions = [
         &'dlock'= {
-            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
-            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
+            cand -u 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS); memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d); zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator''s lock recipe); postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
+            cand --url 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS); memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d); zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator''s lock recipe); postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.'
             cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
@@ -35,6 +35,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand unlock 'Release KEY'
             cand renew 'Extend a held lease'
             cand status 'Show who holds what (every held lock when no key is given)'
+            cand wait 'Block until KEY is free, without taking it'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -49,6 +50,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand --command 'Run STRING with `sh -c` instead of CMD, as flock(1) does'
             cand --max-runtime 'Terminate CMD''s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does'
             cand --metrics-file 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there'
+            cand --hold-at-least 'Keep KEY held until DUR after it was acquired, even when CMD ends sooner: the lease is left to expire by itself (on every backend, the local store too) and dlock exits with CMD''s status at once. Stops a short job from running again on a host whose clock or cron fires a little later. Only the outermost exec holds on; a run cut short by --max-runtime holds on too (exit 124); a lost lease (79) holds nothing'
             cand --kill-after 'With --max-runtime: SIGKILL the group this long after the SIGTERM'
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
@@ -56,7 +58,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -n 'Fail at once if the lock is held'
             cand --no-wait 'Fail at once if the lock is held'
             cand --nonblock 'Fail at once if the lock is held'
-            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -78,7 +80,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -n 'Fail at once if the lock is held'
             cand --no-wait 'Fail at once if the lock is held'
             cand --nonblock 'Fail at once if the lock is held'
-            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
             cand --export 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
@@ -120,6 +122,21 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
+            cand --watch 'Keep showing the keys, redrawn in place on a terminal whenever they change (and at least every second); elsewhere, a new snapshot each time something changes. Ends on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit 0'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand --verbose 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;wait'= {
+            cand -w 'Give up after DUR (exit 75). Default: wait forever'
+            cand --timeout 'Give up after DUR (exit 75). Default: wait forever'
+            cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'
@@ -146,6 +163,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand unlock 'Release KEY'
             cand renew 'Extend a held lease'
             cand status 'Show who holds what (every held lock when no key is given)'
+            cand wait 'Block until KEY is free, without taking it'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -158,6 +176,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;renew'= {
         }
         &'dlock;help;status'= {
+        }
+        &'dlock;help;wait'= {
         }
         &'dlock;help;completions'= {
         }

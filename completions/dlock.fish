@@ -24,7 +24,7 @@ function __fish_dlock_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
+complete -c dlock -n "__fish_dlock_needs_command" -s u -l url -d 'Backend URL: redis://[user:password@]host[:port][/db], rediss:// (TLS); redis+unix:///PATH (a Unix socket); redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names); etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS); memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d); zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator\'s lock recipe); postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD); file://DIR (the embedded local store). Repeat it (or separate with commas) for a Redlock quorum of independent Redis servers (3 or 5). Without any, the embedded local store in $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.' -r
 complete -c dlock -n "__fish_dlock_needs_command" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_needs_command" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
@@ -37,6 +37,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "lock" -d 'Acquire KEY a
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "unlock" -d 'Release KEY'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "renew" -d 'Extend a held lease'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "wait" -d 'Block until KEY is free, without taking it'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
@@ -47,12 +48,13 @@ skip\t'Do not run: exit with the conflict code, as if the lock were held'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s c -l command -d 'Run STRING with `sh -c` instead of CMD, as flock(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l max-runtime -d 'Terminate CMD\'s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l metrics-file -d 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l hold-at-least -d 'Keep KEY held until DUR after it was acquired, even when CMD ends sooner: the lease is left to expire by itself (on every backend, the local store too) and dlock exits with CMD\'s status at once. Stops a short job from running again on a host whose clock or cron fires a little later. Only the outermost exec holds on; a run cut short by --max-runtime holds on too (exit 124); a lost lease (79) holds nothing' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l kill-after -d 'With --max-runtime: SIGKILL the group this long after the SIGTERM' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
@@ -66,7 +68,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s u -l url -d 'Backen
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock never keeps an order)'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l export -d 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
@@ -93,10 +95,19 @@ complete -c dlock -n "__fish_dlock_using_subcommand renew" -s h -l help -d 'Prin
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
+complete -c dlock -n "__fish_dlock_using_subcommand status" -l watch -d 'Keep showing the keys, redrawn in place on a terminal whenever they change (and at least every second); elsewhere, a new snapshot each time something changes. Ends on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit 0'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l timeout -d 'Give up after DUR (exit 75). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
@@ -104,10 +115,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Mac
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "exec" -d 'Run CMD while holding KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "unlock" -d 'Release KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "renew" -d 'Extend a held lease'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "exec" -d 'Run CMD while holding KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "unlock" -d 'Release KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "renew" -d 'Extend a held lease'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "wait" -d 'Block until KEY is free, without taking it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -163,7 +163,8 @@ pub enum Command {
     ///
     /// Acquires KEY (waiting as told), runs CMD with DLOCK_KEY, DLOCK_OWNER and
     /// DLOCK_FENCING_TOKEN in its environment, renews the lease in the background, forwards
-    /// signals, and releases KEY when CMD ends, exiting with CMD's code. If the lease cannot be
+    /// signals, and releases KEY when CMD ends (with --hold-at-least, leaves it held until
+    /// then), exiting with CMD's code. If the lease cannot be
     /// renewed, CMD's process group gets SIGTERM, then SIGKILL, before the lease can expire, and
     /// dlock exits 79. Inside CMD, a nested `dlock exec KEY` re-enters instead of deadlocking.
     Exec(ExecArgs),
@@ -183,8 +184,19 @@ pub enum Command {
 
     /// Show who holds what (every held lock when no key is given).
     ///
-    /// Exits 0 when every named key is held, 1 when one is free.
+    /// For each named key, also how its last `exec` run ended (`last run: ok (exit 0) 4m
+    /// ago on ci-2, ran 12.3s`) and, when that run failed, the last success. Exits 0 when
+    /// every named key is held, 1 when one is free.
     Status(StatusArgs),
+
+    /// Block until KEY is free, without taking it.
+    ///
+    /// For scripts that must not start while a deploy (or any holder of KEY) runs. Exits 0
+    /// as soon as KEY is free (at once when it is), 75 when --timeout elapses first. Woken by
+    /// the backend's own notification of a release where it has one (local store, Redis,
+    /// etcd); Redlock looks again every 200 ms. A lease that expires is noticed when it
+    /// expires. A signal ends the wait (128+N).
+    Wait(WaitArgs),
 
     /// Print a shell completion script.
     Completions(CompletionsArgs),
@@ -199,6 +211,7 @@ impl Command {
             Command::Unlock(a) => &mut a.late,
             Command::Renew(a) => &mut a.late,
             Command::Status(a) => &mut a.late,
+            Command::Wait(a) => &mut a.late,
             Command::Completions(a) => &mut a.late,
         }
     }
@@ -230,7 +243,7 @@ pub struct AcquireOpts {
     pub conflict_exit_code: u8,
 
     /// Let any waiter take a freed lock instead of serving waiters in arrival order
-    /// (Redlock never keeps an order).
+    /// (Redlock and Memcached never keep an order: there, waiters poll and any may win).
     #[arg(long)]
     pub no_fair: bool,
 
@@ -278,6 +291,14 @@ pub struct ExecArgs {
     /// $DLOCK_METRICS_DIR, one file per key there.
     #[arg(long, value_name = "PATH")]
     pub metrics_file: Option<std::path::PathBuf>,
+
+    /// Keep KEY held until DUR after it was acquired, even when CMD ends sooner: the lease
+    /// is left to expire by itself (on every backend, the local store too) and dlock exits
+    /// with CMD's status at once. Stops a short job from running again on a host whose
+    /// clock or cron fires a little later. Only the outermost exec holds on; a run cut short
+    /// by --max-runtime holds on too (exit 124); a lost lease (79) holds nothing.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub hold_at_least: Option<Duration>,
 
     /// With --max-runtime: SIGKILL the group this long after the SIGTERM.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, default_value = "10s", requires = "max_runtime")]
@@ -371,6 +392,27 @@ pub struct RenewArgs {
 pub struct StatusArgs {
     /// Keys to show; none shows every held lock.
     pub keys: Vec<String>,
+
+    /// Keep showing the keys, redrawn in place on a terminal whenever they change (and at
+    /// least every second); elsewhere, a new snapshot each time something changes. Ends
+    /// on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit 0.
+    #[arg(long)]
+    pub watch: bool,
+
+    #[command(flatten)]
+    pub late: Late,
+}
+
+// The arguments of `dlock wait`; its help text is on [`Command::Wait`].
+#[derive(Debug, Args)]
+#[command(after_long_help = EXIT_CODES)]
+pub struct WaitArgs {
+    /// The lock key.
+    pub key: String,
+
+    /// Give up after DUR (exit 75). Default: wait forever.
+    #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
 
     #[command(flatten)]
     pub late: Late,

@@ -181,7 +181,7 @@ pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
 }
 
 /// Decodes `%XX` escapes; `None` when one is malformed or the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

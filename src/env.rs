@@ -18,6 +18,10 @@ pub const KEY: &str = "DLOCK_KEY";
 pub const FENCING_TOKEN: &str = "DLOCK_FENCING_TOKEN";
 /// A Redis password, as redis-cli reads it.
 pub const REDIS_AUTH: &str = "REDISCLI_AUTH";
+/// A PostgreSQL password, as psql reads it, when the URL carries none.
+pub const PG_PASSWORD: &str = "PGPASSWORD";
+/// A PostgreSQL user, as psql reads it, when the URL names none.
+pub const PG_USER: &str = "PGUSER";
 /// PEM file of CA certificates to trust for TLS.
 pub const TLS_CA: &str = "DLOCK_TLS_CA";
 /// PEM client certificate for TLS.
@@ -34,7 +38,7 @@ pub const METRICS_DIR: &str = "DLOCK_METRICS_DIR";
 /// The variables through which a caller's setting or an enclosing lease reaches `dlock`
 /// (`exec` sets the lease ones for its command). Harnesses that run `dlock` clear them, so
 /// that whatever the caller's shell holds cannot leak into a measurement or a test.
-pub const INHERITED: [&str; 10] = [
+pub const INHERITED: [&str; 12] = [
     URL,
     URL_FD,
     OWNER,
@@ -45,4 +49,6 @@ pub const INHERITED: [&str; 10] = [
     REDIS_AUTH,
     LOG_FORMAT,
     METRICS_DIR,
+    PG_PASSWORD,
+    PG_USER,
 ];

@@ -13,6 +13,7 @@ pub fn current(command: &[String]) -> Holder {
         user: username(),
         command: shorten(&command.join(" ")),
         acquired_at_ms: now_ms(),
+        held_until_ms: None,
     }
 }
 

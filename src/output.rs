@@ -7,9 +7,12 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::backend::{
-    now_ms, KeyStatus, Lease, LockInfo, ProgressFn, ServerView, WaitInfo, WaiterInfo,
+    now_ms, KeyStatus, LastRuns, Lease, LockInfo, ProgressFn, ServerView, WaitInfo, WaiterInfo,
 };
 use crate::cli::Global;
+
+pub mod runs;
+pub use self::runs::RunJson;
 
 /// Writes one line to stdout and flushes it. Unlike `println!`, which panics, a reader that
 /// went away (`dlock status | head -1`) is an error the caller may ignore; a caller that must
@@ -105,11 +108,20 @@ pub struct StatusJson<'a> {
     pub acquired_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_for_ms: Option<u64>,
+    /// The run has finished and `exec --hold-at-least` keeps the key held until then
+    /// (`held_until_ms` beside it, from the holder).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<String>,
     pub waiters: Option<Vec<WaiterJson<'a>>>,
     /// Redlock: each server's view (see [`ServerView`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servers: Option<&'a Vec<ServerView>>,
     pub backend: &'a str,
+    /// The last run and the last success (`null`: none on record); only for named keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<Option<RunJson<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<Option<RunJson<'a>>>,
 }
 
 impl<'a> StatusJson<'a> {
@@ -123,13 +135,27 @@ impl<'a> StatusJson<'a> {
                 .lock
                 .as_ref()
                 .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms)),
+            held_until: s
+                .lock
+                .as_ref()
+                .and_then(|l| l.holder.held_until_ms)
+                .map(rfc3339_ms),
             waiters: s
                 .waiters
                 .as_ref()
                 .map(|ws| ws.iter().map(WaiterJson::new).collect()),
             servers: s.servers.as_ref(),
             backend,
+            last_run: None,
+            last_success: None,
         }
+    }
+
+    /// With the key's run records.
+    pub fn with_runs(mut self, runs: &'a LastRuns) -> Self {
+        self.last_run = Some(runs.last.as_ref().map(RunJson::new));
+        self.last_success = Some(runs.last_success.as_ref().map(RunJson::new));
+        self
     }
 }
 
@@ -166,9 +192,18 @@ impl<'a> WaiterJson<'a> {
 
 /// The human `status` table.
 pub fn print_status_table(states: &[KeyStatus], backend: &str) {
+    for line in status_lines(states, &[], backend) {
+        outln!("{line}");
+    }
+}
+
+/// The lines of the human `status` table; under each key, its waiters and, when `runs`
+/// has an entry for it (in the order of `states`), its last run.
+pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &str) -> Vec<String> {
+    let mut out = Vec::new();
     if states.is_empty() {
-        outln!("no locks held on {backend}");
-        return;
+        out.push(format!("no locks held on {backend}"));
+        return out;
     }
     let header = [
         "KEY", "OWNER", "TOKEN", "HOST", "PID", "USER", "HELD FOR", "TTL LEFT", "WAITERS",
@@ -194,34 +229,36 @@ pub fn print_status_table(states: &[KeyStatus], backend: &str) {
                 }
             })
             .collect();
-        outln!("{}", padded.join("  ").trim_end());
+        padded.join("  ").trim_end().to_string()
     };
-    line(header.iter().map(|s| s.to_string()).collect());
-    for (row, state) in rows.into_iter().zip(states) {
-        line(row);
+    out.push(line(header.iter().map(|s| s.to_string()).collect()));
+    for (i, (row, state)) in rows.into_iter().zip(states).enumerate() {
+        out.push(line(row));
         if let Some(servers) = &state.servers {
-            for sub in server_lines(servers, state.lock.is_some()) {
-                outln!("{sub}");
-            }
+            out.extend(server_lines(servers, state.lock.is_some()));
         }
-        print_queue(state);
+        queue_lines(state, &mut out);
+        if let Some(Some(r)) = runs.get(i) {
+            out.extend(runs::lines(r, now_ms()));
+        }
     }
-    outln!("backend: {backend}");
+    out.push(format!("backend: {backend}"));
+    out
 }
 
 /// The waiters of one key, in queue order, under its row.
-fn print_queue(state: &KeyStatus) {
+fn queue_lines(state: &KeyStatus, out: &mut Vec<String>) {
     for (i, w) in state.waiters.iter().flatten().enumerate() {
         let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
         let h = &w.holder;
-        outln!(
+        out.push(format!(
             "  waiter {}: {}@{} pid {} ({}), waiting {waited}",
             i + 1,
             h.user,
             h.host,
             h.pid,
             h.command
-        );
+        ));
     }
 }
 
@@ -285,7 +322,10 @@ fn status_row(s: &KeyStatus) -> Vec<String> {
         short_duration(now_ms().saturating_sub(l.holder.acquired_at_ms)),
         l.ttl_left_ms.map_or("while alive".into(), short_duration),
         waiters,
-        l.holder.command.clone(),
+        match l.why_held() {
+            Some(why) => format!("{} ({why})", l.holder.command),
+            None => l.holder.command.clone(),
+        },
     ]
 }
 

@@ -14,6 +14,8 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout_at};
 
 use super::acquire::{self, Acquisition};
+use super::hold;
+use super::record::{self, Ending, Times};
 use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
 use crate::cli::{ExecArgs, Global};
 use crate::credentials;
@@ -42,24 +44,43 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         Acquisition::Held(backend, acquired) => (backend, acquired),
         Acquisition::NotObtained(code) => return Ok(code),
     };
-    let (waited, started) = (asked.elapsed(), now_s());
+    let (waited, started_ms, acquired_at) =
+        (asked.elapsed(), crate::backend::now_ms(), Instant::now());
+    let started = started_ms as f64 / 1000.0;
     let limit = Limit {
         max_runtime: args.max_runtime,
         kill_after: args.kill_after,
     };
+    let mut ending = Ending::default();
     let outcome = run_child(
         global,
         &backend,
         &acquired.lease,
-        (&argv, limit),
+        (&argv, limit, &mut ending),
         &mut signals,
     )
     .await;
+    let ended_ms = crate::backend::now_ms();
     let ran = now_s() - started;
     // A lost lease is not ours to release (and its server may be the one not answering).
     let lost = matches!(outcome, Err(Error::LeaseLost(_)));
+    ending.lease_lost = lost;
+    let code = outcome.as_ref().map_or_else(Error::exit_code, |c| *c);
+    let times = Times {
+        waited_ms: waited.as_millis() as u64,
+        started_at_ms: started_ms,
+        ended_at_ms: ended_ms,
+    };
+    // Recorded before the release, so that the next holder's record comes after ours.
+    let lease = &acquired.lease;
+    record::record(&*backend, lease, (&argv, code), ending, times, global.quiet).await;
     if !lost {
-        release(!global.quiet, &*backend, acquired).await;
+        // A command that could not be started did not run: nothing to hold off.
+        let hold = args.hold_at_least.filter(|_| ending.started);
+        match hold::left(hold, &acquired.lease, acquired_at) {
+            Some(left) => hold::linger(!global.quiet, &*backend, acquired, left).await,
+            None => release(!global.quiet, &*backend, acquired).await,
+        }
     }
     if let Some(path) = metrics::path_for(args.metrics_file.as_deref(), &args.key) {
         let run = metrics::Run {
@@ -68,7 +89,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
             ended: started + ran,
             waited_s: waited.as_secs_f64(),
             ran_s: ran.max(0.0),
-            exit_code: outcome.as_ref().map_or_else(Error::exit_code, |c| *c),
+            exit_code: code,
             lease_lost: lost,
         };
         if let Err(e) = metrics::write(&path, &run) {
@@ -90,7 +111,7 @@ async fn run_child(
     global: &Global,
     backend: &Arc<dyn Backend>,
     lease: &Lease,
-    (command, limit): (&[String], Limit),
+    (command, limit, ending): (&[String], Limit, &mut Ending),
     signals: &mut Signals,
 ) -> Result<u8> {
     let (env, url_fd) = child_env(global, lease)?;
@@ -103,6 +124,7 @@ async fn run_child(
             return Ok(e.code);
         }
     };
+    ending.started = true;
     let (tx, rx) = mpsc::channel(2);
     let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
     let started = Instant::now();
@@ -111,8 +133,12 @@ async fn run_child(
     let ended = result?;
     log_end(&lease.key, &ended, started.elapsed());
     match ended {
-        Ended::Exited(code) => Ok(code),
+        Ended::Exited(code, signal) => {
+            ending.signal = signal;
+            Ok(code)
+        }
         Ended::TooLong => {
+            ending.timed_out = true;
             if !global.quiet {
                 let d = humantime::format_duration(limit.max_runtime.unwrap_or_default());
                 eprintln!(
@@ -122,11 +148,14 @@ async fn run_child(
             }
             Ok(exit::TIMED_OUT)
         }
-        Ended::LeaseLost(why) => Err(Error::LeaseLost(format!(
-            "lost the lease on '{}' ({}): {why}; the command was terminated",
-            lease.key,
-            backend.describe()
-        ))),
+        Ended::LeaseLost(why, silent) => {
+            ending.store_silent = silent;
+            Err(Error::LeaseLost(format!(
+                "lost the lease on '{}' ({}): {why}; the command was terminated",
+                lease.key,
+                backend.describe()
+            )))
+        }
     }
 }
 
@@ -134,7 +163,7 @@ async fn run_child(
 fn log_end(key: &str, ended: &Ended, ran: Duration) {
     let ran_ms = ran.as_millis() as u64;
     match ended {
-        Ended::Exited(code) => {
+        Ended::Exited(code, _) => {
             log::info!(target: "dlock", event = "exited", key = key, code = *code, ran_ms = ran_ms;
                 "the command under '{key}' exited with {code} after {ran_ms}ms");
         }
@@ -142,7 +171,7 @@ fn log_end(key: &str, ended: &Ended, ran: Duration) {
             log::warn!(target: "dlock", event = "exited", key = key, code = exit::TIMED_OUT, ran_ms = ran_ms;
                 "the command under '{key}' was terminated for running too long, after {ran_ms}ms");
         }
-        Ended::LeaseLost(why) => {
+        Ended::LeaseLost(why, _) => {
             log::error!(target: "dlock", event = "lease_lost", key = key, error = why.as_str(), ran_ms = ran_ms;
                 "lost the lease on '{key}' after {ran_ms}ms: {why}");
         }
@@ -158,11 +187,14 @@ struct Limit {
 
 /// How the supervised command ended.
 enum Ended {
-    Exited(u8),
+    /// CMD's exit code (128+N for signal N), and the signal that killed it.
+    Exited(u8, Option<i32>),
     /// Terminated for running longer than `--max-runtime`.
     TooLong,
     /// Terminated because the lease was in danger, and why.
-    LeaseLost(String),
+    /// Also whether the store had stopped answering (renewals kept failing) rather than
+    /// said that the lease is gone.
+    LeaseLost(String, bool),
 }
 
 /// Variables set in CMD's environment.
@@ -214,19 +246,22 @@ async fn supervise(
                         supervisor::signal_group(sup.pgid, Signal::SIGKILL);
                     }
                     return Ok(match (lost, cut_short) {
-                        (Some(why), _) => Ended::LeaseLost(why),
+                        (Some((why, silent)), _) => Ended::LeaseLost(why, silent),
                         (None, true) => Ended::TooLong,
-                        (None, false) => Ended::Exited(supervisor::exit_code(status)),
+                        (None, false) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            Ended::Exited(supervisor::exit_code(status), status.signal())
+                        }
                     });
                 }
             },
             Some(d) = doom.recv() => {
-                let (sig, why) = match d {
-                    Doom::Term(why) => (Signal::SIGTERM, why),
-                    Doom::Kill(why) => (Signal::SIGKILL, why),
+                let (sig, why, silent) = match d {
+                    Doom::Term(why) => (Signal::SIGTERM, why, true),
+                    Doom::Kill(why) => (Signal::SIGKILL, why, false),
                 };
                 supervisor::signal_group(sup.pgid, sig);
-                lost.get_or_insert(why);
+                lost.get_or_insert((why, silent));
             }
             _ = sleep_until_some(term_at) => {
                 supervisor::signal_group(sup.pgid, Signal::SIGTERM);

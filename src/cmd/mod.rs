@@ -7,10 +7,14 @@
 pub(crate) mod acquire;
 mod completions;
 mod exec;
+mod hold;
 mod lock;
+mod record;
 mod renew;
 mod status;
 mod unlock;
+mod wait;
+mod watch;
 
 use std::sync::Arc;
 
@@ -43,6 +47,7 @@ async fn dispatch(global: Global, command: Command) -> Result<u8> {
         Command::Unlock(args) => unlock::run(&global, args).await,
         Command::Renew(args) => renew::run(&global, args).await,
         Command::Status(args) => status::run(&global, args).await,
+        Command::Wait(args) => wait::run(&global, args).await,
         Command::Completions(args) => completions::run(&args),
     }
 }

@@ -1,5 +1,6 @@
-//! `dlock status [KEY...]`: who holds what.
+//! `dlock status [KEY...]`: who holds what, and for named keys how their last run went.
 
+use crate::backend::{Backend, KeyStatus, LastRuns};
 use crate::cli::{Global, StatusArgs};
 use crate::config::check_key;
 use crate::error::{Error, Result};
@@ -13,6 +14,9 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
     for key in &args.keys {
         check_key(key)?;
     }
+    if args.watch {
+        return super::watch::run(global, &args.keys).await;
+    }
     let (_, backend) = super::open(global, None).await?;
     let (states, unreadable) = if args.keys.is_empty() {
         let listing = backend.list().await?;
@@ -20,13 +24,20 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
     } else {
         (backend.status(&args.keys).await?, Vec::new())
     };
+    let runs = last_runs(&*backend, &args.keys, !global.quiet).await;
     let backend_name = backend.describe();
     if global.json {
-        for s in &states {
-            output::print_json(&output::StatusJson::new(s, &backend_name));
+        for (i, s) in states.iter().enumerate() {
+            let line = output::StatusJson::new(s, &backend_name);
+            match runs.get(i) {
+                Some(Some(r)) => output::print_json(&line.with_runs(r)),
+                _ => output::print_json(&line),
+            }
         }
     } else if !states.is_empty() || unreadable.is_empty() {
-        output::print_status_table(&states, &backend_name);
+        for line in output::status_lines(&states, &runs, &backend_name) {
+            let _ = output::write_line(&line);
+        }
     }
     if let Some(code) = unreadable.first().map(Error::exit_code) {
         for e in &unreadable {
@@ -34,6 +45,41 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
         }
         return Ok(code);
     }
+    Ok(exit_code(&states))
+}
+
+/// 0 when every key shown is held, 1 when one is free.
+pub fn exit_code(states: &[KeyStatus]) -> u8 {
     let all_held = states.iter().all(|s| s.lock.is_some());
-    Ok(if all_held { exit::OK } else { exit::FREE })
+    if all_held {
+        exit::OK
+    } else {
+        exit::FREE
+    }
+}
+
+/// The run records of the named keys, in order (none for a listing). A key whose records
+/// cannot be read gets `None` and, when `warn`, a warning: they are not what `status`
+/// is asked first, and must not hide who holds the lock.
+pub async fn last_runs(
+    backend: &dyn Backend,
+    keys: &[String],
+    warn: bool,
+) -> Vec<Option<LastRuns>> {
+    let mut all = Vec::with_capacity(keys.len());
+    for key in keys {
+        all.push(match backend.last_runs(key).await {
+            Ok(r) => Some(r),
+            Err(e) => {
+                if warn {
+                    eprintln!(
+                        "dlock: warning: cannot read the last run of '{key}' on {}: {e}",
+                        backend.describe()
+                    );
+                }
+                None
+            }
+        });
+    }
+    all
 }

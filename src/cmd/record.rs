@@ -1,0 +1,91 @@
+//! The run record `exec` leaves in the store when CMD ends (see
+//! [`crate::backend::runs`]): written while the lock is still held, bounded in time, and
+//! never able to change `exec`'s exit code: a failure is one warning line.
+
+use std::time::Duration;
+
+use crate::backend::{Backend, Lease, RunRecord};
+use crate::holder;
+
+/// The longest `exec` waits for the record to be written: its command has already ended,
+/// and a store that does not answer (the reason a lease was lost) must not hold up exit.
+const PATIENCE: Duration = Duration::from_secs(1);
+
+/// How CMD's run ended, as `exec` saw it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ending {
+    /// CMD was started: one that could not be (126, 127) did not run.
+    pub started: bool,
+    /// The signal that killed CMD, if one did.
+    pub signal: Option<i32>,
+    /// Terminated for running past `--max-runtime`.
+    pub timed_out: bool,
+    /// Terminated because the lease was lost.
+    pub lease_lost: bool,
+    /// The lease was lost because the store stopped answering: it is not asked to record
+    /// the run (it would not answer either), so that `exec` exits as soon as CMD is dead.
+    pub store_silent: bool,
+}
+
+/// When the run happened, in milliseconds (waited, and CMD's start and end since the epoch).
+#[derive(Debug, Clone, Copy)]
+pub struct Times {
+    pub waited_ms: u64,
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+}
+
+/// Records the run of `argv` under `lease` that ended with `exit_code`. A lease this
+/// process re-entered belongs to an enclosing `exec`, which records the whole run.
+pub async fn record(
+    backend: &dyn Backend,
+    lease: &Lease,
+    (argv, exit_code): (&[String], u8),
+    ending: Ending,
+    times: Times,
+    quiet: bool,
+) {
+    if lease.reentered {
+        return;
+    }
+    let key = lease.key.as_str();
+    if ending.store_silent {
+        if !quiet {
+            eprintln!(
+                "dlock: warning: the run of '{key}' was not recorded: {} is not answering",
+                backend.describe()
+            );
+        }
+        return;
+    }
+    let mut who = holder::current(argv);
+    who.acquired_at_ms = times.started_at_ms;
+    let run = RunRecord {
+        owner: lease.owner.clone(),
+        fencing_token: lease.fencing_token,
+        holder: who,
+        started_at_ms: times.started_at_ms,
+        ended_at_ms: times.ended_at_ms,
+        exit_code: i32::from(exit_code),
+        signal: ending.signal,
+        waited_ms: times.waited_ms,
+        ran_ms: times.ended_at_ms.saturating_sub(times.started_at_ms),
+        lease_lost: ending.lease_lost,
+        timed_out: ending.timed_out,
+    };
+    let error = match tokio::time::timeout(PATIENCE, backend.record_run(key, &run)).await {
+        Ok(Ok(())) => {
+            log::debug!(target: "dlock", event = "run_recorded", key = key;
+                "recorded the run of '{key}'");
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no answer within {}", humantime::format_duration(PATIENCE)),
+    };
+    if !quiet {
+        eprintln!(
+            "dlock: warning: could not record the run of '{key}' on {}: {error}",
+            backend.describe()
+        );
+    }
+}

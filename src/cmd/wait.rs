@@ -1,0 +1,120 @@
+//! `dlock wait KEY [--timeout DUR]`: block until KEY is free, without taking it.
+//!
+//! Looks at the key, then sleeps in the backend's [`Backend::watch`] (a notification of a
+//! release where the store has one) for at most what is left of the holder's lease: a
+//! lease that expires frees the key without telling anyone, so the wait never sleeps past
+//! it without looking again.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::backend::{Backend, LockInfo};
+use crate::cli::{Global, WaitArgs};
+use crate::error::{Error, Result};
+use crate::supervisor::Signals;
+use crate::{exit, output};
+
+/// The longest sleep without looking again, when the holder's lease gives no bound (the
+/// local store's bound leases): a missed notification costs at most this.
+const LOOK_AGAIN: Duration = Duration::from_secs(30);
+/// The shortest sleep, for a lease about to expire.
+const MIN_PAUSE: Duration = Duration::from_millis(5);
+
+/// `wait --json`: one object when the wait ends.
+#[derive(Serialize)]
+struct WaitJson<'a> {
+    key: &'a str,
+    free: bool,
+    waited_ms: u64,
+    backend: &'a str,
+}
+
+/// Waits as `args` say; exit 0 when KEY is free, 75 when the timeout elapsed.
+pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
+    let mut signals = Signals::catch()?;
+    let key = args.key.as_str();
+    let started = Instant::now();
+    let deadline = args.timeout.and_then(|t| started.checked_add(t));
+    let backend = tokio::select! {
+        opened = super::open(global, Some(key)) => opened.map_err(|e| about(key, e))?.1,
+        sig = signals.recv() => {
+            return Err(Error::Cancelled(format!("cancelled by {sig} while connecting for '{key}'"), sig as i32));
+        }
+    };
+    let name = backend.describe();
+    let outcome = tokio::select! {
+        held = until_free(&*backend, key, deadline) => held.map_err(|e| about(key, e))?,
+        sig = signals.recv() => {
+            return Err(Error::Cancelled(format!("waiting for '{key}' to be free on {name} cancelled by {sig}"), sig as i32));
+        }
+    };
+    let waited_ms = started.elapsed().as_millis() as u64;
+    if global.json {
+        output::print_json(&WaitJson {
+            key,
+            free: outcome.is_none(),
+            waited_ms,
+            backend: &name,
+        });
+    }
+    match outcome {
+        None => Ok(exit::OK),
+        Some(holder) => {
+            if !global.quiet {
+                let waited = output::short_duration(waited_ms);
+                eprintln!(
+                    "dlock: lock '{key}' is still held by {} on {name} after waiting {waited} (--timeout)",
+                    holder.describe()
+                );
+            }
+            Ok(exit::NOT_OBTAINED)
+        }
+    }
+}
+
+/// `e`, saying which key was being waited for when the backend failed.
+fn about(key: &str, e: Error) -> Error {
+    let say = |m: String| format!("waiting for '{key}' to be free: {m}");
+    match e {
+        Error::Unavailable(m) => Error::Unavailable(say(m)),
+        Error::Internal(m) => Error::Internal(say(m)),
+        other => other,
+    }
+}
+
+/// Returns `None` once `key` is free, or the holder when `deadline` came first.
+async fn until_free(
+    backend: &dyn Backend,
+    key: &str,
+    deadline: Option<Instant>,
+) -> Result<Option<LockInfo>> {
+    let keys = [key.to_string()];
+    let mut told = false;
+    loop {
+        let state = backend.status(&keys).await?.into_iter().next();
+        let Some(holder) = state.and_then(|s| s.lock) else {
+            return Ok(None);
+        };
+        if !std::mem::replace(&mut told, true) {
+            let who = holder.describe();
+            log::info!(target: "dlock", event = "waiting", key = key, holder = who.as_str();
+                "waiting for '{key}' to be free: held by {who}");
+        }
+        let now = Instant::now();
+        let left = deadline.map(|d| d.saturating_duration_since(now));
+        if left.is_some_and(|l| l.is_zero()) {
+            return Ok(Some(holder));
+        }
+        let expiry = holder.ttl_left_ms.map(Duration::from_millis);
+        let pause = [Some(LOOK_AGAIN), expiry, left]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(LOOK_AGAIN)
+            .max(MIN_PAUSE);
+        backend.watch(&keys, pause).await?;
+        log::debug!(target: "dlock", event = "woken", key = key;
+            "looking at '{key}' again");
+    }
+}
