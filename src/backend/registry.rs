@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::{etcd, local, memory, redis, redlock, Backend};
+use super::{etcd, local, memcached, memory, postgres, redis, redlock, zookeeper, Backend};
 use crate::config::{parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
 
@@ -63,12 +63,36 @@ pub static SCHEMES: &[Scheme] = &[
         open: open_redis,
     },
     Scheme {
-        prefixes: &["etcd://"],
-        help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds)",
+        prefixes: &["etcd://", "etcds://"],
+        help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
         host_list: true,
         family: "etcd",
         check: check_etcd,
         open: open_etcd,
+    },
+    Scheme {
+        prefixes: &["memcached://"],
+        help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d)",
+        host_list: false,
+        family: "memcached",
+        check: check_memcached,
+        open: open_memcached,
+    },
+    Scheme {
+        prefixes: &["zk://"],
+        help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe)",
+        host_list: true,
+        family: "zookeeper",
+        check: check_zookeeper,
+        open: open_zookeeper,
+    },
+    Scheme {
+        prefixes: &["postgres://", "postgresql://"],
+        help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
+        host_list: false,
+        family: "postgres",
+        check: check_postgres,
+        open: open_postgres,
     },
     Scheme {
         prefixes: &["file://"],
@@ -172,6 +196,41 @@ fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     Box::pin(async move {
         let t = etcd::url::parse(url)?;
         let store = etcd::store::EtcdStore::connect(&t).await?;
+        Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
+}
+
+fn check_memcached(url: &str) -> Result<()> {
+    memcached::url::parse(url).map(drop)
+}
+
+fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let t = memcached::url::parse(url)?;
+        let store = memcached::MemcachedStore::open(&t, memcached::client::Tuning::default());
+        Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
+}
+
+fn check_zookeeper(url: &str) -> Result<()> {
+    zookeeper::url::parse(url).map(drop)
+}
+
+fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let target = zookeeper::url::parse(url)?;
+        let store = zookeeper::ZkStore::connect(target).await?;
+        Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
+}
+
+fn check_postgres(url: &str) -> Result<()> {
+    postgres::url::parse(url).map(drop)
+}
+
+fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

@@ -1,0 +1,25 @@
+//! The Memcached backend: add + compare-and-swap on memcached's meta protocol (≥ 1.6).
+//! Best effort: memcached keeps nothing on disk and may evict any item, so a lock it
+//! holds survives neither a restart nor memory pressure (see the README).
+//!
+//! * `url`: `memcached://host:port`.
+//! * `client`: the meta commands over pooled TCP connections.
+//! * `keys`: the item layout and the value of a lock item.
+//! * `ttl`: the time limits memcached imposes (whole seconds, 30 days at most).
+//! * `fence`: the fencing counter, and what can be told of its loss.
+//! * `store`: the store value and its `LockStore` implementation.
+//! * `lease`: take (or re-enter), renew and release, each owner-checked by CAS id.
+//! * `status`: `status KEY`, and listing every lock by `lru_crawler metadump`.
+//! * `runs`: the last-run records.
+
+pub mod client;
+pub mod fence;
+pub mod keys;
+mod lease;
+mod runs;
+mod status;
+pub mod store;
+pub mod ttl;
+pub mod url;
+
+pub use self::store::MemcachedStore;

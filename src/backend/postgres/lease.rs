@@ -1,0 +1,420 @@
+//! One acquire attempt (a short transaction), renew and release (one statement each), and
+//! leaving the queue.
+//!
+//! An attempt locks the key's row first (`FOR UPDATE`, the row created on first use) and
+//! only then reads the queue: in READ COMMITTED every statement sees what was committed
+//! before it started, so the queue it reads is the one every other acquirer of the key
+//! left behind. The row lock is held until the attempt commits.
+
+use std::time::{Duration, Instant};
+
+use tokio_postgres::{Row, Transaction};
+
+use super::backend::{ms, Conn, PostgresStore};
+use super::schema::{payload, Names};
+use crate::backend::store::{Attempt, Busy};
+use crate::backend::{
+    now_ms, AcquireRequest, Acquired, Holder, Lease, LockInfo, ReleaseMode, Released,
+};
+use crate::error::{Error, Result};
+
+type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
+
+/// One acquisition's place in line: its waiter id, and its subscription to wake-ups.
+pub struct PgWaiter {
+    pub(super) id: String,
+    pub(super) notes: Option<tokio::sync::broadcast::Receiver<super::connect::Note>>,
+}
+
+/// The key's row, as an attempt found it.
+struct Current {
+    owner: Option<String>,
+    token: i64,
+    depth: i32,
+    holder: Option<String>,
+    live: bool,
+    left_ms: i64,
+}
+
+impl Current {
+    fn read(row: &Row) -> Current {
+        Current {
+            owner: row.get(0),
+            token: row.get(1),
+            depth: row.get(2),
+            holder: row.get(3),
+            live: row.get(4),
+            left_ms: row.get(5),
+        }
+    }
+}
+
+/// The live queue, dead waiters pruned.
+struct Queue {
+    pruned: i64,
+    ids: Vec<String>,
+    head_left_ms: i64,
+}
+
+/// What an attempt decided, before it is turned into a lease.
+enum Outcome {
+    Granted {
+        owner: String,
+        token: i64,
+        reentered: bool,
+    },
+    Busy(Busy),
+}
+
+/// The holder JSON of a row (a row written by hand may lack it).
+pub(super) fn holder_of(json: Option<&str>) -> Holder {
+    json.and_then(|j| serde_json::from_str(j).ok())
+        .unwrap_or_default()
+}
+
+/// A live lease as `status` and a refusal show it.
+pub(super) fn info(
+    key: &str,
+    owner: &str,
+    token: i64,
+    depth: i32,
+    holder: Option<&str>,
+    left_ms: i64,
+) -> LockInfo {
+    LockInfo {
+        key: key.to_string(),
+        owner: owner.to_string(),
+        fencing_token: token.max(0) as u64,
+        holder: holder_of(holder),
+        ttl_left_ms: Some(left_ms.max(0) as u64),
+        depth: depth.max(0) as u32,
+    }
+}
+
+impl PostgresStore {
+    /// One attempt: take, re-enter or claim the key, or be refused (and queue).
+    pub(super) async fn attempt_as(
+        &self,
+        req: &AcquireRequest,
+        w: &PgWaiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        let sent_at = Instant::now();
+        let mut guard = self.conn().await?;
+        let conn = guard.as_mut().expect("opened by conn()");
+        let tuning = self.server.tuning;
+        let attempt = attempt_tx(conn, &self.names, req, w, enqueue, tuning.liveness);
+        let outcome = self.server.within("cannot acquire", attempt).await;
+        if outcome.is_err() {
+            *guard = None;
+        }
+        Ok(match outcome? {
+            Outcome::Busy(busy) => Attempt::Busy(busy),
+            Outcome::Granted {
+                owner,
+                token,
+                reentered,
+            } => Attempt::Granted(Acquired {
+                lease: Lease {
+                    key: req.key.clone(),
+                    owner,
+                    fencing_token: token.max(0) as u64,
+                    ttl: req.ttl,
+                    reentered,
+                    sent_at,
+                    bound: false,
+                    expires_at_ms: now_ms() + req.ttl.as_millis() as u64,
+                },
+                guard: None,
+            }),
+        })
+    }
+
+    /// Extends `owner`'s lease: one statement.
+    pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        let sent_at = Instant::now();
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let row = self
+            .server
+            .within(
+                "cannot renew",
+                c.client.query_opt(&c.st.renew, &[&key, &owner, &ms(ttl)]),
+            )
+            .await;
+        let row = match row {
+            Ok(row) => row,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        };
+        let Some(row) = row else {
+            return Err(self.refusal(c, "renew", key, owner).await);
+        };
+        let (token, left_ms): (i64, i64) = (row.get(0), row.get(1));
+        Ok(Lease {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            fencing_token: token.max(0) as u64,
+            ttl,
+            reentered: false,
+            sent_at,
+            bound: false,
+            expires_at_ms: now_ms() + left_ms.max(0) as u64,
+        })
+    }
+
+    /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
+    /// (`exec --hold-at-least`): one statement.
+    pub(super) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let until = (now_ms() + left.as_millis() as u64) as i64;
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&key, &owner, &ms(left), &until];
+        let request = c.client.query_opt(&c.st.linger, &args);
+        match self.server.within("cannot leave held", request).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(self.refusal(c, "hold", key, owner).await),
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases as `mode` says: one statement, or a short transaction for `Force`.
+    pub(super) async fn release_lease(
+        &self,
+        key: &str,
+        owner: &str,
+        mode: ReleaseMode,
+    ) -> Result<Released> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let released = match mode {
+            ReleaseMode::Force => {
+                let force = force_tx(c, &self.names, key);
+                self.server.within("cannot release", force).await
+            }
+            _ => {
+                let one = mode == ReleaseMode::One;
+                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+                    [&key, &owner, &one, &self.names.channel, &payload('R', key)];
+                let request = c.client.query_opt(&c.st.release, &args);
+                match self.server.within("cannot release", request).await {
+                    Ok(Some(row)) => Ok(Released {
+                        previous_owner: Some(owner.to_string()),
+                        still_held: row.get::<_, i32>(0) > 0,
+                    }),
+                    Ok(None) => return Err(self.refusal(c, "release", key, owner).await),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if released.is_err() {
+            *guard = None;
+        }
+        released
+    }
+
+    /// Why `owner` may not renew or release `key`: held by another, or gone.
+    async fn refusal(&self, c: &Conn, verb: &str, key: &str, owner: &str) -> Error {
+        let live = self
+            .server
+            .within(
+                "cannot read the lease",
+                c.client.query_opt(&c.st.why, &[&key]),
+            )
+            .await;
+        let name = &self.server.target.name;
+        match live {
+            Ok(Some(row)) if row.get::<_, Option<bool>>(0) == Some(true) => {
+                Error::held_by_other(verb, key, name, owner)
+            }
+            Ok(_) => Error::lease_gone(verb, key, name),
+            Err(e) => e,
+        }
+    }
+
+    /// Leaves the queue; a grant to `owner` whose answer never arrived goes too; and the
+    /// key's waiters look again (the new head must not sleep through its turn).
+    pub(super) async fn leave_queue(&self, key: &str, waiter: &str, owner: &str) -> Result<()> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
+            &key,
+            &waiter,
+            &owner,
+            &self.names.channel,
+            &payload('R', key),
+        ];
+        let left = self
+            .server
+            .within("cannot leave the queue", c.client.query(&c.st.leave, &args))
+            .await;
+        if left.is_err() {
+            *guard = None;
+        }
+        left.map(drop)
+    }
+}
+
+/// The attempt's transaction.
+async fn attempt_tx(
+    conn: &mut Conn,
+    names: &Names,
+    req: &AcquireRequest,
+    w: &PgWaiter,
+    enqueue: bool,
+    liveness: Duration,
+) -> PgResult<Outcome> {
+    let st = &conn.st;
+    let tx = conn.client.transaction().await?;
+    let key = &req.key;
+    let (current, queue) = loop {
+        let (row, queue) = match req.fair {
+            true => {
+                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [key];
+                let (row, q) = tokio::try_join!(
+                    tx.query_opt(&st.lock_row, &args),
+                    tx.query_one(&st.queue, &args)
+                )?;
+                (row, Some(q))
+            }
+            false => (tx.query_opt(&st.lock_row, &[key]).await?, None),
+        };
+        match row {
+            Some(row) => break (Current::read(&row), queue.map(|q| read_queue(&q))),
+            None => tx.execute(&st.insert_row, &[key]).await?,
+        };
+    };
+    let ttl = ms(req.ttl);
+    if let Some(owner) = current.owner.as_ref().filter(|_| current.live) {
+        let ours = *owner == req.owner;
+        if ours || req.reenter.contains(owner) {
+            // Our own grant whose answer was lost (claimed again), or a re-entry.
+            let deeper = !ours;
+            let row = tx
+                .query_one(&st.extend, &[key, &ttl, &w.id, &deeper])
+                .await?;
+            tx.commit().await?;
+            return Ok(Outcome::Granted {
+                owner: owner.clone(),
+                token: row.get(0),
+                reentered: deeper,
+            });
+        }
+    }
+    let queue = queue.unwrap_or(Queue {
+        pruned: 0,
+        ids: Vec::new(),
+        head_left_ms: 0,
+    });
+    let first = queue.ids.first().is_none_or(|head| *head == w.id);
+    if !current.live && (first || !req.fair) {
+        let mut holder = req.holder.clone();
+        holder.acquired_at_ms = now_ms();
+        let json = serde_json::to_string(&holder).unwrap_or_default();
+        let taken = payload('T', key);
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
+            [key, &req.owner, &ttl, &json, &w.id, &names.channel, &taken];
+        let row = tx.query_one(&st.grant, &args).await?;
+        tx.commit().await?;
+        return Ok(Outcome::Granted {
+            owner: req.owner.clone(),
+            token: row.get(0),
+            reentered: false,
+        });
+    }
+    let busy = refused(&tx, st, req, w, enqueue, liveness, &current, &queue, names).await?;
+    tx.commit().await?;
+    Ok(Outcome::Busy(busy))
+}
+
+/// A refusal: join the line or keep our place, and say what blocks us.
+#[allow(clippy::too_many_arguments)]
+async fn refused(
+    tx: &Transaction<'_>,
+    st: &super::schema::Prepared,
+    req: &AcquireRequest,
+    w: &PgWaiter,
+    enqueue: bool,
+    liveness: Duration,
+    current: &Current,
+    queue: &Queue,
+    names: &Names,
+) -> PgResult<Busy> {
+    let key = &req.key;
+    let mut position = queue.ids.iter().position(|id| *id == w.id);
+    let mut waiters = queue.ids.len();
+    if req.fair && enqueue {
+        let json = serde_json::to_string(&Holder {
+            acquired_at_ms: now_ms(),
+            ..req.holder.clone()
+        })
+        .unwrap_or_default();
+        tx.execute(&st.enqueue, &[key, &w.id, &ms(liveness), &json])
+            .await?;
+        if position.is_none() {
+            position = Some(waiters);
+            waiters += 1;
+        }
+    }
+    if !current.live && queue.pruned > 0 {
+        // Free, and the head is a waiter that took over from dead ones: it may be asleep.
+        tx.query(&st.notify, &[&names.channel, &payload('R', key)])
+            .await?;
+    }
+    let holder = match (&current.owner, current.live) {
+        (Some(owner), true) => Some(info(
+            key,
+            owner,
+            current.token,
+            current.depth,
+            current.holder.as_deref(),
+            current.left_ms,
+        )),
+        _ => None,
+    };
+    let retry = match current.live {
+        true => current.left_ms,
+        false => queue.head_left_ms,
+    };
+    Ok(Busy {
+        holder,
+        position: position.map(|p| p as u64 + 1),
+        waiters: req.fair.then_some(waiters as u64),
+        retry: Some(Duration::from_millis(retry.max(0) as u64 + 1)),
+    })
+}
+
+fn read_queue(row: &Row) -> Queue {
+    Queue {
+        pruned: row.get(0),
+        ids: row.get(1),
+        head_left_ms: row.get(2),
+    }
+}
+
+/// `unlock --force`: the row locked, then freed whoever holds it.
+async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Released> {
+    let st = &conn.st;
+    let tx = conn.client.transaction().await?;
+    let locked = tx.query_opt(&st.lock_row, &[&key]).await?;
+    let previous_owner = match locked {
+        Some(_) => {
+            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&key, &names.channel, &payload('R', key)];
+            let row = tx.query_opt(&st.force, &args).await?;
+            row.and_then(|r| r.get::<_, Option<String>>(0))
+        }
+        None => None,
+    };
+    tx.commit().await?;
+    Ok(Released {
+        previous_owner,
+        still_held: false,
+    })
+}

@@ -1,0 +1,24 @@
+//! The PostgreSQL backend: a lease table with expiry on the server's clock, a per-key
+//! fencing counter committed with each grant, a FIFO queue of waiters woken by
+//! LISTEN/NOTIFY. Leases live by TTL only (`detached` makes no difference), so a
+//! `dlock lock` outlives its process and a holder's connection may break and come back.
+//!
+//! * `url.rs`: `postgres://` URLs: server, database, table, schema, TLS, password.
+//! * `connect.rs`: connections (plain or rustls), timeouts, one-line errors.
+//! * `schema.rs`: the tables and every statement.
+//! * `backend.rs`: the store value, its request connection and its listening one.
+//! * `lease.rs`: one attempt, renew, release, leaving the queue.
+//! * `status.rs`: `status` and the last-run record.
+//! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
+//!   sleeping on notifications.
+
+mod backend;
+mod connect;
+mod lease;
+pub mod schema;
+mod status;
+mod store;
+pub mod url;
+
+pub use self::backend::PostgresStore;
+pub use self::connect::Tuning;

@@ -1,0 +1,288 @@
+//! The two tables, and every statement dlock sends, as text built once from their names.
+//!
+//! * `<table>`: one row per key, kept forever once created so that its fencing counter
+//!   (`token`) is never reset: owner, depth, expiry on the server's clock, holder (JSON),
+//!   and the last-run record. A free key has `owner` NULL; an expired lease is free.
+//! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
+//!   `ticket` (ordering only: a repeated or skipped ticket costs no safety), each with a
+//!   liveness deadline that the waiter refreshes as it looks again.
+//!
+//! Every change to a key's lease or queue first locks its row (`FOR UPDATE`, or the
+//! `UPDATE` itself): the row lock serializes acquirers, renewals and releases of one key.
+
+use tokio_postgres::{Client, Statement};
+
+/// Milliseconds left until `col`, on the server's clock (0 when past or NULL).
+fn left(col: &str) -> String {
+    format!("COALESCE(GREATEST(0, floor(extract(epoch FROM ({col} - clock_timestamp())) * 1000)), 0)::bigint")
+}
+
+/// `clock_timestamp()` plus `$n` milliseconds.
+fn later(n: u8) -> String {
+    format!("clock_timestamp() + ${n}::bigint * interval '1 millisecond'")
+}
+
+/// The names of the tables and of the notification channel.
+#[derive(Debug, Clone)]
+pub struct Names {
+    /// `"schema"."table"` or `"table"`.
+    pub locks: String,
+    pub waiters: String,
+    /// The LISTEN/NOTIFY channel of this table: one per table and database.
+    pub channel: String,
+    /// The plain names, for `to_regclass`.
+    pub locks_plain: String,
+    pub waiters_plain: String,
+}
+
+impl Names {
+    pub fn new(schema: Option<&str>, table: &str) -> Names {
+        let qualify = |t: &str| match schema {
+            Some(s) => (format!("\"{s}\".\"{t}\""), format!("{s}.{t}")),
+            None => (format!("\"{t}\""), t.to_string()),
+        };
+        let (locks, locks_plain) = qualify(table);
+        let (waiters, waiters_plain) = qualify(&format!("{table}_waiters"));
+        Names {
+            locks,
+            waiters,
+            channel: locks_plain.clone(),
+            locks_plain,
+            waiters_plain,
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for both tables: what the README gives users who create
+    /// them ahead of time.
+    pub fn ddl(&self) -> String {
+        let (l, w) = (&self.locks, &self.waiters);
+        format!(
+            "CREATE TABLE IF NOT EXISTS {l} (
+  key text PRIMARY KEY,
+  token bigint NOT NULL DEFAULT 0,
+  owner text,
+  depth integer NOT NULL DEFAULT 0,
+  expires_at timestamptz,
+  holder text,
+  last_run text,
+  last_success text,
+  runs_until timestamptz
+);
+CREATE TABLE IF NOT EXISTS {w} (
+  key text NOT NULL,
+  id text NOT NULL,
+  ticket bigint GENERATED ALWAYS AS IDENTITY,
+  alive_until timestamptz NOT NULL,
+  holder text NOT NULL,
+  PRIMARY KEY (key, id)
+);"
+        )
+    }
+}
+
+/// What a least-privilege `role` needs on tables made ahead of time with [`Names::ddl`]:
+/// rows only, no DDL (`LISTEN`/`NOTIFY` need no grant).
+pub fn grants(n: &Names, role: &str) -> String {
+    let schema = match n.locks.split_once('.') {
+        Some((schema, _)) => format!("GRANT USAGE ON SCHEMA {schema} TO {role};\n"),
+        None => String::new(),
+    };
+    format!(
+        "{schema}GRANT SELECT, INSERT, UPDATE, DELETE ON {}, {} TO {role};",
+        n.locks, n.waiters
+    )
+}
+
+/// Every statement, prepared once per connection.
+pub struct Prepared {
+    /// $1 key → owner, token, depth, holder, live, left_ms (the row locked).
+    pub lock_row: Statement,
+    /// $1 key: creates the key's row if missing.
+    pub insert_row: Statement,
+    /// $1 key → pruned, live waiter ids in order, the head's liveness left (ms).
+    pub queue: Statement,
+    /// $1 key, $2 owner, $3 ttl_ms, $4 holder, $5 waiter, $6 channel, $7 payload → token.
+    pub grant: Statement,
+    /// $1 key, $2 ttl_ms, $3 waiter, $4 deeper (bool) → token, depth, left_ms.
+    pub extend: Statement,
+    /// $1 key, $2 waiter, $3 liveness_ms, $4 holder.
+    pub enqueue: Statement,
+    /// $1 channel, $2 payload.
+    pub notify: Statement,
+    /// $1 key, $2 owner, $3 ttl_ms → token, left_ms.
+    pub renew: Statement,
+    /// $1 key → live (NULL when no row).
+    pub why: Statement,
+    /// $1 key, $2 owner, $3 one level (bool), $4 channel, $5 payload → depth.
+    pub release: Statement,
+    /// $1 key, $2 channel, $3 payload → previous owner (the row locked first by `lock_row`).
+    pub force: Statement,
+    /// $1 key, $2 waiter, $3 owner, $4 channel, $5 payload.
+    pub leave: Statement,
+    /// $1 keys → key, owner, token, depth, holder, left_ms of live leases.
+    pub held: Statement,
+    /// → the same for every live lease, by key.
+    pub held_all: Statement,
+    /// $1 keys → key, id, holder of live waiters in order.
+    pub waiting: Statement,
+    /// $1 key, $2 last run, $3 last success (or NULL), $4 keep_ms.
+    pub record_run: Statement,
+    /// $1 key → last run, last success.
+    pub last_runs: Statement,
+    /// $1 key, $2 owner, $3 ttl_ms, $4 held until (ms since the epoch) → token: the
+    /// expiry set to what is left of a hold (shortened too), the holder marked.
+    pub linger: Statement,
+}
+
+impl Prepared {
+    /// Prepares every statement on `client` (pipelined: one round trip).
+    pub async fn new(
+        client: &Client,
+        n: &Names,
+    ) -> std::result::Result<Prepared, tokio_postgres::Error> {
+        let (l, w) = (&n.locks, &n.waiters);
+        let live = "(owner IS NOT NULL AND expires_at > clock_timestamp())";
+        let lease_left = left("expires_at");
+        let texts = [
+            format!("SELECT owner, token, depth, holder, {live} AS live, {lease_left} FROM {l} WHERE key = $1 FOR UPDATE"),
+            format!("INSERT INTO {l} (key) VALUES ($1) ON CONFLICT (key) DO NOTHING"),
+            format!(
+                "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
+                 live AS (SELECT id, ticket, alive_until FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
+                 SELECT (SELECT count(*) FROM dead)::bigint,
+                        COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
+                        COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint",
+                left("alive_until")
+            ),
+            format!(
+                "WITH g AS (UPDATE {l} SET token = token + 1, owner = $2, depth = 1, expires_at = {}, holder = $4
+                            WHERE key = $1 RETURNING token),
+                 d AS (DELETE FROM {w} WHERE key = $1 AND id = $5)
+                 SELECT token, pg_notify($6, $7)::text FROM g",
+                later(3)
+            ),
+            format!(
+                "WITH u AS (UPDATE {l} SET depth = depth + CASE WHEN $4 THEN 1 ELSE 0 END,
+                                           expires_at = GREATEST(expires_at, {})
+                            WHERE key = $1 RETURNING token, depth, {lease_left} AS left_ms),
+                 d AS (DELETE FROM {w} WHERE key = $1 AND id = $3)
+                 SELECT token, depth, left_ms FROM u",
+                later(2)
+            ),
+            format!(
+                "INSERT INTO {w} (key, id, alive_until, holder) VALUES ($1, $2, {}, $4)
+                 ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
+                later(3)
+            ),
+            "SELECT pg_notify($1, $2)::text".to_string(),
+            format!(
+                "UPDATE {l} SET expires_at = GREATEST(expires_at, {})
+                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+                 RETURNING token, {lease_left}",
+                later(3)
+            ),
+            format!("SELECT {live} FROM {l} WHERE key = $1"),
+            format!(
+                "UPDATE {l} SET
+                   depth = CASE WHEN $3 AND depth > 1 THEN depth - 1 ELSE 0 END,
+                   owner = CASE WHEN $3 AND depth > 1 THEN owner END,
+                   expires_at = CASE WHEN $3 AND depth > 1 THEN expires_at END,
+                   holder = CASE WHEN $3 AND depth > 1 THEN holder END
+                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+                 RETURNING depth, CASE WHEN depth = 0 THEN pg_notify($4, $5)::text END"
+            ),
+            format!(
+                "WITH old AS (SELECT owner FROM {l} WHERE key = $1 AND {live}),
+                 u AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE key = $1)
+                 SELECT owner, pg_notify($2, $3)::text FROM old"
+            ),
+            format!(
+                "WITH gone AS (DELETE FROM {w} WHERE key = $1 AND id = $2 RETURNING 1),
+                 freed AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL
+                           WHERE key = $1 AND owner = $3 RETURNING 1)
+                 SELECT pg_notify($4, $5)::text"
+            ),
+            format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
+            format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
+            format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, ticket, id"),
+            format!(
+                "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
+                 ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
+                   last_success = COALESCE(EXCLUDED.last_success,
+                     CASE WHEN {l}.runs_until > clock_timestamp() THEN {l}.last_success END),
+                   runs_until = EXCLUDED.runs_until",
+                later(4)
+            ),
+            format!("SELECT last_run, last_success FROM {l} WHERE key = $1 AND runs_until > clock_timestamp()"),
+            format!(
+                "UPDATE {l} SET expires_at = {},
+                   holder = (holder::jsonb || jsonb_build_object('held_until_ms', $4::bigint))::text
+                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+                 RETURNING token",
+                later(3)
+            ),
+        ];
+        let prepared =
+            futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
+        let mut s = prepared.into_iter();
+        let mut next = || s.next().expect("one statement per text");
+        Ok(Prepared {
+            lock_row: next(),
+            insert_row: next(),
+            queue: next(),
+            grant: next(),
+            extend: next(),
+            enqueue: next(),
+            notify: next(),
+            renew: next(),
+            why: next(),
+            release: next(),
+            force: next(),
+            leave: next(),
+            held: next(),
+            held_all: next(),
+            waiting: next(),
+            record_run: next(),
+            last_runs: next(),
+            linger: next(),
+        })
+    }
+}
+
+/// Creates the tables unless both exist: a role that may not run DDL works with tables
+/// created ahead of time. Two first users racing on `CREATE TABLE IF NOT EXISTS` can
+/// collide in the catalog; the loser looks again.
+pub async fn ensure_tables(
+    client: &Client,
+    n: &Names,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    let mut last = None;
+    for _ in 0..3 {
+        let row = client
+            .query_one(
+                "SELECT to_regclass($1)::text, to_regclass($2)::text",
+                &[&n.locks_plain, &n.waiters_plain],
+            )
+            .await?;
+        let (a, b): (Option<String>, Option<String>) = (row.get(0), row.get(1));
+        if a.is_some() && b.is_some() {
+            return Ok(());
+        }
+        match client.batch_execute(&n.ddl()).await {
+            Ok(()) => return Ok(()),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("three tries"))
+}
+
+/// The wake-up payload: `R` (released: waiters look again) or `T` (taken: only watchers
+/// care), a colon, and the key; a key too long for a payload is left out, which wakes
+/// every listener of the table.
+pub fn payload(kind: char, key: &str) -> String {
+    if key.len() > 7000 {
+        format!("{kind}:")
+    } else {
+        format!("{kind}:{key}")
+    }
+}

@@ -1,0 +1,103 @@
+//! `status` (live leases and their waiters) and the last-run record.
+
+use super::backend::{ms, PostgresStore};
+use super::lease::info;
+use crate::backend::{KeyStatus, LastRuns, RunRecord, WaiterInfo, RUN_RECORD_TTL};
+use crate::error::{Error, Result};
+
+impl PostgresStore {
+    /// The named keys in order, or every live lease by key.
+    pub(super) async fn read_status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let read = async {
+            let held = match keys {
+                [] => c.client.query(&c.st.held_all, &[]).await?,
+                named => c.client.query(&c.st.held, &[&named]).await?,
+            };
+            let names: Vec<String> = match keys {
+                [] => held.iter().map(|r| r.get(0)).collect(),
+                named => named.to_vec(),
+            };
+            let waiting = c.client.query(&c.st.waiting, &[&names]).await?;
+            Ok((held, waiting, names))
+        };
+        let (held, waiting, names) = match self.server.within("cannot read status", read).await {
+            Ok(read) => read,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        };
+        let statuses = names.into_iter().map(|key| {
+            let lock = held
+                .iter()
+                .find(|r| r.get::<_, &str>(0) == key)
+                .map(|r| info(&key, r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)));
+            let waiters = waiting
+                .iter()
+                .filter(|r| r.get::<_, &str>(0) == key)
+                .map(|r| WaiterInfo {
+                    id: r.get(1),
+                    holder: super::lease::holder_of(r.get(2)),
+                })
+                .collect();
+            KeyStatus {
+                key,
+                lock,
+                waiters: Some(waiters),
+                servers: None,
+            }
+        });
+        Ok(statuses.collect())
+    }
+
+    /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].
+    pub(super) async fn write_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        let json = serde_json::to_string(run).map_err(|e| Error::Internal(e.to_string()))?;
+        let success = run.succeeded().then_some(json.as_str());
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let keep = ms(RUN_RECORD_TTL);
+        let done = self
+            .server
+            .within(
+                "cannot record the run",
+                c.client
+                    .execute(&c.st.record_run, &[&key, &json, &success, &keep]),
+            )
+            .await;
+        if done.is_err() {
+            *guard = None;
+        }
+        done.map(drop)
+    }
+
+    /// What [`PostgresStore::write_run`] kept.
+    pub(super) async fn read_runs(&self, key: &str) -> Result<LastRuns> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let row = match self
+            .server
+            .within(
+                "cannot read the last runs",
+                c.client.query_opt(&c.st.last_runs, &[&key]),
+            )
+            .await
+        {
+            Ok(row) => row,
+            Err(e) => {
+                *guard = None;
+                return Err(e);
+            }
+        };
+        let parse = |json: Option<String>| json.and_then(|j| serde_json::from_str(&j).ok());
+        Ok(match row {
+            Some(row) => LastRuns {
+                last: parse(row.get(0)),
+                last_success: parse(row.get(1)),
+            },
+            None => LastRuns::default(),
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! PostgreSQL as a [`LockStore`]: the waiting loop drives the primitives of the other
+//! parts; waiters and watchers sleep on LISTEN/NOTIFY.
+//!
+//! A waiter subscribes to the table's channel before its first attempt, so a release
+//! committed after that attempt read the key cannot go unnoticed. Releases (and waiters
+//! leaving a free key) notify `R:key`; every waiter of the key looks again and only the
+//! head of the queue may take it. Grants notify `T:key`, which only watchers heed. An
+//! expiry sends nothing: waiters look again when the lease they saw may have expired
+//! (the loop's retry), and at least every heartbeat, which also keeps their place alive.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::Receiver;
+use tokio::time::Instant;
+
+use super::backend::PostgresStore;
+use super::connect::Note;
+use super::lease::PgWaiter;
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::{
+    AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
+    WATCH_POLL,
+};
+use crate::error::Result;
+
+/// True when `note` concerns one of `keys`; `released_only` ignores grants.
+fn concerns(note: &str, keys: &[String], released_only: bool) -> bool {
+    let (kind, key) = note.split_once(':').unwrap_or(("", note));
+    if released_only && kind != "R" {
+        return false;
+    }
+    key.is_empty() || keys.iter().any(|k| k == key)
+}
+
+/// Waits until a note about `keys` comes or `until`; false when the channel is gone.
+async fn await_note(
+    rx: &mut Receiver<Note>,
+    keys: &[String],
+    released_only: bool,
+    until: Instant,
+) -> bool {
+    loop {
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Err(_) => return true,
+            Ok(Ok(note)) if concerns(&note, keys, released_only) => return true,
+            Ok(Ok(_)) => continue,
+            Ok(Err(RecvError::Lagged(_))) => return true,
+            Ok(Err(RecvError::Closed)) => return false,
+        }
+    }
+}
+
+#[async_trait]
+impl LockStore for PostgresStore {
+    type Waiter = PgWaiter;
+
+    fn describe(&self) -> String {
+        self.server.target.name.clone()
+    }
+
+    async fn begin(&self, _req: &AcquireRequest) -> Result<PgWaiter> {
+        // Without the listening connection, a waiter still looks again every heartbeat.
+        let listening = self.listen().await.is_ok();
+        Ok(PgWaiter {
+            id: crate::holder::new_owner_id(),
+            notes: listening.then(|| self.notes.subscribe()),
+        })
+    }
+
+    async fn attempt(
+        &self,
+        req: &AcquireRequest,
+        w: &mut PgWaiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        self.attempt_as(req, w, enqueue).await
+    }
+
+    async fn sleep(
+        &self,
+        req: &AcquireRequest,
+        w: &mut PgWaiter,
+        _busy: &Busy,
+        pause: Duration,
+        round: u32,
+    ) -> Result<Woken> {
+        if w.notes.is_none() || !self.listening().await {
+            // Reopened: what it missed meanwhile is found by looking again at once.
+            if self.listen().await.is_ok() {
+                w.notes = Some(self.notes.subscribe());
+                return Ok(Woken::Again);
+            }
+            w.notes = None;
+            let pause = crate::backend::waiting::backoff(round).min(pause);
+            tokio::time::sleep(pause).await;
+            return Ok(Woken::Again);
+        }
+        let rx = w.notes.as_mut().expect("checked above");
+        let keys = std::slice::from_ref(&req.key);
+        if !await_note(rx, keys, true, Instant::now() + pause).await {
+            w.notes = None;
+        }
+        Ok(Woken::Again)
+    }
+
+    async fn leave(&self, req: &AcquireRequest, w: PgWaiter) {
+        let _ = self.leave_queue(&req.key, &w.id, &req.owner).await;
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.renew_lease(key, owner, ttl).await
+    }
+
+    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
+        let lease = &acquired.lease;
+        self.linger_lease(&lease.key, &lease.owner, left).await
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        self.release_lease(key, owner, mode).await
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        self.read_status(keys).await
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.server.tuning.heartbeat
+    }
+
+    /// Returns on a release or grant of one of `keys`, or after `pause` (at most a
+    /// heartbeat: an expiry is not notified). The subscription is kept between calls; the
+    /// first call (or one after the listening connection was reopened) returns at once.
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        let mut watcher = self.watcher.lock().await;
+        if watcher.is_none() || !self.listening().await {
+            *watcher = None;
+            if self.listen().await.is_ok() {
+                *watcher = Some(self.notes.subscribe());
+                return Ok(());
+            }
+            tokio::time::sleep(pause.min(WATCH_POLL)).await;
+            return Ok(());
+        }
+        let rx = watcher.as_mut().expect("checked above");
+        let until = Instant::now() + pause.min(self.server.tuning.heartbeat);
+        if !await_note(rx, keys, false, until).await {
+            *watcher = None;
+        }
+        Ok(())
+    }
+
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        self.write_run(key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<LastRuns> {
+        self.read_runs(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::concerns;
+
+    #[test]
+    fn notes() {
+        let keys = ["a".to_string(), "b:c".to_string()];
+        assert!(concerns("R:a", &keys, true));
+        assert!(concerns("R:b:c", &keys, true));
+        assert!(!concerns("T:a", &keys, true));
+        assert!(concerns("T:a", &keys, false));
+        assert!(!concerns("R:x", &keys, false));
+        assert!(concerns("R:", &keys, true));
+    }
+}

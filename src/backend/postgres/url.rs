@@ -1,0 +1,217 @@
+//! `postgres://[user[:password]@]host[:port][/db][?param=value&…]` (also `postgresql://`):
+//! the server, the database, and where the lock table lives.
+//!
+//! dlock's own parameters (`table`, `schema`, `sslmode`) are read here; every other one
+//! (`host=/run/postgresql` for a socket, `connect_timeout`, `application_name`, …) goes to
+//! the client as libpq would read it. The password comes from the URL, else from
+//! `PGPASSWORD`; the user from the URL, else `PGUSER`, else the login name.
+
+use std::str::FromStr;
+
+use tokio_postgres::config::SslMode;
+use tokio_postgres::Config;
+
+use crate::config::redact_url;
+use crate::error::{Error, Result};
+
+/// The lock table when `?table=` does not name one.
+pub const DEFAULT_TABLE: &str = "dlock_locks";
+
+/// What a `postgres://` URL names.
+#[derive(Clone)]
+pub struct Target {
+    /// The client's settings, password included: never printed.
+    pub config: Config,
+    /// `postgres://host:port/db`, for messages (no user, no password).
+    pub name: String,
+    /// The schema of the tables, `None` for the search path's first.
+    pub schema: Option<String>,
+    /// The lock table; the waiters' table is `<table>_waiters`.
+    pub table: String,
+    /// TLS with rustls, the server's certificate verified (`sslmode=require` and up).
+    pub tls: bool,
+    /// The password, to scrub from any message as a last line of defence.
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+fn usage(url: &str, why: &str) -> Error {
+    Error::Usage(format!("bad PostgreSQL URL {}: {why}", redact_url(url)))
+}
+
+/// An SQL identifier dlock accepts for a table or schema: plain lower-case, so that it
+/// needs no quoting rules of its own and leaves room for the `_waiters` suffix.
+fn identifier(url: &str, what: &str, name: &str) -> Result<String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    match ok {
+        true => Ok(name.to_string()),
+        false => Err(usage(
+            url,
+            &format!("{what} '{name}' must be lower-case letters, digits and '_' (at most 48)"),
+        )),
+    }
+}
+
+/// Reads a `postgres://` or `postgresql://` URL, with `PGPASSWORD`/`PGUSER` as given.
+pub fn parse_with(
+    url: &str,
+    env_password: Option<String>,
+    env_user: Option<String>,
+) -> Result<Target> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+        .ok_or_else(|| usage(url, "it must start with postgres:// or postgresql://"))?;
+    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (mut table, mut schema, mut tls) = (DEFAULT_TABLE.to_string(), None, false);
+    let mut passed = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("table", t)) => table = identifier(url, "table", t)?,
+            Some(("schema", s)) => schema = Some(identifier(url, "schema", s)?),
+            Some(("sslmode", m)) => tls = ssl_mode(url, m)?,
+            Some(("password", _)) => {
+                return Err(usage(url, "give the password before '@' or in PGPASSWORD"))
+            }
+            _ => passed.push(pair),
+        }
+    }
+    let mut client_url = format!("postgresql://{base}");
+    if !passed.is_empty() {
+        client_url = format!("{client_url}?{}", passed.join("&"));
+    }
+    let mut config = Config::from_str(&client_url).map_err(|e| usage(url, &e.to_string()))?;
+    config.ssl_mode(if tls {
+        SslMode::Require
+    } else {
+        SslMode::Disable
+    });
+    if config.get_password().is_none() {
+        if let Some(p) = env_password.filter(|p| !p.is_empty()) {
+            config.password(p);
+        }
+    }
+    if config.get_user().is_none() {
+        let user = env_user.filter(|u| !u.is_empty()).or_else(login_name);
+        config.user(user.unwrap_or_else(|| "postgres".into()));
+    }
+    let secret = config
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    Ok(Target {
+        name: describe(&config),
+        config,
+        schema,
+        table,
+        tls,
+        secret,
+    })
+}
+
+/// Reads a URL with the password and user the environment gives.
+pub fn parse(url: &str) -> Result<Target> {
+    let var = |name: &str| std::env::var(name).ok();
+    parse_with(url, var(crate::env::PG_PASSWORD), var(crate::env::PG_USER))
+}
+
+/// `disable`, `allow` and `prefer` mean plain TCP; `require`, `verify-ca` and
+/// `verify-full` mean TLS, always with the certificate verified (rustls has no unverified
+/// mode), so `require` is as strict as `verify-full` here.
+fn ssl_mode(url: &str, mode: &str) -> Result<bool> {
+    match mode {
+        "disable" | "allow" | "prefer" => Ok(false),
+        "require" | "verify-ca" | "verify-full" => Ok(true),
+        other => Err(usage(
+            url,
+            &format!("unknown sslmode '{other}' (disable, prefer, require, verify-full)"),
+        )),
+    }
+}
+
+fn login_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+/// `postgres://host:port/db` from the settings.
+fn describe(config: &Config) -> String {
+    use tokio_postgres::config::Host;
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match h {
+                Host::Tcp(h) => format!("{h}:{port}"),
+                Host::Unix(p) => format!("{}:{port}", p.display()),
+            }
+        })
+        .collect();
+    let db = config
+        .get_dbname()
+        .or(config.get_user())
+        .unwrap_or_default();
+    format!("postgres://{}/{db}", hosts.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(url: &str) -> Result<Target> {
+        parse_with(url, None, Some("me".into()))
+    }
+
+    #[test]
+    fn urls() {
+        let t = p("postgres://u:pw@db.example:6543/app?table=locks&schema=ops").unwrap();
+        assert_eq!(t.name, "postgres://db.example:6543/app");
+        assert_eq!(t.table, "locks");
+        assert_eq!(t.schema.as_deref(), Some("ops"));
+        assert_eq!(t.config.get_user(), Some("u"));
+        assert_eq!(t.config.get_password(), Some(&b"pw"[..]));
+        assert!(!t.tls);
+        assert!(!format!("{t:?}").contains("pw"));
+        let t = p("postgresql://h/d?sslmode=require&connect_timeout=3").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.table, DEFAULT_TABLE);
+        assert_eq!(t.config.get_user(), Some("me"));
+        assert_eq!(t.name, "postgres://h:5432/d");
+        let t = parse_with("postgres://u@h/d", Some("envpw".into()), None).unwrap();
+        assert_eq!(t.config.get_password(), Some(&b"envpw"[..]));
+        assert_eq!(t.secret.as_deref(), Some("envpw"));
+        for bad in [
+            "postgres://h/d?table=Bad",
+            "postgres://h/d?table=a;drop",
+            "postgres://h/d?sslmode=sometimes",
+            "postgres://h/d?nonsense=1",
+            "postgres://h/d?password=x",
+            "mysql://h/d",
+        ] {
+            assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
+        let e = p("postgres://u:secret@h/d?sslmode=x")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
+}

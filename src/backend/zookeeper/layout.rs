@@ -1,0 +1,235 @@
+//! The shape of Apache Curator's `InterProcessMutex` locks, as pure functions: lock paths,
+//! contender node names, and what a node's data says. No I/O here.
+//!
+//! A lock is a (container) node whose children are its contenders, each an ephemeral
+//! sequential node `_c_<uuid>-lock-<10-digit sequence>`; the lowest sequence holds, the
+//! others wait in sequence order. dlock's nodes carry [`Meta`] as JSON; Curator's carry
+//! the client's IP address.
+
+use serde::{Deserialize, Serialize};
+use zookeeper_client::Stat;
+
+use crate::backend::{now_ms, Holder, LockInfo, WaiterInfo};
+
+/// What every contender's name holds between its uuid and its sequence.
+pub const LOCK_NAME: &str = "-lock-";
+/// Curator's protected-mode prefix: a client that lost the answer to its create finds
+/// its node again by the uuid.
+pub const PROTECTED: &str = "_c_";
+/// Appended to a lock's path for the node that keeps its run records.
+pub const RUNS_SUFFIX: &str = ".dlock-runs";
+
+/// Why `path` is not a valid ZooKeeper path, if it is not.
+pub fn check_path(path: &str) -> std::result::Result<(), String> {
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(format!("'{path}' must start with '/'"));
+    };
+    for part in rest.split('/') {
+        if part.is_empty() || part == "." || part == ".." {
+            return Err(format!("'{path}' has an empty, '.' or '..' component"));
+        }
+        if part.chars().any(|c| c.is_control()) {
+            return Err(format!("'{path}' has a control character"));
+        }
+    }
+    Ok(())
+}
+
+/// The lock path of a dlock key: `/KEY` (a leading `/` in the key is optional, so that
+/// `dlock exec /locks/job` names the path a Curator client gives).
+pub fn lock_path(key: &str) -> std::result::Result<String, String> {
+    let path = format!("/{}", key.trim_start_matches('/'));
+    check_path(&path)?;
+    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        return Err(format!("'{path}' is ZooKeeper's own tree"));
+    }
+    if path.ends_with(RUNS_SUFFIX) {
+        return Err(format!(
+            "'{path}' ends with {RUNS_SUFFIX}, kept for run records"
+        ));
+    }
+    Ok(path)
+}
+
+/// The key `status` shows for a lock path found by listing: without the leading `/`.
+pub fn key_of(path: &str) -> String {
+    path.trim_start_matches('/').to_string()
+}
+
+/// The prefix of a new contender's name (the server appends the sequence).
+pub fn node_prefix(path: &str, uuid: &str) -> String {
+    format!("{path}/{PROTECTED}{uuid}{LOCK_NAME}")
+}
+
+/// The sequence of a contender's name, when it is one.
+pub fn sequence(name: &str) -> Option<u64> {
+    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
+    (seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| seq.parse().ok())
+        .flatten()
+}
+
+/// The contenders among `children`, lowest sequence (the holder) first.
+pub fn contenders(mut children: Vec<String>) -> Vec<String> {
+    children.retain(|c| sequence(c).is_some());
+    children.sort_by_key(|c| sequence(c));
+    children
+}
+
+/// What dlock stores in its contender nodes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub owner: String,
+    pub depth: u32,
+    /// The fencing token once known: until the node is rewritten after acquisition
+    /// (renewed, re-entered) it is the node's mzxid, the zxid of the write that stamped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// A detached lease (a persistent TTL node): when it ends, ms since the Unix epoch.
+    /// dlock honours it itself: the server reaps TTL nodes only now and then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    #[serde(flatten)]
+    pub holder: Holder,
+}
+
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// One contender node, read back.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Its name under the lock path.
+    pub name: String,
+    /// The zxid of its last write, and its version (for compare-and-set writes).
+    pub mzxid: i64,
+    pub version: i32,
+    pub meta: Meta,
+    /// Written by another client (Curator): its data is not dlock's.
+    pub foreign: bool,
+}
+
+impl Entry {
+    /// Reads a contender node; one that is not dlock's JSON (Curator's, whose data is the
+    /// client's IP address) is named by its node name.
+    pub fn read(name: &str, data: &[u8], stat: &Stat) -> Entry {
+        match serde_json::from_slice::<Meta>(data) {
+            Ok(meta) => Entry {
+                name: name.to_string(),
+                mzxid: stat.mzxid,
+                version: stat.version,
+                meta,
+                foreign: false,
+            },
+            Err(_) => Entry {
+                name: name.to_string(),
+                mzxid: stat.mzxid,
+                version: stat.version,
+                meta: Meta {
+                    owner: name.to_string(),
+                    depth: 1,
+                    holder: Holder {
+                        host: String::from_utf8_lossy(data).chars().take(64).collect(),
+                        command: "(Curator InterProcessMutex)".into(),
+                        acquired_at_ms: stat.mtime.max(0) as u64,
+                        ..Holder::default()
+                    },
+                    ..Meta::default()
+                },
+                foreign: true,
+            },
+        }
+    }
+
+    pub fn token(&self) -> u64 {
+        self.meta.token.unwrap_or(self.mzxid.max(0) as u64)
+    }
+
+    /// True when `owner` names this entry: its owner id, or its node name.
+    pub fn owned_by(&self, owner: &str) -> bool {
+        self.meta.owner == owner || self.name == owner
+    }
+
+    /// True for a detached lease whose time is up: it is free, whatever the server says.
+    pub fn expired(&self) -> bool {
+        self.meta.expires_at_ms.is_some_and(|at| now_ms() >= at)
+    }
+
+    /// Time left on a detached lease; `None` for a session's node.
+    pub fn ttl_left_ms(&self) -> Option<u64> {
+        self.meta
+            .expires_at_ms
+            .map(|at| at.saturating_sub(now_ms()))
+    }
+
+    pub fn info(&self, key: &str) -> LockInfo {
+        LockInfo {
+            key: key.to_string(),
+            owner: self.meta.owner.clone(),
+            fencing_token: self.token(),
+            holder: self.meta.holder.clone(),
+            ttl_left_ms: self.ttl_left_ms(),
+            depth: self.meta.depth.max(1),
+        }
+    }
+
+    pub fn waiter(&self) -> WaiterInfo {
+        WaiterInfo {
+            id: self.meta.owner.clone(),
+            holder: self.meta.holder.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn curator_names() {
+        let a = "_c_0b6f1a2c-3d4e-4f50-8a9b-0c1d2e3f4a5b-lock-0000000012";
+        let b = "_c_ffffffff-3d4e-4f50-8a9b-0c1d2e3f4a5b-lock-0000000003";
+        assert_eq!(sequence(a), Some(12));
+        assert_eq!(sequence("x-lock-12"), None);
+        assert_eq!(sequence("other"), None);
+        let sorted = contenders(vec![a.into(), "junk".into(), b.into()]);
+        assert_eq!(sorted, [b, a]);
+        assert_eq!(node_prefix("/l", "u"), "/l/_c_u-lock-");
+    }
+
+    #[test]
+    fn keys_to_paths() {
+        assert_eq!(lock_path("job").unwrap(), "/job");
+        assert_eq!(lock_path("/locks/job").unwrap(), "/locks/job");
+        for bad in ["", "a//b", "a/", "zookeeper/x", "a/../b", "j.dlock-runs"] {
+            assert!(lock_path(bad).is_err(), "{bad}");
+        }
+        assert_eq!(key_of("/locks/job"), "locks/job");
+    }
+
+    #[test]
+    fn curator_nodes_read_as_such() {
+        let stat = Stat {
+            czxid: 9,
+            mzxid: 9,
+            pzxid: 9,
+            ctime: 0,
+            mtime: 0,
+            version: 0,
+            cversion: 0,
+            aversion: 0,
+            ephemeral_owner: 1,
+            data_length: 8,
+            num_children: 0,
+        };
+        let e = Entry::read("_c_x-lock-0000000001", b"10.0.0.7", &stat);
+        assert!(e.foreign);
+        assert_eq!(e.meta.holder.host, "10.0.0.7");
+        assert!(e.owned_by("_c_x-lock-0000000001"));
+        assert_eq!(e.token(), 9);
+        assert_eq!(e.ttl_left_ms(), None);
+    }
+}

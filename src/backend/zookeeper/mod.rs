@@ -1,0 +1,20 @@
+//! The ZooKeeper backend: the lock recipe of Apache Curator's `InterProcessMutex`, so
+//! that dlock and a JVM service using Curator exclude each other on the same path.
+//!
+//! * [`layout`]: lock paths, contender node names, what a node's data says (pure).
+//! * [`session`]: connecting, what a session's timeout gives a lease, error wording.
+//! * [`queue`]: creating contender nodes and reading a lock's line in order.
+//! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
+//! * [`listing`]: every lock in the tree, and watching locks for `dlock wait`.
+//! * [`runs`]: the last-run record beside each lock.
+//! * [`url`]: `zk://` URLs.
+
+pub mod layout;
+mod listing;
+pub mod queue;
+mod runs;
+pub mod session;
+pub mod store;
+pub mod url;
+
+pub use self::store::ZkStore;

@@ -1,0 +1,94 @@
+//! ZooKeeper sessions: connecting one, what its timeout means for a lease, and the
+//! wording of the client's errors.
+//!
+//! A lease of `dlock exec` is a session: its ephemeral node lives exactly as long as the
+//! session, which the server ends `timeout` after it last heard from the client. The
+//! client hears of that only when it reconnects, so dlock must count on its own: from the
+//! last request that was answered, the session surely lives `timeout` more on the
+//! server that answered. A follower that lost its leader may still answer for up to
+//! `syncLimit × tickTime` while the new leader already counts down, so dlock gives the
+//! command only half the timeout (see [`lease_ttl`]).
+
+use std::time::Duration;
+
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+
+use super::url::Target;
+use crate::error::{Error, Result};
+
+/// How long connecting to one server may take before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The lease a session of `timeout` (as negotiated) gives: half of it, the other half
+/// left for a follower that lost its leader and still answers (`syncLimit × tickTime`
+/// must stay below it).
+pub fn lease_ttl(timeout: Duration) -> Duration {
+    timeout / 2
+}
+
+/// The ACL of every node dlock creates: the digest user's alone when the URL names one,
+/// else open (as Curator's default), so that any client can queue and release.
+pub fn acls(t: &Target) -> Acls<'static> {
+    match t.credentials {
+        Some(_) => Acls::creator_all(),
+        None => Acls::anyone_all(),
+    }
+}
+
+/// Opens a session of `timeout` (the server clamps it to 2–20 × its tickTime) on the
+/// ensemble `t` names, under its chroot, creating the chroot when it is missing.
+pub async fn connect(t: &Target, timeout: Duration) -> Result<Client> {
+    let mut connector = Client::connector()
+        .with_session_timeout(timeout)
+        .with_connection_timeout(CONNECT_TIMEOUT)
+        .with_fail_eagerly();
+    if let Some((user, password)) = &t.credentials {
+        connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+    }
+    let servers = t.servers.join(",");
+    let client = connector
+        .connect(&servers)
+        .await
+        .map_err(|e| unavailable(&t.name, "cannot connect", e))?;
+    if t.chroot.is_empty() {
+        return Ok(client);
+    }
+    let options = CreateMode::Persistent.with_acls(acls(t));
+    match client.mkdir(&t.chroot, &options).await {
+        Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(e) => return Err(unavailable(&t.name, "cannot create the chroot", e)),
+    }
+    client
+        .chroot(t.chroot.clone())
+        .map_err(|_| Error::Usage(format!("bad ZooKeeper chroot in {}", t.name)))
+}
+
+/// Says so when the server did not grant the session timeout that was asked for.
+pub fn check_negotiated(name: &str, key: &str, asked: Duration, client: &Client) {
+    let got = client.session_timeout();
+    if got != asked {
+        let (asked_ms, got_ms) = (asked.as_millis() as u64, got.as_millis() as u64);
+        log::warn!(target: "dlock", event = "ttl_clamped", key = key, asked_ms = asked_ms, got_ms = got_ms;
+            "lock '{key}' on {name}: the ensemble clamped the session timeout (--ttl) from {asked:?} to {got:?} (its min/maxSessionTimeout, 2-20 x tickTime by default)");
+    }
+}
+
+/// True when `client`'s session is gone for good.
+pub fn ended(client: &Client) -> bool {
+    matches!(
+        client.state(),
+        SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+    )
+}
+
+/// An error of the ZooKeeper client, worded for dlock: `NAME: WHAT: why`.
+pub fn unavailable(name: &str, what: &str, e: zookeeper_client::Error) -> Error {
+    let why = match e {
+        zookeeper_client::Error::NoAuth => {
+            "not authorized (check the digest user of the URL)".to_string()
+        }
+        zookeeper_client::Error::AuthFailed => "authentication failed".to_string(),
+        other => other.to_string(),
+    };
+    Error::Unavailable(format!("{name}: {what}: {why}"))
+}

@@ -1,0 +1,115 @@
+//! `zk://[user:password@]host[:port][,host[:port]…][/chroot]`: the servers of one
+//! ensemble, the chroot every lock path lives under, and digest credentials.
+
+use crate::error::{Error, Result};
+
+/// ZooKeeper's client port, when a host names none.
+pub const DEFAULT_PORT: u16 = 2181;
+
+/// What a `zk://` URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// `host:port` of each server.
+    pub servers: Vec<String>,
+    /// The chroot (`/a/b`), empty for the root.
+    pub chroot: String,
+    /// `zk://host:port,…[/chroot]`, for messages (never the password).
+    pub name: String,
+    /// `user:password` for the `digest` scheme.
+    pub credentials: Option<(String, String)>,
+}
+
+impl Target {
+    /// The connection string the client takes: `host:port,…[/chroot]`.
+    pub fn connect_string(&self) -> String {
+        format!("{}{}", self.servers.join(","), self.chroot)
+    }
+}
+
+fn usage(url: &str, why: &str) -> Error {
+    Error::Usage(format!(
+        "bad ZooKeeper URL {}: {why}",
+        crate::config::redact_url(url)
+    ))
+}
+
+/// Reads a `zk://` URL.
+pub fn parse(url: &str) -> Result<Target> {
+    let rest = url
+        .strip_prefix("zk://")
+        .ok_or_else(|| usage(url, "it must start with zk://"))?;
+    if rest.contains('?') {
+        return Err(usage(url, "it takes no parameters"));
+    }
+    let (authority, chroot) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, password)) if !user.is_empty() => {
+                (Some((user.to_string(), password.to_string())), hosts)
+            }
+            _ => {
+                return Err(usage(
+                    url,
+                    "give both user and password: zk://USER:PASSWORD@…",
+                ))
+            }
+        },
+        None => (None, authority),
+    };
+    let chroot = chroot.trim_end_matches('/');
+    if !chroot.is_empty() {
+        super::layout::check_path(chroot).map_err(|why| usage(url, &format!("chroot {why}")))?;
+    }
+    let mut servers = Vec::new();
+    for host in hosts.split(',').map(str::trim) {
+        match host.rsplit_once(':') {
+            _ if host.is_empty() => return Err(usage(url, "it names no host")),
+            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
+                servers.push(host.to_string())
+            }
+            Some(_) => return Err(usage(url, &format!("bad port in '{host}'"))),
+            None => servers.push(format!("{host}:{DEFAULT_PORT}")),
+        }
+    }
+    Ok(Target {
+        name: format!("zk://{}{chroot}", servers.join(",")),
+        servers,
+        chroot: chroot.to_string(),
+        credentials,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = parse("zk://a:1,b").unwrap();
+        assert_eq!(t.servers, ["a:1", "b:2181"]);
+        assert_eq!(t.chroot, "");
+        assert_eq!(t.name, "zk://a:1,b:2181");
+        let t = parse("zk://a/x/y/").unwrap();
+        assert_eq!(t.chroot, "/x/y");
+        assert_eq!(t.connect_string(), "a:2181/x/y");
+        for bad in [
+            "zk://",
+            "zk://a:x",
+            "zk://a//b",
+            "zk://a?x=1",
+            "zk://a/x/../y",
+        ] {
+            assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
+        let t = parse("zk://u:p@ss@a:1,b:2/c").unwrap();
+        assert_eq!(t.credentials, Some(("u".into(), "p@ss".into())));
+        assert_eq!(t.servers, ["a:1", "b:2"]);
+        assert!(!t.name.contains("p@ss"));
+        let e = parse("zk://u:secret@a:x").unwrap_err().to_string();
+        assert!(!e.contains("secret"), "{e}");
+        assert!(parse("zk://nopassword@a").is_err());
+    }
+}
