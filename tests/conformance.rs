@@ -6,7 +6,8 @@
 //! listed below for every backend, with the factories of `support::backends::factory`.
 //!
 //! The tests only rely on the trait's documented semantics (no backend-specific details
-//! such as `ttl_left_ms` of bound leases), and each takes well under a second.
+//! such as `ttl_left_ms` of bound leases), and each takes well under a second, except the TTL tests, which count in the backend's
+//! TTL unit ([`TTL_UNIT`]: a tenth of a second, or a second on etcd).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,30 +36,64 @@ conformance_suite!(
     release_acquired_hands_over,
     cancellation_leaves_nothing,
     errors_read_the_same,
+    watch_returns_on_release,
+    run_records_are_kept,
 );
 
-/// The unit of the TTL tests: tenths of a second, or seconds for whole-second TTLs.
-pub const TENTH: Duration = Duration::from_millis(100);
-pub const SECOND: Duration = Duration::from_secs(1);
+tokio::task_local! {
+    /// The TTL unit of the backend under test (`support::backends::ttl_unit`), set by
+    /// `conformance_tests!` around each test: the TTL tests count in it, so one copy of them
+    /// serves backends with millisecond TTLs and etcd, whose leases are whole seconds.
+    pub static TTL_UNIT: Duration;
+}
 
-/// etcd (not yet in the CLI matrix of `macros.rs`): its TTLs are whole seconds, so the two
-/// TTL tests run in seconds.
-mod etcd {
-    conformance_tests!(etcd [
-        exclusion_under_contention,
-        tokens_strictly_increase,
-        owner_checks,
-        detached_lease_expires_whole_seconds,
-        renewal_extends_whole_seconds,
-        reentrancy,
-        force_release,
-        status_named_and_all,
-        no_wait_and_timeout,
-        hand_off_is_prompt,
-        release_acquired_hands_over,
-        cancellation_leaves_nothing,
-        errors_read_the_same
-    ]);
+/// The TTL unit of the backend under test.
+fn unit() -> Duration {
+    TTL_UNIT.get()
+}
+
+/// The stores whose leases can outlive their process: `linger` leaves the lease to expire by
+/// itself. A ZooKeeper `exec` lease is a session, which cannot: its `exec` stays until the
+/// hold ends instead (`job_control::zookeeper::hold_at_least_*`).
+mod lingering {
+    mod memory {
+        conformance_tests!(memory[linger_holds_then_expires]);
+    }
+    mod local {
+        conformance_tests!(local[linger_holds_then_expires]);
+    }
+    mod redis {
+        conformance_tests!(redis[linger_holds_then_expires]);
+    }
+    mod redlock {
+        conformance_tests!(redlock[linger_holds_then_expires]);
+    }
+    mod etcd {
+        conformance_tests!(etcd[linger_holds_then_expires]);
+    }
+    mod memcached {
+        conformance_tests!(memcached[linger_holds_then_expires]);
+    }
+    mod postgres {
+        conformance_tests!(postgres[linger_holds_then_expires]);
+    }
+}
+
+/// The stores that tell a watcher of a release (Redlock polls): their watch sleeps while
+/// nothing changes.
+mod notified {
+    mod memory {
+        conformance_tests!(memory[watch_sleeps_until_notified]);
+    }
+    mod local {
+        conformance_tests!(local[watch_sleeps_until_notified]);
+    }
+    mod redis {
+        conformance_tests!(redis[watch_sleeps_until_notified]);
+    }
+    mod etcd {
+        conformance_tests!(etcd[watch_sleeps_until_notified]);
+    }
 }
 
 pub mod suite {
@@ -68,6 +103,9 @@ pub mod suite {
     use dlock::error::Error;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio_util::sync::CancellationToken;
+
+    const TENTH: Duration = Duration::from_millis(100);
+    const SECOND: Duration = Duration::from_secs(1);
 
     async fn held_by(b: &Arc<dyn Backend>, key: &str) -> Option<String> {
         let st = b.status(&[key.to_string()]).await.expect("status");
@@ -190,22 +228,7 @@ pub mod suite {
         F: Fn() -> Fut,
         Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
     {
-        detached_lease_expires_in(factory, TENTH).await
-    }
-
-    pub async fn detached_lease_expires_whole_seconds<F, Fut>(factory: F)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
-        detached_lease_expires_in(factory, SECOND).await
-    }
-
-    async fn detached_lease_expires_in<F, Fut>(factory: F, tick: Duration)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
+        let tick = unit();
         let (b, _g) = factory().await;
         let mut r = req("exp", "a");
         r.ttl = tick * 3;
@@ -219,7 +242,8 @@ pub mod suite {
             .expect("expired");
         assert!(c.lease.fencing_token > a.lease.fencing_token);
         assert!(matches!(
-            b.renew("exp", "a", Duration::from_secs(1)).await,
+            b.renew("exp", "a", Duration::from_secs(1).max(tick * 3))
+                .await,
             Err(Error::NotOwner(_))
         ));
         assert!(matches!(
@@ -228,38 +252,23 @@ pub mod suite {
         ));
     }
 
-    /// Renewing moves the expiry: the lease outlives its first TTL.
+    /// Renewing moves the expiry: the lease outlives its first TTL. It is renewed to the
+    /// TTL it has, which every backend allows (an etcd lease keeps the TTL it was granted).
     pub async fn renewal_extends<F, Fut>(factory: F)
     where
         F: Fn() -> Fut,
         Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
     {
-        renewal_extends_in(factory, TENTH, 6).await
-    }
-
-    /// The same with whole-second TTLs, renewed to the TTL it has: an etcd lease keeps the
-    /// TTL it was granted with.
-    pub async fn renewal_extends_whole_seconds<F, Fut>(factory: F)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
-        renewal_extends_in(factory, SECOND, 4).await
-    }
-
-    async fn renewal_extends_in<F, Fut>(factory: F, tick: Duration, renewed: u32)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
+        let tick = unit();
         let (b, _g) = factory().await;
         let mut r = req("ren", "a");
-        r.ttl = tick * 4;
+        r.ttl = tick * 6;
         b.acquire(&r, &no_wait()).await.unwrap();
-        tokio::time::sleep(tick * 2).await;
-        let l = b.renew("ren", "a", tick * renewed).await.unwrap();
-        assert_eq!(l.ttl, tick * renewed);
-        tokio::time::sleep(tick * 7 / 2).await; // past the first expiry
+        tokio::time::sleep(tick * 3).await;
+        let l = b.renew("ren", "a", tick * 6).await.unwrap();
+        assert_eq!(l.ttl, tick * 6);
+        // Half-way between the first expiry (6) and the renewed one (9).
+        tokio::time::sleep(tick * 9 / 2).await;
         assert_eq!(held_by(&b, "ren").await.as_deref(), Some("a"));
         assert!(b.acquire(&req("ren", "b"), &no_wait()).await.is_err());
         b.release("ren", "a", ReleaseMode::One).await.unwrap();
@@ -569,6 +578,181 @@ pub mod suite {
             e.to_string()
                 .starts_with(&format!("cannot release lock 'w' on {d}: ")),
             "{e}"
+        );
+    }
+
+    /// The last run and the last success of a key: each kept whole, a failure keeps the
+    /// last success, keys apart, and records are never taken for locks.
+    pub async fn run_records_are_kept<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        use dlock::backend::{LastRuns, RunRecord};
+        let (b, _g) = factory().await;
+        let key = "runs/a b";
+        // Real times: a store may drop records older than RUN_RECORD_TTL.
+        let now = dlock::backend::now_ms();
+        assert_eq!(b.last_runs(key).await.unwrap(), LastRuns::default());
+        let ok = RunRecord {
+            owner: "o1".into(),
+            fencing_token: 7,
+            holder: req(key, "o1").holder,
+            started_at_ms: now - 1_500,
+            ended_at_ms: now,
+            exit_code: 0,
+            waited_ms: 12,
+            ran_ms: 1_500,
+            ..RunRecord::default()
+        };
+        b.record_run(key, &ok).await.unwrap();
+        let runs = b.last_runs(key).await.unwrap();
+        assert_eq!(runs.last.as_ref(), Some(&ok), "every field comes back");
+        assert_eq!(runs.last_success.as_ref(), Some(&ok));
+
+        let killed = RunRecord {
+            owner: "o2".into(),
+            fencing_token: 8,
+            ended_at_ms: now + 500,
+            exit_code: 137,
+            signal: Some(9),
+            ..ok.clone()
+        };
+        b.record_run(key, &killed).await.unwrap();
+        let runs = b.last_runs(key).await.unwrap();
+        assert_eq!(runs.last.as_ref(), Some(&killed));
+        assert_eq!(runs.last_success.as_ref(), Some(&ok), "kept past a failure");
+
+        assert_eq!(
+            b.last_runs("runs/other").await.unwrap(),
+            LastRuns::default()
+        );
+        assert!(b.status(&[]).await.unwrap().is_empty(), "no lock listed");
+        let st = b.status(&[key.to_string()]).await.unwrap();
+        assert!(st[0].lock.is_none());
+        // The key can still be locked as usual next to its records.
+        let held = b.acquire(&req(key, "o3"), &no_wait()).await.unwrap();
+        assert_eq!(held_by(&b, key).await.as_deref(), Some("o3"));
+        b.release(key, "o3", ReleaseMode::All).await.unwrap();
+        drop(held);
+    }
+
+    /// `linger`: a lease acquired as `exec` does stays held by its owner, with its token,
+    /// marked as finished, for what is left, then expires by itself; renewed for longer
+    /// during the run, it is cut to what is left.
+    pub async fn linger_holds_then_expires<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        linger_in(factory, unit() * 5).await
+    }
+
+    async fn linger_in<F, Fut>(factory: F, left: Duration)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let mut r = bound("hold", "a");
+        r.ttl = Duration::from_secs(30);
+        let a = b.acquire(&r, &no_wait()).await.unwrap();
+        let token = a.lease.fencing_token;
+        let t0 = Instant::now();
+        b.linger(a, left).await.expect("linger");
+        let st = b.status(&["hold".to_string()]).await.unwrap();
+        let lock = st[0].lock.as_ref().expect("held after linger");
+        assert_eq!((lock.owner.as_str(), lock.fencing_token), ("a", token));
+        assert!(lock.holder.held_until_ms.is_some(), "{lock:?}");
+        let ttl = lock.ttl_left_ms.expect("a lingering lease has an expiry");
+        assert!(
+            ttl <= (left + SECOND).as_millis() as u64,
+            "not cut: {ttl}ms"
+        );
+        assert!(b.acquire(&req("hold", "b"), &no_wait()).await.is_err());
+        let freed = async {
+            while held_by(&b, "hold").await.is_some() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(left + SECOND * 2, freed)
+            .await
+            .expect("still held long after the hold");
+        assert!(
+            t0.elapsed() >= left - TENTH,
+            "freed early: {:?}",
+            t0.elapsed()
+        );
+        let c = b.acquire(&req("hold", "b"), &no_wait()).await.unwrap();
+        assert!(c.lease.fencing_token > token);
+    }
+
+    /// `watch` returns at once on a free key, and within [`PROMPT`] of a release.
+    pub async fn watch_returns_on_release<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let keys = ["w".to_string()];
+        let t0 = Instant::now();
+        b.watch(&keys, Duration::from_secs(10)).await.unwrap();
+        assert!(t0.elapsed() < PROMPT * 5, "free key: {:?}", t0.elapsed());
+        b.acquire(&req("w", "a"), &no_wait()).await.unwrap();
+        let released = Arc::new(std::sync::Mutex::new(None));
+        let (b2, at) = (b.clone(), released.clone());
+        let releaser = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            b2.release("w", "a", ReleaseMode::All).await.unwrap();
+            *at.lock().unwrap() = Some(Instant::now());
+        });
+        // Look and watch as `dlock wait` does, until the key is free.
+        while held_by(&b, "w").await.is_some() {
+            b.watch(&keys, Duration::from_secs(10)).await.unwrap();
+        }
+        let woke = Instant::now();
+        releaser.await.unwrap();
+        let at = released.lock().unwrap().expect("released");
+        assert!(
+            woke.saturating_duration_since(at) < PROMPT,
+            "woken {:?} after the release",
+            woke.saturating_duration_since(at)
+        );
+    }
+
+    /// On a store with notifications, a watch on a held key does not return before its
+    /// pause while nothing changes (a poller would), and returns within [`PROMPT`] of a
+    /// release.
+    pub async fn watch_sleeps_until_notified<F, Fut>(factory: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
+    {
+        let (b, _g) = factory().await;
+        let keys = ["n".to_string()];
+        let mut r = bound("n", "a");
+        r.ttl = Duration::from_secs(30);
+        let a = b.acquire(&r, &no_wait()).await.unwrap();
+        let t0 = Instant::now();
+        b.watch(&keys, Duration::from_millis(800)).await.unwrap();
+        assert!(
+            t0.elapsed() >= Duration::from_millis(700),
+            "returned after {:?} with nothing changed",
+            t0.elapsed()
+        );
+        let b2 = b.clone();
+        let releaser = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            b2.release_acquired(a, ReleaseMode::All).await.unwrap();
+            Instant::now()
+        });
+        b.watch(&keys, Duration::from_secs(10)).await.unwrap();
+        let woke = Instant::now();
+        let at = releaser.await.unwrap();
+        assert!(
+            woke.saturating_duration_since(at) < PROMPT,
+            "woken {:?} after the release",
+            woke.saturating_duration_since(at)
         );
     }
 }

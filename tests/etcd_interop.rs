@@ -1,5 +1,6 @@
 //! dlock and `etcdctl lock` contend for the same locks: neither runs its command while the
-//! other holds the lock, in either order, and fencing tokens increase across both.
+//! other holds the lock, in either order, and fencing tokens increase across both; and how
+//! dlock reaches a member: users and passwords, TLS with client certificates.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -255,4 +256,131 @@ fn a_killed_waiter_leaves_the_line_within_its_ttl() {
     assert!(left < Duration::from_millis(3500), "left after {left:?}");
     std::fs::write(dir.path().join("go-dlock"), "").unwrap();
     assert!(wait_exit(&mut holder, Duration::from_secs(20)).is_some());
+}
+
+/// `exec --hold-at-least` on etcd: dlock exits at once, the server keeps the finished run's
+/// key on a lease of its own until the hold ends (nobody keeps it alive), `etcdctl lock`
+/// queues behind it meanwhile and runs only after it, and `dlock wait` returns once the
+/// lock is free again.
+#[test]
+fn a_held_run_outlives_dlock_and_holds_off_etcdctl() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let wall_ns = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.unwrap().as_nanos()
+    };
+    let (t0, t0_ns) = (std::time::Instant::now(), wall_ns());
+    let out = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["exec", "job", "--hold-at-least", "4s", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "dlock waited out the hold"
+    );
+    let status = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["status"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(table.contains("by --hold-at-least"), "not listed: {table}");
+    let mut theirs = etcdctl_lock(&server, dir.path());
+    std::fs::write(dir.path().join("go-etcdctl"), "").unwrap();
+    let wait = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["wait", "job"])
+        .output()
+        .unwrap();
+    assert_eq!(wait.status.code(), Some(0), "{wait:?}");
+    let (start_ns, _, _) = section(dir.path(), "etcdctl");
+    let started = Duration::from_nanos((start_ns - t0_ns) as u64);
+    assert!(
+        started >= Duration::from_millis(3900),
+        "etcdctl ran during the hold: {started:?}"
+    );
+    assert!(wait_exit(&mut theirs, Duration::from_secs(20)).is_some_and(|s| s.success()));
+}
+
+#[test]
+fn a_percent_encoded_password_in_the_url() {
+    let server = EtcdServer::start();
+    server.ctl(&["user", "add", "root:p@ss:w%rd"]);
+    server.ctl(&["auth", "enable"]);
+    let url = format!("etcd://root:p%40ss%3Aw%25rd@{}", server.endpoint());
+    let out = dlock()
+        .env("DLOCK_URL", &url)
+        .args(["exec", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bad = dlock()
+        .env("DLOCK_URL", url.replace("%40", "%4"))
+        .args(["exec", "job", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad escape in the password"), "{err}");
+    assert!(!err.contains("ss%3A") && !err.contains("w%25rd"), "{err}");
+}
+
+/// `etcds://` to a member that wants TLS and a client certificate of its CA: works with
+/// `DLOCK_TLS_CA/CERT/KEY`, fails in one line without the client certificate.
+#[test]
+fn etcds_with_a_private_ca_and_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = crate::support::pki(dir.path()) else {
+        panic!("openssl is needed to make the test certificates (apt-get install openssl)");
+    };
+    let server = EtcdServer::start_tls(&pki);
+    let url = format!("etcds://{}", server.endpoint());
+    let with = |vars: &[(&str, &Path)]| {
+        let mut c = dlock();
+        c.env("DLOCK_URL", &url);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c
+    };
+    let all = [
+        ("DLOCK_TLS_CA", pki.ca.as_path()),
+        ("DLOCK_TLS_CERT", &pki.client_cert),
+        ("DLOCK_TLS_KEY", &pki.client_key),
+    ];
+    let out = with(&all)
+        .args(["exec", "job", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse::<u64>()
+        .is_ok());
+    let held = with(&all)
+        .args(["lock", "held", "--ttl", "1m"])
+        .output()
+        .unwrap();
+    assert!(held.status.success(), "{held:?}");
+    let status = with(&all).args(["status"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("held"),
+        "{status:?}"
+    );
+    // No client certificate: the member refuses the handshake.
+    let refused = with(&all[..1])
+        .args(["exec", "job", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(
+        refused.status.code(),
+        Some(i32::from(dlock::exit::UNAVAILABLE)),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&url), "{err}");
 }

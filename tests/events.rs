@@ -34,9 +34,11 @@ fn verbose_tells_the_story_of_a_run(store: Store) {
         quiet.status.success() && quiet.stderr.is_empty(),
         "{quiet:?}"
     );
+    let k = store.slowdown(Duration::from_millis(300));
+    let (ttl, sleep) = (format!("{}ms", 300 * k), format!("{}", 0.4 * f64::from(k)));
     let out = store
         .dlock()
-        .args(["-vv", "exec", "ev", "--ttl", "300ms", "--", "sleep", "0.4"])
+        .args(["-vv", "exec", "ev", "--ttl", &ttl, "--", "sleep", &sleep])
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
@@ -53,7 +55,7 @@ fn verbose_tells_the_story_of_a_run(store: Store) {
     // -v alone leaves the renewals out.
     let out = store
         .dlock()
-        .args(["exec", "-v", "ev", "--ttl", "300ms", "--", "sleep", "0.4"])
+        .args(["exec", "-v", "ev", "--ttl", &ttl, "--", "sleep", &sleep])
         .output()
         .unwrap();
     let lines = stderr_lines(&out);
@@ -152,7 +154,8 @@ fn the_metrics_file_records_each_run(store: Store) {
         "sleep 0.2; '{}' unlock met --force 2>/dev/null; sleep 5",
         support::dlock_bin().display()
     );
-    let out = run(&["--ttl", "300ms", "-q"], &force);
+    let ttl = format!("{}ms", 300 * store.slowdown(Duration::from_millis(300)));
+    let out = run(&["--ttl", &ttl, "-q"], &force);
     assert_eq!(out.status.code(), Some(79), "{out:?}");
     let lost = metrics(&file);
     assert_eq!(lost["dlock_last_lease_lost"], 1.0);

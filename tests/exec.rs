@@ -260,7 +260,9 @@ fn signal_while_waiting_cancels_cleanly(store: Store) {
 
 fn sigkill_of_dlock_kills_the_command(store: Store) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut holder, pid) = hold(&store, "killed", dir.path(), &["--ttl", "1s"]);
+    let k = store.slowdown(Duration::from_secs(1));
+    let ttl = format!("{k}s");
+    let (mut holder, pid) = hold(&store, "killed", dir.path(), &["--ttl", &ttl]);
     assert!(alive(pid));
     holder.kill().unwrap(); // SIGKILL
     holder.wait().unwrap();
@@ -298,10 +300,12 @@ fn an_ignored_sigchld_does_not_lose_the_command(store: Store) {
 
 fn renewal_keeps_a_short_lease_alive(store: Store) {
     let dir = tempfile::tempdir().unwrap();
-    let (mut holder, _) = hold(&store, "renewed", dir.path(), &["--ttl", "300ms"]);
+    let k = store.slowdown(Duration::from_millis(300));
+    let ttl = format!("{}ms", 300 * k);
+    let (mut holder, _) = hold(&store, "renewed", dir.path(), &["--ttl", &ttl]);
     // Well past several TTLs, the lease is still held.
     for _ in 0..6 {
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(200) * k);
         let status = store
             .dlock()
             .args(["exec", "renewed", "-n", "-q", "--", "true"])
@@ -378,7 +382,8 @@ fn queue_of(store: &Store, key: &str) -> Option<Vec<serde_json::Value>> {
 }
 
 /// Waits until `n` waiters wait on `key`: listed in its queue or, on Redlock (no queue),
-/// subscribed to its release channel (each on one server, all servers being up).
+/// subscribed to its release channel (each on one server, all servers being up), or, on
+/// memcached (no queue, no subscription), connected beside the holder.
 fn await_queued(store: &Store, key: &str, n: usize) {
     let queued = wait_for(Duration::from_secs(10), || match store {
         Store::Redlock(servers) => {
@@ -396,6 +401,7 @@ fn await_queued(store: &Store, key: &str, n: usize) {
                 .sum();
             subscribed == n
         }
+        Store::Memcached(server) => server.clients() == 1 + n as u64,
         _ => queue_of(store, key).is_some_and(|q| q.len() == n),
     });
     assert!(queued, "{n} waiter(s) never showed waiting on {key}");
@@ -454,7 +460,8 @@ fn a_wait_is_shown_and_listed(store: Store) {
 
 /// A waiter killed outright (SIGKILL: no chance to leave the queue) does not keep the one
 /// behind it waiting past its liveness window (Redis: 4 s without a refresh; the local
-/// store: at once, its lock goes with it), and never runs its command.
+/// store: at once, its lock goes with it; etcd: its lease's TTL, 3 s here), and never runs
+/// its command.
 fn a_killed_waiter_does_not_stall_the_queue(store: Store) {
     let dir = tempfile::tempdir().unwrap();
     let (mut holder, _) = hold(&store, "ghost", dir.path(), &[]);
@@ -462,7 +469,8 @@ fn a_killed_waiter_does_not_stall_the_queue(store: Store) {
     let waiter = |name: &str| {
         store
             .dlock()
-            .args(["exec", "ghost", "-q", "--", "touch"])
+            // ZooKeeper keeps a waiter's node until its session (of --ttl) expires.
+            .args(["exec", "ghost", "-q", "--ttl", "3s", "--", "touch"])
             .arg(marker(name))
             .spawn()
             .unwrap()

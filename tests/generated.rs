@@ -23,7 +23,15 @@ fn every_subcommand_has_a_man_page() {
         .into_iter()
         .map(|(p, _)| p)
         .collect();
-    for sub in ["exec", "lock", "unlock", "renew", "status", "completions"] {
+    for sub in [
+        "exec",
+        "lock",
+        "unlock",
+        "renew",
+        "status",
+        "wait",
+        "completions",
+    ] {
         assert!(
             files.contains(&format!("man/dlock-{sub}.1")),
             "no man page for {sub}"
@@ -47,7 +55,7 @@ fn completions_command_prints_the_checked_in_script() {
 
 /// Each subcommand's one-line summary, as `dlock --help` lists it and as its own help
 /// starts.
-const SUMMARIES: [(&str, &str); 6] = [
+const SUMMARIES: [(&str, &str); 7] = [
     ("exec", "Run CMD while holding KEY"),
     (
         "lock",
@@ -59,6 +67,7 @@ const SUMMARIES: [(&str, &str); 6] = [
         "status",
         "Show who holds what (every held lock when no key is given)",
     ),
+    ("wait", "Block until KEY is free, without taking it"),
     ("completions", "Print a shell completion script"),
 ];
 

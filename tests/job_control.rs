@@ -1,16 +1,25 @@
 //! Job control for cron and CI, end to end on every backend: the shell form (`-c`),
-//! `--max-runtime` with `--kill-after`, and `--if-unavailable skip`.
+//! `--max-runtime` with `--kill-after`, `--if-unavailable skip`, `--hold-at-least`, and
+//! `dlock wait`.
 
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{self, alive, read_when_ready, wait_exit, Store};
+use crate::support::{self, alive, dlock_bin, read_when_ready, text, wait_exit, wait_for, Store};
 
 on_every_backend!(
     the_shell_form_runs_the_string_with_sh,
     max_runtime_ends_a_command_that_ignores_sigterm,
     max_runtime_ends_a_command_that_obeys_sigterm_at_once,
     skip_when_unavailable_runs_nothing_and_holds_nothing,
+    hold_at_least_runs_a_short_job_once_across_skewed_hosts,
+    hold_at_least_ends_with_a_long_run_and_not_when_reentered,
+    hold_at_least_with_max_runtime_lease_loss_or_a_missing_command,
+    wait_on_a_free_key_returns_at_once_and_times_out_with_75,
+    wait_returns_promptly_on_release,
+    wait_notices_a_lease_that_expires,
+    wait_ends_on_a_signal,
+    wait_on_an_unreachable_backend_is_one_line_69,
 );
 
 fn the_shell_form_runs_the_string_with_sh(store: Store) {
@@ -111,8 +120,9 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
     assert_eq!(out.status.code(), Some(4));
 }
 
-/// Takes the store away: the local store's directory cannot be created, a Redis server is
-/// killed, two of three Redlock servers are killed.
+/// Takes the store away: the local store's directory cannot be created, a Redis or PostgreSQL
+/// server is killed, two of three Redlock servers are killed, the etcd member, a memcached or
+/// a ZooKeeper is killed.
 fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
         Store::Local(dir) => {
@@ -129,6 +139,22 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
         Store::Redlock(servers) => {
             servers[0].kill();
             servers[1].kill();
+            store.dlock()
+        }
+        Store::Postgres(server) => {
+            server.kill();
+            store.dlock()
+        }
+        Store::Memcached(server) => {
+            server.kill();
+            store.dlock()
+        }
+        Store::Zookeeper(server) => {
+            server.kill();
+            store.dlock()
+        }
+        Store::Etcd(server) => {
+            server.kill();
             store.dlock()
         }
     }
@@ -166,4 +192,378 @@ fn skip_when_unavailable_runs_nothing_and_holds_nothing(mut store: Store) {
         let lease = keys.lines().filter(|k| !k.ends_with(":fence")).count();
         assert_eq!(lease, 0, "left on the live server: {keys}");
     }
+}
+
+/// The multi-host cron recipe: two "hosts" (two dlock processes whose cron fires 2 s
+/// apart, as with skewed clocks) run a 100 ms job with `-n --hold-at-least 10s`.
+fn hold_at_least_runs_a_short_job_once_across_skewed_hosts(store: Store) {
+    if matches!(store, Store::Zookeeper(_)) {
+        return a_zookeeper_exec_stays_for_its_hold(store);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let job = format!("echo ran >> '{}'; sleep 0.1", runs.display());
+    let host = || {
+        let mut c = store.dlock();
+        c.args(["exec", "report", "-n", "--hold-at-least", "10s", "-c", &job]);
+        c
+    };
+    let t0 = Instant::now();
+    let first = host().output().unwrap();
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "dlock waited out the hold"
+    );
+    // During the hold: held by the finished run, and why.
+    let status = store.dlock().args(["status", "report"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(0), "not held: {status:?}");
+    let table = text(&status.stdout);
+    assert!(table.contains("finished, held until"), "{table}");
+    assert!(table.contains("by --hold-at-least"), "{table}");
+    let json = store
+        .dlock()
+        .args(["--json", "status", "report"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(v["held_until_ms"].as_u64().is_some(), "{v}");
+    assert!(v["held_until"].as_str().is_some(), "{v}");
+    // The second host's cron fires 2 s later.
+    std::thread::sleep((t0 + Duration::from_secs(2)).saturating_duration_since(Instant::now()));
+    let second = host().output().unwrap();
+    assert_eq!(second.status.code(), Some(75), "{second:?}");
+    assert!(text(&second.stderr).contains("held until"), "{second:?}");
+    assert_eq!(
+        std::fs::read_to_string(&runs).unwrap(),
+        "ran\n",
+        "ran twice"
+    );
+    // Free once the hold is over: not before 10 s after the first acquisition, not long after.
+    assert!(wait_for(Duration::from_secs(16), || !store.held("report")));
+    let freed = t0.elapsed();
+    assert!(
+        freed >= Duration::from_millis(9900),
+        "freed after {freed:?}"
+    );
+    assert!(freed < Duration::from_secs(15), "freed after {freed:?}");
+    let third = host().output().unwrap();
+    assert_eq!(third.status.code(), Some(0), "{third:?}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\nran\n");
+}
+
+/// A ZooKeeper `exec` lease is a session, which cannot outlive its process: `exec` stays,
+/// its command done, until the hold ends; meanwhile the key is held and the job does not run
+/// again.
+fn a_zookeeper_exec_stays_for_its_hold(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let job = format!("echo ran >> '{}'", runs.display());
+    let host = || {
+        let mut c = store.dlock();
+        c.args(["exec", "report", "-n", "--hold-at-least", "4s", "-c", &job]);
+        c
+    };
+    let t0 = Instant::now();
+    let mut first = host().spawn().unwrap();
+    assert!(wait_for(Duration::from_secs(10), || runs.exists()));
+    let second = host().output().unwrap();
+    assert_eq!(second.status.code(), Some(75), "{second:?}");
+    let status = support::wait_exit(&mut first, Duration::from_secs(15)).expect("exec ends");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(3900),
+        "left before the hold ended: {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
+    assert!(!store.held("report"));
+}
+
+/// A run longer than the hold releases at its end, as without it; a re-entered exec (a
+/// nested `dlock exec KEY` inside CMD) does not hold on: its parent's end decides.
+fn hold_at_least_ends_with_a_long_run_and_not_when_reentered(store: Store) {
+    let out = store
+        .dlock()
+        .args([
+            "exec",
+            "long",
+            "--hold-at-least",
+            "300ms",
+            "--",
+            "sleep",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        !store.held("long"),
+        "a run longer than the hold stayed held"
+    );
+    let nested = format!(
+        "'{}' exec nest --hold-at-least 30s -- true",
+        dlock_bin().display()
+    );
+    let out = store
+        .dlock()
+        .args(["exec", "nest", "-c", &nested])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!store.held("nest"), "the re-entered exec held on");
+}
+
+fn wait_on_a_free_key_returns_at_once_and_times_out_with_75(store: Store) {
+    let t0 = Instant::now();
+    let out = store.dlock().args(["wait", "idle"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(!store.held("idle"), "wait took the key");
+    let lock = store
+        .dlock()
+        .args(["lock", "busy", "--ttl", "60s"])
+        .output()
+        .unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    let t0 = Instant::now();
+    let out = store
+        .dlock()
+        .args(["wait", "busy", "--timeout", "700ms"])
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(took >= Duration::from_millis(700), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("'busy' is still held by"), "{err}");
+    assert!(store.held("busy"), "the holder lost the key");
+}
+
+/// What a `dlock -vv wait` said on stderr, each line with when it was read.
+type Said = std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>>;
+
+/// Starts `dlock -vv wait KEY` and returns once it has seen KEY held, with what it says.
+fn start_waiting(store: &Store, key: &str) -> (Child, Said) {
+    let mut child = store
+        .dlock()
+        .args(["-vv", "wait", key])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let waiting = format!("waiting for '{key}' to be free");
+    loop {
+        let line = lines.next().expect("wait ended without waiting").unwrap();
+        if line.contains(&waiting) {
+            break;
+        }
+    }
+    let said = Said::default();
+    let keep = said.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep.lock().unwrap().push((Instant::now(), line));
+        }
+    });
+    (child, said)
+}
+
+/// How often `wait` looked at the key again before `at`.
+fn looks_before(said: &Said, at: Instant) -> usize {
+    let said = said.lock().unwrap();
+    said.iter()
+        .filter(|(t, l)| *t < at && l.contains("looking at"))
+        .count()
+}
+
+/// `wait` returns as soon as the holder releases: `unlock` of a `lock`, the end of an
+/// `exec`. Where the store notifies (local store, Redis), it does not look again while
+/// nothing changes (a poller would, every 200 ms); Redlock polls. (That a notifying store's
+/// watch sleeps until told is also `conformance::notified`.)
+fn wait_returns_promptly_on_release(store: Store) {
+    // Stores known to notify (etcd too, once it joins the matrix); Redlock polls; stores
+    // joining the matrix are only held to the latency bound until listed here.
+    let notified = matches!(store, Store::Local(_) | Store::Redis(_));
+    let quiet = Duration::from_millis(700);
+    let lock = store
+        .dlock()
+        .args(["lock", "deploy", "--ttl", "60s"])
+        .output()
+        .unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    let (mut waiter, said) = start_waiting(&store, "deploy");
+    std::thread::sleep(quiet); // nothing changes meanwhile
+    let owner = text(&lock.stdout);
+    let unlocking = Instant::now();
+    let unlock = store
+        .dlock()
+        .args(["unlock", "deploy", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(unlock.status.success(), "{unlock:?}");
+    let released = Instant::now();
+    let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("wait hangs");
+    assert_eq!(status.code(), Some(0));
+    let late = released.elapsed();
+    assert!(
+        late < Duration::from_millis(1500),
+        "returned {late:?} after unlock"
+    );
+    let looks = looks_before(&said, unlocking);
+    if notified {
+        assert_eq!(looks, 0, "looked again {looks} times with nothing changed");
+    } else if matches!(store, Store::Redlock(_)) {
+        assert!(looks >= 1, "polled {looks} times in {quiet:?}");
+    }
+    // An exec holder: its end is the release (on the local store, of a kernel lock).
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+    let (mut holder, _) = support::hold_with(store.dlock(), "job", &[], &script, dir.path());
+    let (mut waiter, said) = start_waiting(&store, "job");
+    std::thread::sleep(quiet);
+    let ending = Instant::now();
+    std::fs::write(&gate, "").unwrap();
+    let status = wait_exit(&mut holder, Duration::from_secs(10)).expect("holder hangs");
+    assert!(status.success());
+    let released = Instant::now();
+    let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("wait hangs");
+    assert_eq!(status.code(), Some(0));
+    let late = released.elapsed();
+    assert!(
+        late < Duration::from_millis(1500),
+        "returned {late:?} after the exec ended"
+    );
+    if notified {
+        let looks = looks_before(&said, ending);
+        assert_eq!(looks, 0, "looked again {looks} times with nothing changed");
+    }
+}
+
+/// A lease that expires frees the key without a word from anyone: `wait` looks again
+/// when it expires (2 s: stores with whole-second TTLs too).
+fn wait_notices_a_lease_that_expires(store: Store) {
+    let lock = store
+        .dlock()
+        .args(["lock", "lapse", "--ttl", "3s"])
+        .output()
+        .unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    let t0 = Instant::now();
+    let out = store.dlock().args(["wait", "lapse"]).output().unwrap();
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // memcached may end an item a second early; whole-second stores a second late.
+    assert!(
+        took >= Duration::from_millis(1500),
+        "returned while held: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(5500),
+        "slept past the expiry: {took:?}"
+    );
+}
+
+/// A signal ends a wait at once: 128+N, one line, nothing taken.
+fn wait_ends_on_a_signal(store: Store) {
+    let lock = store
+        .dlock()
+        .args(["lock", "sig", "--ttl", "60s"])
+        .output()
+        .unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    let mut waiter = store
+        .dlock()
+        .args(["-v", "wait", "sig"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = waiter.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let first = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("waiting for 'sig'")));
+    assert!(first.is_some(), "never waited");
+    support::send_signal(waiter.id(), "TERM");
+    let status = wait_exit(&mut waiter, Duration::from_secs(5)).expect("wait ignored SIGTERM");
+    assert_eq!(status.code(), Some(143));
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter().any(|l| l.contains("cancelled by SIGTERM")),
+        "{rest:?}"
+    );
+    let owner = text(&lock.stdout);
+    let status = store
+        .dlock()
+        .args(["--json", "status", "sig"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["owner"].as_str(), Some(owner.as_str()), "{v}");
+}
+
+fn wait_on_an_unreachable_backend_is_one_line_69(mut store: Store) {
+    let out = make_unavailable(&mut store)
+        .args(["wait", "gone"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("waiting for 'gone' to be free"), "{err}");
+}
+
+/// How `--hold-at-least` meets the other ways a run ends: cut short by `--max-runtime`, it
+/// did run, so it holds on (exit 124); a lost lease (79) has nothing to hold; a command that
+/// cannot be found (127) did not run, and its lock is released.
+fn hold_at_least_with_max_runtime_lease_loss_or_a_missing_command(store: Store) {
+    let hold = ["--hold-at-least", "30s"];
+    // A ZooKeeper exec stays for its hold instead (`a_zookeeper_exec_stays_for_its_hold`).
+    if !matches!(store, Store::Zookeeper(_)) {
+        let out = store
+            .dlock()
+            .args(["exec", "cut", "--max-runtime", "300ms"])
+            .args(hold)
+            .args(["--", "sleep", "30"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(124), "{out:?}");
+        let status = store.dlock().args(["status", "cut"]).output().unwrap();
+        assert!(
+            text(&status.stdout).contains("by --hold-at-least"),
+            "{status:?}"
+        );
+    }
+    let out = store
+        .dlock()
+        .args(["exec", "missing"])
+        .args(hold)
+        .args(["--", "/nonexistent/command"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(
+        !store.held("missing"),
+        "a command that never ran held its key"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (dlock, _) = support::hold_with(
+        store.dlock(),
+        "lost",
+        &["--ttl", "3s", "--hold-at-least", "30s"],
+        "sleep 30",
+        dir.path(),
+    );
+    let force = store
+        .dlock()
+        .args(["unlock", "lost", "--force"])
+        .output()
+        .unwrap();
+    assert!(force.status.success(), "{force:?}");
+    let out = dlock.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(79), "{out:?}");
+    assert!(!store.held("lost"), "a lost lease was held on");
 }

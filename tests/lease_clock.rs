@@ -98,25 +98,33 @@ fn exit_of(child: &mut Child, limit: Duration) -> (i32, String) {
 fn a_long_wait_then_a_contended_renewal_keeps_the_lease(store: Store) {
     let dir = tempfile::tempdir().unwrap();
     let (a_ready, b_ready) = (dir.path().join("a"), dir.path().join("b"));
-    let mut a = exec(&store, "long-wait", "1s", &a_ready, "sleep 2.5");
+    let k = store.slowdown(Duration::from_secs(1));
+    let ttl = format!("{k}s");
+    let mut a = exec(
+        &store,
+        "long-wait",
+        &ttl,
+        &a_ready,
+        &format!("sleep {}", 2.5 * f64::from(k)),
+    );
     read_when_ready(&a_ready, Duration::from_secs(10));
     let done = dir.path().join("done");
     let mut b = exec(
         &store,
         "long-wait",
-        "1s",
+        &ttl,
         &b_ready,
-        &format!("sleep 2; echo ok > '{}'", done.display()),
+        &format!("sleep {}; echo ok > '{}'", 2 * k, done.display()),
     );
     let pollers = Pollers::start(&store, "long-wait");
-    read_when_ready(&b_ready, Duration::from_secs(15));
+    read_when_ready(&b_ready, Duration::from_secs(15) * k);
     if let Store::Local(d) = &store {
         hold_state_mutex(
             &d.path().join("long-wait.dlock"),
             Duration::from_millis(1500),
         );
     }
-    let (code, err) = exit_of(&mut b, Duration::from_secs(20));
+    let (code, err) = exit_of(&mut b, Duration::from_secs(20) * k);
     drop(pollers);
     assert_eq!(code, 0, "the waiter's command was cut short: {err}");
     assert!(done.exists(), "the command did not run to its end");
@@ -130,19 +138,24 @@ fn a_long_wait_then_a_contended_renewal_keeps_the_lease(store: Store) {
 fn a_holder_stopped_past_its_ttl_learns_the_truth(store: Store) {
     let dir = tempfile::tempdir().unwrap();
     let (ready, done) = (dir.path().join("ready"), dir.path().join("done"));
-    let script = format!("sleep 5.5; echo ok > '{}'", done.display());
-    let mut holder = exec(&store, "stopped", "1s", &ready, &script);
+    let k = store.slowdown(Duration::from_secs(1));
+    let script = format!(
+        "sleep {}; echo ok > '{}'",
+        5.5 * f64::from(k),
+        done.display()
+    );
+    let mut holder = exec(&store, "stopped", &format!("{k}s"), &ready, &script);
     read_when_ready(&ready, Duration::from_secs(10));
     send_signal(holder.id(), "STOP");
     let expires = !matches!(store, Store::Local(_));
     if expires {
-        let free = wait_for(Duration::from_millis(2400), || {
+        let free = wait_for(Duration::from_millis(2400) * k, || {
             let st = store.dlock().args(["status", "stopped"]).output().unwrap();
             st.status.code() == Some(1)
         });
         assert!(free, "the stopped holder's lease did not expire");
     }
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(2500) * k);
     send_signal(holder.id(), "CONT");
     let (code, err) = exit_of(&mut holder, Duration::from_secs(10));
     if expires {

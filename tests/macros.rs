@@ -13,12 +13,12 @@
 /// store), so they run the conformance suite only.
 macro_rules! with_backends {
     ($then:ident! { $($args:tt)* }) => {
-        $then! { cli: [local, redis, redlock], library: [memory]; $($args)* }
+        $then! { cli: [local, redis, redlock, etcd, memcached, zookeeper, postgres], library: [memory]; $($args)* }
     };
 }
 
 /// Runs each test body `fn name(store: Store)` once per CLI backend, as `local::name`,
-/// `redis::name`, `redlock::name`, each with a fresh [`Store`](crate::support::Store).
+/// `redis::name`, `redlock::name`, `etcd::name`, each with a fresh [`Store`](crate::support::Store).
 macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         with_backends!(cli_matrix! { [$($name),*] });
@@ -45,7 +45,8 @@ macro_rules! cli_tests {
 }
 
 /// Instantiates each named test of `conformance::suite` for every backend, as
-/// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`.
+/// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`
+/// and its TTL unit from `support::backends::ttl_unit`.
 macro_rules! conformance_suite {
     ($($test:ident),* $(,)?) => {
         with_backends!(conformance_matrix! { [$($test),*] });
@@ -66,7 +67,9 @@ macro_rules! conformance_tests {
         $(
             #[tokio::test]
             async fn $test() {
-                crate::conformance::suite::$test(crate::support::backends::factory::$backend).await
+                let unit = crate::support::backends::ttl_unit::$backend();
+                let test = crate::conformance::suite::$test(crate::support::backends::factory::$backend);
+                crate::conformance::TTL_UNIT.scope(unit, test).await
             }
         )*
     };

@@ -1,6 +1,6 @@
-//! `dlock exec` on Redis when things fail: lost leases, dead or paused servers, bad
-//! credentials. The command must be dead before the lease can expire, and every error is
-//! one line that names the server and never the password.
+//! `dlock exec` (and `dlock wait`) on Redis when things fail: lost leases, dead or paused
+//! servers, bad credentials. The command must be dead before the lease can expire, and
+//! every error is one line that names the server and never the password.
 
 use std::time::{Duration, Instant};
 
@@ -166,4 +166,76 @@ fn status_and_errors_never_show_the_password() {
             "{args:?} names the server: {all}"
         );
     }
+}
+
+/// `dlock wait` whose server dies fails loudly: exit 69, one line naming the key and the
+/// server, instead of reporting the key free.
+#[test]
+fn killed_server_ends_a_wait_with_69() {
+    let mut store = Store::redis();
+    let lock = store.dlock().args(["lock", "deploy"]).output().unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    let mut waiter = store
+        .dlock()
+        .args(["-v", "wait", "deploy"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = waiter.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let waiting = lines.find(|l| l.as_ref().is_ok_and(|l| l.contains("waiting for 'deploy'")));
+    assert!(waiting.is_some(), "never waited");
+    let url = store.server().url();
+    store.server().kill();
+    let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("wait hangs");
+    assert_eq!(status.code(), Some(69));
+    let errors: Vec<String> = lines
+        .map_while(Result::ok)
+        .filter(|l| !l.starts_with("dlock: ["))
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("waiting for 'deploy' to be free"),
+        "{errors:?}"
+    );
+    assert!(errors[0].contains(&url), "{errors:?}");
+}
+
+/// A run that ends while the server is down cannot be left held: dlock warns and exits
+/// with the command's code; the lease it could not touch ends by its TTL.
+#[test]
+fn hold_at_least_with_the_server_gone_warns_and_keeps_the_exit_code() {
+    let mut store = Store::redis();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.01; done; exit 3",
+        gate.display()
+    );
+    let (dlock, _) = support::hold_with(
+        store.dlock(),
+        "report",
+        &["--hold-at-least", "10s"],
+        &script,
+        dir.path(),
+    );
+    store.server().kill();
+    std::fs::write(&gate, "").unwrap();
+    let out = dlock.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("could not keep 'report' held for --hold-at-least"),
+        "{err}"
+    );
+    // The run's record could not be kept either: one warning each, nothing else.
+    assert!(
+        err.contains("could not record the run of 'report'"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.lines().all(|l| l.starts_with("dlock: warning: ")),
+        "{err}"
+    );
 }

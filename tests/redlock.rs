@@ -500,6 +500,12 @@ fn many_contending_processes_never_overlap_and_tokens_increase() {
             .collect();
         keys.sort();
         keys.retain(|k| k != "dlock:{contended}:unfair");
+        // The run records stay too, until their TTL.
+        for record in ["dlock:{contended}:lastok", "dlock:{contended}:lastrun"] {
+            let pttl: i64 = s.cli(&["PTTL", record]).parse().unwrap();
+            assert!(pttl > 0, "{record} expires: {pttl}");
+        }
+        keys.retain(|k| !k.ends_with(":lastrun") && !k.ends_with(":lastok"));
         assert_eq!(keys, ["dlock:{contended}:fence"]);
         let pttl: i64 = s
             .cli(&["PTTL", "dlock:{contended}:unfair"])

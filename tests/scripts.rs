@@ -124,7 +124,8 @@ fn wrong_owner_is_refused_and_changes_nothing(store: Store) {
 }
 
 fn expired_lease_cannot_be_renewed_or_unlocked(store: Store) {
-    let (_, owner, _) = run(&store, &["lock", "short", "--ttl", "200ms"]);
+    let ttl = format!("{}ms", 200 * store.slowdown(Duration::from_millis(200)));
+    let (_, owner, _) = run(&store, &["lock", "short", "--ttl", &ttl]);
     let owner = owner.trim().to_string();
     assert!(support::wait_for(Duration::from_secs(5), || run(
         &store,
@@ -152,7 +153,12 @@ fn force_releases_whoever_holds_it(store: Store) {
 }
 
 fn renew_extends_the_lease(store: Store) {
-    let (_, owner, _) = run(&store, &["lock", "extended", "--ttl", "300ms"]);
+    if matches!(store, Store::Etcd(_)) {
+        return etcd_renewal_keeps_the_granted_ttl(store);
+    }
+    let k = store.slowdown(Duration::from_millis(300));
+    let ttl = format!("{}ms", 300 * k);
+    let (_, owner, _) = run(&store, &["lock", "extended", "--ttl", &ttl]);
     let owner = owner.trim();
     assert_eq!(
         run(
@@ -162,7 +168,7 @@ fn renew_extends_the_lease(store: Store) {
         .0,
         0
     );
-    std::thread::sleep(Duration::from_millis(600)); // past the original TTL
+    std::thread::sleep(Duration::from_millis(600) * k); // past the original TTL
     assert_eq!(
         run(&store, &["lock", "extended", "-n", "-q"]).0,
         75,
@@ -177,6 +183,33 @@ fn renew_extends_the_lease(store: Store) {
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["ttl_ms"], 120_000);
+}
+
+/// An etcd lease keeps the TTL it was granted with (README, etcd): a renewal to a longer TTL
+/// is refused and changes nothing; one to the granted TTL extends the lease by that TTL.
+fn etcd_renewal_keeps_the_granted_ttl(store: Store) {
+    let (_, owner, _) = run(&store, &["lock", "extended", "--ttl", "2s"]);
+    let owner = owner.trim();
+    let (code, _, err) = run(
+        &store,
+        &["renew", "extended", "--owner", owner, "--ttl", "1m"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("'extended'") && err.contains("(2s)"), "{err}");
+    std::thread::sleep(Duration::from_secs(1));
+    let renew = [
+        "renew", "extended", "--owner", owner, "--ttl", "2s", "--json",
+    ];
+    let (code, out, err) = run(&store, &renew);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ttl_ms"], 2_000);
+    std::thread::sleep(Duration::from_millis(1_500)); // past the original TTL
+    assert_eq!(
+        run(&store, &["lock", "extended", "-n", "-q"]).0,
+        75,
+        "renewed lease still held"
+    );
 }
 
 fn status_shows_holders_and_exits_1_when_free(store: Store) {

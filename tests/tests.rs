@@ -13,12 +13,18 @@
 //!
 //! The `dlock` binary on every CLI backend:
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
-//!   `lease_clock`, `cli_edges`.
+//!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`.
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
-//! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`), `etcd_cluster` (leader and
-//!   quorum loss).
+//! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
+//!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
+//!   waiter whose member dies).
+//! - `memcached` (time limits, restart, eviction, the fencing counter, silent servers).
+//! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
+//!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
+//! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
+//!   role without DDL.
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
@@ -38,6 +44,7 @@ mod cli_edges;
 mod events;
 mod exec;
 mod job_control;
+mod last_run;
 mod lease_clock;
 mod scripts;
 
@@ -45,8 +52,12 @@ mod connections;
 mod etcd;
 mod etcd_cluster;
 mod etcd_interop;
+mod memcached;
+mod postgres;
 mod redis_faults;
 mod unanswered;
+mod zookeeper;
+mod zookeeper_interop;
 
 mod generated;
 mod harness_smoke;

@@ -4,14 +4,18 @@
 
 use std::process::Command;
 
-use super::{dlock, RedisServer};
+use super::{dlock, EtcdServer, MemcachedServer, PostgresServer, RedisServer, ZkServer};
 
 /// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
-/// or three fresh Redis servers (Redlock).
+/// three fresh Redis servers (Redlock), or a fresh single-member etcd.
 pub enum Store {
     Local(tempfile::TempDir),
     Redis(RedisServer),
     Redlock(Vec<RedisServer>),
+    Etcd(EtcdServer),
+    Memcached(MemcachedServer),
+    Zookeeper(ZkServer),
+    Postgres(PostgresServer),
 }
 
 impl Store {
@@ -30,6 +34,26 @@ impl Store {
         Store::Redlock((0..3).map(|_| RedisServer::start()).collect())
     }
 
+    /// A new single-member etcd.
+    pub fn etcd() -> Store {
+        Store::Etcd(EtcdServer::start())
+    }
+
+    /// A new memcached.
+    pub fn memcached() -> Store {
+        Store::Memcached(MemcachedServer::start())
+    }
+
+    /// A new standalone ZooKeeper server.
+    pub fn zookeeper() -> Store {
+        Store::Zookeeper(ZkServer::start())
+    }
+
+    /// A new PostgreSQL server.
+    pub fn postgres() -> Store {
+        Store::Postgres(PostgresServer::start())
+    }
+
     /// A `dlock` command pointed at this store (through the environment, as users do).
     pub fn dlock(&self) -> Command {
         let mut c = dlock();
@@ -40,6 +64,10 @@ impl Store {
                 let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
                 c.env("DLOCK_URL", urls.join(","))
             }
+            Store::Etcd(server) => c.env("DLOCK_URL", server.url()),
+            Store::Memcached(server) => c.env("DLOCK_URL", server.url()),
+            Store::Zookeeper(server) => c.env("DLOCK_URL", server.url()),
+            Store::Postgres(server) => c.env("DLOCK_URL", server.url()),
         };
         c
     }
@@ -64,12 +92,74 @@ impl Store {
         out.status.code() == Some(0)
     }
 
+    /// How many times longer a test must make its times so that its shortest lease,
+    /// `shortest`, is one this store accepts: memcached counts TTLs in whole seconds, three
+    /// at least. 1 elsewhere.
+    pub fn slowdown(&self, shortest: std::time::Duration) -> u32 {
+        match self {
+            Store::Memcached(_) => 3000u128.div_ceil(shortest.as_millis()).max(1) as u32,
+            _ => 1,
+        }
+    }
+
     /// The Redis server, for fault injection.
     pub fn server(&mut self) -> &mut RedisServer {
         match self {
             Store::Redis(s) => s,
-            Store::Local(_) | Store::Redlock(_) => panic!("not a single Redis store"),
+            _ => panic!("not a single Redis store"),
         }
+    }
+}
+
+impl Store {
+    /// The PostgreSQL server, for fault injection.
+    pub fn pg(&mut self) -> &mut PostgresServer {
+        match self {
+            Store::Postgres(s) => s,
+            _ => panic!("not a PostgreSQL store"),
+        }
+    }
+}
+
+/// The TTL unit of each backend, which tests count their TTLs in: a tenth of a second where
+/// leases have millisecond TTLs; a second on etcd and memcached, whose leases are whole seconds, and on ZooKeeper.
+pub mod ttl_unit {
+    use std::time::Duration;
+
+    const TENTH: Duration = Duration::from_millis(100);
+
+    pub fn local() -> Duration {
+        TENTH
+    }
+
+    pub fn redis() -> Duration {
+        TENTH
+    }
+
+    pub fn redlock() -> Duration {
+        TENTH
+    }
+
+    pub fn etcd() -> Duration {
+        Duration::from_secs(1)
+    }
+
+    pub fn memory() -> Duration {
+        TENTH
+    }
+
+    pub fn postgres() -> Duration {
+        TENTH
+    }
+
+    /// Whole seconds, and items may expire a second early: three at least.
+    pub fn memcached() -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// Sessions and TTL nodes: sub-second ones are at the mercy of a loaded JVM.
+    pub fn zookeeper() -> Duration {
+        Duration::from_secs(1)
     }
 }
 
@@ -118,6 +208,34 @@ pub mod factory {
         let server = crate::support::EtcdServer::start();
         let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("etcd URL");
         let backend = dlock::backend::open(&spec).await.expect("connect to etcd");
+        (backend, Box::new(server))
+    }
+
+    /// A memcached on a free port, opened through the scheme table.
+    pub async fn memcached() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::MemcachedServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("memcached URL");
+        let backend = dlock::backend::open(&spec).await.expect("open memcached");
+        (backend, Box::new(server))
+    }
+
+    /// A standalone ZooKeeper server on a free port, opened through the scheme table.
+    pub async fn zookeeper() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::ZkServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("zk URL");
+        let backend = dlock::backend::open(&spec)
+            .await
+            .expect("connect to ZooKeeper");
+        (backend, Box::new(server))
+    }
+
+    /// A PostgreSQL server on a free port, opened through the scheme table.
+    pub async fn postgres() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::PostgresServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("postgres URL");
+        let backend = dlock::backend::open(&spec)
+            .await
+            .expect("connect to postgres");
         (backend, Box::new(server))
     }
 

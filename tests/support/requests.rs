@@ -46,6 +46,7 @@ pub fn req_ttl(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
             user: "tester".into(),
             command: format!("test {owner}"),
             acquired_at_ms: 0,
+            ..Holder::default()
         },
         detached: true,
         fair: true,

@@ -18,6 +18,8 @@ pub struct EtcdServer {
     initial_cluster: String,
     /// `--heartbeat-interval` and `--election-timeout`, in milliseconds.
     timings: (u32, u32),
+    /// Clients speak TLS and show a certificate of this CA: (CA, server cert, server key).
+    tls: Option<[PathBuf; 3]>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -47,6 +49,22 @@ impl EtcdServer {
         panic!("could not start etcd on free ports");
     }
 
+    /// A single member whose clients must speak TLS and present a certificate signed by
+    /// `pki`'s CA (`--client-cert-auth`).
+    pub fn start_tls(pki: &super::tls::Pki) -> EtcdServer {
+        for _ in 0..10 {
+            let mut member = EtcdServer::new("m0", free_port(), free_port());
+            member.initial_cluster = member.peer_entry();
+            let files = [&pki.ca, &pki.server_cert, &pki.server_key];
+            member.tls = Some(files.map(|f| f.to_path_buf()));
+            member.spawn();
+            if member.await_ready(Duration::from_secs(15)) {
+                return member;
+            }
+        }
+        panic!("could not start etcd with TLS on free ports");
+    }
+
     fn new(name: &str, client_port: u16, peer_port: u16) -> EtcdServer {
         EtcdServer {
             name: name.to_string(),
@@ -56,6 +74,7 @@ impl EtcdServer {
             // Short Raft timings lower the server's minimum lease TTL to one second; a
             // lone member never holds an election after its first, so they cost nothing.
             timings: (25, 250),
+            tls: None,
             child: None,
             dir: tempfile::tempdir_in(data_parent()).expect("temp dir"),
         }
@@ -71,7 +90,8 @@ impl EtcdServer {
 
     /// Starts the member's process (a restart keeps its data directory).
     fn spawn(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let state = if self.dir.path().join("data").exists() {
             "existing"
@@ -79,7 +99,17 @@ impl EtcdServer {
             "new"
         };
         let _ = std::fs::remove_file(self.log());
-        let child = Command::new("etcd")
+        let mut etcd = Command::new("etcd");
+        if let Some([ca, cert, key]) = &self.tls {
+            etcd.arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(ca)
+                .arg("--cert-file")
+                .arg(cert)
+                .arg("--key-file")
+                .arg(key);
+        }
+        let child = etcd
             .args(["--name", &self.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
@@ -123,8 +153,24 @@ impl EtcdServer {
         false
     }
 
-    /// True when `GET /health` answers `"health":"true"`.
+    /// True when `GET /health` answers `"health":"true"` (over TLS: `etcdctl endpoint
+    /// health` with a client certificate).
     pub fn healthy(&self) -> bool {
+        if let Some([ca, _, _]) = &self.tls {
+            // The client certificate of `pki`, beside its CA.
+            let dir = ca.parent().expect("the CA's directory");
+            return self
+                .etcdctl()
+                .arg(format!("--endpoints=https://{}", self.endpoint()))
+                .arg(format!("--cacert={}", ca.display()))
+                .arg(format!("--cert={}", dir.join("client.pem").display()))
+                .arg(format!("--key={}", dir.join("client.key").display()))
+                .args(["endpoint", "health"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+        }
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
             return false;
         };
@@ -138,9 +184,7 @@ impl EtcdServer {
 
     /// The last lines of the member's log, for a failure message.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().rev().take(3).collect();
-        format!("\n{}: {}", self.name, lines.join("\n"))
+        format!("\n{}: {}", self.name, super::log_tail(&self.log(), 3))
     }
 
     /// `127.0.0.1:PORT`, the client endpoint.
@@ -159,10 +203,7 @@ impl EtcdServer {
 
     /// Kills the member (SIGKILL) and waits for it; its data directory stays.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        super::kill(&mut self.child);
     }
 
     /// Starts the member again on the same ports with its data, and waits until it serves.

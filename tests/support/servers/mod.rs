@@ -2,17 +2,28 @@
 //! run in parallel safely. The bench uses this module too (through `#[path]`).
 
 use std::net::TcpListener;
+use std::path::Path;
+use std::process::Child;
 
 mod etcd;
+mod memcached;
+mod postgres;
 mod redis;
 mod silent;
 mod tls;
+mod zookeeper;
 
 #[allow(unused_imports)] // the bench uses Redis only
 pub use etcd::{EtcdCluster, EtcdServer};
+#[allow(unused_imports)] // the bench uses it without `ask`
+pub use memcached::MemcachedServer;
+#[allow(unused_imports)] // the bench uses the server only
+pub use postgres::{pg_bin, PostgresServer, PG_PASSWORD, PG_USER};
 pub use redis::RedisServer;
 pub use silent::Silent;
 pub use tls::{pki, self_signed};
+#[allow(unused_imports)] // the bench uses the standalone server only
+pub use zookeeper::{ZkEnsemble, ZkServer, ZOOKEEPER_JAR};
 
 /// A port that was free a moment ago (the kernel picks it; we release it at once).
 pub fn free_port() -> u16 {
@@ -21,4 +32,19 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Kills a server's process (SIGKILL), if it runs, and reaps it; what it wrote stays.
+fn kill(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// The last `n` lines of a server's log, newest first, for a failure message.
+fn log_tail(log: &Path, n: usize) -> String {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().rev().take(n).collect();
+    lines.join("\n")
 }

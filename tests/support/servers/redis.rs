@@ -143,10 +143,7 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL) and waits for it; its data is lost.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        super::kill(&mut self.child);
     }
 
     /// Starts the server again on the same port (empty, as there is no persistence).

@@ -1,0 +1,264 @@
+//! `dlock` on PostgreSQL when things fail or are set up by hand: connections terminated,
+//! the server killed, restarted or frozen, wrong passwords, a role that may not run DDL.
+//! Every error is one line that names the server and never the password.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{self, alive, free_port, text, wait_exit, wait_for, Store, PG_PASSWORD};
+
+fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
+    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
+}
+
+fn stderr_of(child: std::process::Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// `dlock lock KEY --ttl TTL --json`'s fencing token.
+fn lock_token(store: &Store, key: &str, ttl: &str) -> (String, u64) {
+    let out = store
+        .dlock()
+        .args(["lock", key, "--ttl", ttl, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let owner = v["owner"].as_str().unwrap().to_string();
+    (owner, v["fencing_token"].as_u64().unwrap())
+}
+
+#[test]
+fn terminated_connections_reconnect_and_the_lease_holds() {
+    let mut store = Store::postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = hold(&store, "held", "1500ms", dir.path());
+    // Every dlock session is cut, again and again, for longer than the TTL.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        store.pg().psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'dlock'",
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(alive(pid), "the command must still run: the lease held");
+    assert!(store.held("held"));
+    support::send_signal(pid, "TERM");
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(dlock));
+}
+
+#[test]
+fn killed_and_restarted_server_during_a_hold_keeps_the_lease() {
+    let mut store = Store::postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = hold(&store, "kept", "6s", dir.path());
+    store.pg().kill();
+    store.pg().restart(); // its data survives: the lease is still in the table
+                          // Renewals reconnect: the command runs on well past the TTL.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(alive(pid), "the lease held across the restart");
+    support::send_signal(pid, "TERM");
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(dlock));
+}
+
+#[test]
+fn tokens_keep_increasing_across_a_restart() {
+    let mut store = Store::postgres();
+    let (owner, first) = lock_token(&store, "t", "1m");
+    let out = store
+        .dlock()
+        .args(["unlock", "t", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    store.pg().restart();
+    let (_, second) = lock_token(&store, "t", "1m");
+    assert!(second > first, "{first} then {second}");
+}
+
+#[test]
+fn killed_server_during_a_wait_is_exit_69_and_nothing_is_left() {
+    let mut store = Store::postgres();
+    let (owner, _) = lock_token(&store, "w", "1m");
+    let mut waiter = store
+        .dlock()
+        .args(["exec", "w", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = wait_for(Duration::from_secs(10), || {
+        store.pg().psql("SELECT count(*) FROM dlock_locks_waiters") == "1"
+    });
+    assert!(queued, "the waiter queued");
+    store.pg().kill();
+    let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("the waiter gives up");
+    assert_eq!(status.code(), Some(69));
+    let err = stderr_of(waiter);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.contains("postgres://") && !err.contains(PG_PASSWORD),
+        "{err}"
+    );
+    store.pg().restart();
+    // The holder's lease is still there; the waiter's place lapses with its liveness.
+    assert!(store.held("w"));
+    let gone = wait_for(Duration::from_secs(15), || {
+        store
+            .pg()
+            .psql("SELECT count(*) FROM dlock_locks_waiters WHERE alive_until > clock_timestamp()")
+            == "0"
+    });
+    assert!(gone, "the dead waiter's place lapses");
+    let out = store
+        .dlock()
+        .args(["unlock", "w", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn paused_server_kills_the_command_before_the_lease_expires() {
+    let mut store = Store::postgres();
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_millis(1500);
+    let (mut dlock, pid) = hold(&store, "paused", "1500ms", dir.path());
+    store.pg().pause();
+    let paused_at = Instant::now();
+    let status = wait_exit(&mut dlock, Duration::from_secs(15));
+    let took = paused_at.elapsed();
+    store.pg().resume();
+    let Some(status) = status else {
+        let _ = dlock.kill();
+        panic!("dlock did not give up: {}", stderr_of(dlock));
+    };
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid), "the command must be dead");
+    assert!(
+        took < ttl,
+        "dead before the lease can expire: {took:?} for {ttl:?}"
+    );
+}
+
+#[test]
+fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
+    let mut store = Store::postgres();
+    store.pg().pause();
+    let started = Instant::now();
+    let out = store.dlock().args(["lock", "frozen"]).output().unwrap();
+    let took = started.elapsed();
+    store.pg().resume();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    // A progress line says the server is silent; the last one is the error.
+    let err = text(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("postgres://") && last.contains("no answer"),
+        "{err}"
+    );
+    assert!(!err.contains(PG_PASSWORD), "{err}");
+    assert!(!store.held("frozen"), "nothing held");
+}
+
+#[test]
+fn unreachable_server_is_exit_69_in_one_line() {
+    let url = format!("postgres://u:hidden-pw@127.0.0.1:{}/db", free_port());
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &url, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("postgres://") && !err.contains("hidden-pw"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_password_is_exit_69_without_the_password_and_pgpassword_works() {
+    let store = Store::postgres();
+    let Store::Postgres(server) = &store else {
+        unreachable!()
+    };
+    let bad = server.url().replace(PG_PASSWORD, "wrong-secret-9");
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &bad, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("password authentication failed"), "{err}");
+    assert!(
+        !err.contains("wrong-secret-9") && !err.contains(PG_PASSWORD),
+        "{err}"
+    );
+    let out = support::dlock()
+        .args([
+            "exec",
+            "k",
+            "-u",
+            &server.url_without_password(),
+            "--",
+            "true",
+        ])
+        .env("PGPASSWORD", PG_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "PGPASSWORD is used: {out:?}");
+    // The password of the URL reaches neither the command's argv nor its DLOCK_URL.
+    let out = support::dlock()
+        .args(["exec", "k", "--", "sh", "-c"])
+        .arg("tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo \"$DLOCK_URL\"")
+        .env("DLOCK_URL", server.url())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.contains("postgres://"), "{seen}");
+    assert!(!seen.contains(PG_PASSWORD), "leaks: {seen}");
+}
+
+#[test]
+fn a_role_without_ddl_works_on_tables_made_ahead_of_time() {
+    let mut store = Store::postgres();
+    let names = dlock::backend::postgres::schema::Names::new(Some("ops"), "jobs");
+    let pg = store.pg();
+    pg.psql("CREATE SCHEMA ops");
+    pg.psql(&names.ddl());
+    pg.psql("CREATE ROLE worker LOGIN PASSWORD 'worker-pw'");
+    pg.psql(&dlock::backend::postgres::schema::grants(&names, "worker"));
+    let url = format!(
+        "postgres://worker:worker-pw@127.0.0.1:{}/postgres?schema=ops&table=jobs",
+        pg.port
+    );
+    let out = support::dlock()
+        .args([
+            "exec",
+            "job",
+            "-u",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+    assert_eq!(pg.psql("SELECT token FROM ops.jobs WHERE key = 'job'"), "1");
+    // The same role may not create tables of its own.
+    let other = url.replace("table=jobs", "table=other");
+    let out = support::dlock()
+        .args(["exec", "job", "-u", &other, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+}

@@ -1,0 +1,173 @@
+//! The ZooKeeper store against real servers: detached leases as TTL nodes, the session
+//! timeout the server grants, passwords, and faults (a server killed during a hold, an
+//! ensemble losing its leader).
+
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{dlock, read_when_ready, wait_exit, ZkEnsemble, ZkServer};
+
+fn run(url: &str, args: &[&str]) -> Output {
+    dlock().env("DLOCK_URL", url).args(args).output().unwrap()
+}
+
+/// `dlock exec KEY ARGS… -- sh -c` that writes its token to `dir/start` and then sleeps.
+fn holder(url: &str, key: &str, dir: &std::path::Path, extra: &[&str]) -> Child {
+    let start = dir.join("start");
+    let end = dir.join("end");
+    dlock()
+        .env("DLOCK_URL", url)
+        .args(["exec", key])
+        .args(extra)
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "echo $DLOCK_FENCING_TOKEN > '{}'; sleep 30; touch '{}'",
+            start.display(),
+            end.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn token_of(dir: &std::path::Path) -> u64 {
+    let text = read_when_ready(&dir.join("start"), Duration::from_secs(30));
+    text.trim().parse().expect("token")
+}
+
+#[test]
+fn lock_then_unlock_from_another_process() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let out = run(&url, &["lock", "job", "--ttl", "30s"]);
+    assert!(out.status.success(), "{out:?}");
+    let owner = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!owner.is_empty());
+    // The process that took it is gone; the TTL node holds on.
+    let busy = run(&url, &["lock", "job", "--no-wait"]);
+    assert_eq!(busy.status.code(), Some(75), "{busy:?}");
+    let text = String::from_utf8_lossy(&run(&url, &["status", "job"]).stdout).to_string();
+    assert!(text.contains(&owner), "{text}");
+    let renewed = run(&url, &["renew", "job", "--owner", &owner, "--ttl", "20s"]);
+    assert!(renewed.status.success(), "{renewed:?}");
+    let unlocked = run(&url, &["unlock", "job", "--owner", &owner]);
+    assert!(unlocked.status.success(), "{unlocked:?}");
+    let free = run(&url, &["lock", "job", "--no-wait", "--ttl", "5s"]);
+    assert!(free.status.success(), "{free:?}");
+}
+
+#[test]
+fn a_detached_lease_ends_at_its_ttl() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let out = run(&url, &["lock", "job", "--ttl", "1s"]);
+    assert!(out.status.success(), "{out:?}");
+    let started = Instant::now();
+    // dlock honours the expiry itself, long before the server's TTL reaper runs.
+    let next = run(&url, &["lock", "job", "--ttl", "5s", "--timeout", "10s"]);
+    assert!(next.status.success(), "{next:?}");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(4), "waited {waited:?}");
+}
+
+#[test]
+fn a_clamped_session_timeout_is_reported() {
+    let server = ZkServer::start();
+    // The test server grants at most 120 s.
+    let out = run(
+        &server.url(),
+        &["exec", "-v", "job", "--ttl", "300s", "--", "true"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("clamped the session timeout"), "{err}");
+    assert!(err.contains("from 300s to 120s"), "{err}");
+}
+
+#[test]
+fn the_password_is_never_printed() {
+    let server = ZkServer::start();
+    let url = format!("zk://alice:s3cret@{}/app", server.endpoint());
+    let out = run(
+        &url,
+        &["exec", "job", "--", "sh", "-c", "env; echo $DLOCK_KEY"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let bad = run(&url, &["exec", "a//b", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let err = String::from_utf8_lossy(&bad.stderr).to_string();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("a//b") && err.contains("zk://"), "{err}");
+    let status = run(&url, &["status", "--json"]);
+    for o in [&out, &bad, &status] {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!all.contains("s3cret"), "{all}");
+    }
+}
+
+/// The server dies during a hold: CMD is killed (exit 79) within the session timeout, so
+/// before the session could expire and anyone else could take the lock.
+#[test]
+fn a_dead_server_ends_the_command_before_the_session_can_expire() {
+    let mut server = ZkServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "2s"]);
+    let first = token_of(dir.path());
+    server.kill();
+    let killed = Instant::now();
+    let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock still runs");
+    let gone = killed.elapsed();
+    assert_eq!(status.code(), Some(79), "{status:?}");
+    assert!(
+        gone < Duration::from_secs(2),
+        "CMD outlived the session: {gone:?}"
+    );
+    assert!(!dir.path().join("end").exists(), "the command went on");
+    server.restart();
+    // The old session expires on the restarted server; then the lock is free again.
+    let next = tempfile::tempdir().unwrap();
+    let mut second = holder(&url, "job", next.path(), &["--ttl", "2s"]);
+    assert!(token_of(next.path()) > first, "tokens must increase");
+    let _ = second.kill();
+    let _ = second.wait();
+}
+
+/// The leader of a 3-server ensemble is killed during a hold: the holder's session moves
+/// to another server, nobody else gets the lock meanwhile, and the next holder's token
+/// (a zxid of the new epoch) is above the first one's.
+#[test]
+fn an_ensemble_losing_its_leader_keeps_one_holder() {
+    let mut ensemble = ZkEnsemble::start();
+    let url = ensemble.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "20s"]);
+    let first = token_of(dir.path());
+    let leader = ensemble.leader().expect("a leader");
+    ensemble.servers[leader].kill();
+    let refused = run(&url, &["exec", "job", "--no-wait", "--", "true"]);
+    assert_ne!(
+        refused.status.code(),
+        Some(0),
+        "a second holder: {refused:?}"
+    );
+    assert!(held.try_wait().unwrap().is_none(), "the holder died");
+    crate::support::send_signal(held.id(), "TERM");
+    wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
+    let next = tempfile::tempdir().unwrap();
+    let mut second = holder(&url, "job", next.path(), &["--ttl", "20s"]);
+    let token = token_of(next.path());
+    assert!(token > first, "tokens {first} then {token}");
+    assert!(
+        token >> 32 > first >> 32,
+        "a new epoch: {first:x} then {token:x}"
+    );
+    let _ = second.kill();
+    let _ = second.wait();
+}

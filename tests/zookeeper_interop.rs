@@ -1,0 +1,172 @@
+//! dlock and Apache Curator's `InterProcessMutex` contend for the same locks: neither runs
+//! its command while the other holds the lock, in either order. The Curator side is a
+//! small Java program compiled here against Debian's `libcurator-recipes-java` with the
+//! machine's JDK: when either is missing the tests fail (`.ci/install` installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{dlock, read_when_ready, wait_exit, wait_for, ZkServer};
+
+/// The Curator jars; their manifests name guava, slf4j and the ZooKeeper client.
+const CURATOR: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
+
+/// Holds an `InterProcessMutex` on PATH while `sh -c SCRIPT` runs.
+const PROGRAM: &str = r#"
+import java.util.concurrent.TimeUnit;
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.retry.RetryNTimes;
+
+public class CuratorLock {
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client = CuratorFrameworkFactory.newClient(
+                args[0], 10000, 5000, new RetryNTimes(3, 100));
+        client.start();
+        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        if (!mutex.acquire(60, TimeUnit.SECONDS)) {
+            System.exit(75);
+        }
+        int code;
+        try {
+            code = new ProcessBuilder("sh", "-c", args[2]).inheritIO().start().waitFor();
+        } finally {
+            mutex.release();
+            client.close();
+        }
+        System.exit(code);
+    }
+}
+"#;
+
+/// Compiles the Curator program into `dir`, and returns its class path.
+fn compile(dir: &Path) -> String {
+    let source = dir.join("CuratorLock.java");
+    std::fs::write(&source, PROGRAM).unwrap();
+    let out = Command::new("javac")
+        .args(["-cp", CURATOR, "-d"])
+        .arg(dir)
+        .arg(&source)
+        .output()
+        .expect("javac (apt-get install default-jdk-headless libcurator-recipes-java)");
+    assert!(
+        out.status.success(),
+        "javac: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    format!("{}:{CURATOR}", dir.display())
+}
+
+/// A shell script that records its start, waits for `go`, records its end.
+fn critical_section(dir: &Path, who: &str) -> String {
+    let d = dir.display();
+    format!(
+        "date +%s%N > '{d}/{who}-start'; \
+         while [ ! -e '{d}/go-{who}' ]; do sleep 0.01; done; \
+         date +%s%N > '{d}/{who}-end'"
+    )
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn dlock_exec(server: &ZkServer, dir: &Path) -> Child {
+    let mut c = dlock();
+    c.env("DLOCK_URL", server.url())
+        .args(["exec", "/locks/job", "--", "sh", "-c"])
+        .arg(critical_section(dir, "dlock"));
+    spawn(c)
+}
+
+fn curator_lock(server: &ZkServer, dir: &Path, classpath: &str) -> Child {
+    let mut c = Command::new("java");
+    c.args(["-Xmx64m", "-cp", classpath, "CuratorLock"])
+        .arg(server.endpoint())
+        .arg("/locks/job")
+        .arg(critical_section(dir, "curator"));
+    spawn(c)
+}
+
+/// `dlock status /locks/job --json`, parsed.
+fn status(server: &ZkServer) -> serde_json::Value {
+    let out = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["status", "/locks/job", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// How many contenders lock `/locks/job` has, as dlock's `status` sees them.
+fn contenders(server: &ZkServer) -> usize {
+    let st = status(server);
+    let held = usize::from(st["held"] == true);
+    held + st["waiters"].as_array().map_or(0, Vec::len)
+}
+
+fn stamp(dir: &Path, name: String) -> u128 {
+    read_when_ready(&dir.join(name), Duration::from_secs(60))
+        .parse()
+        .unwrap()
+}
+
+/// `first` takes the lock, `second` queues behind it and must not start until `first`'s
+/// command has ended.
+fn one_waits_for_the_other(first: &str, second: &str) {
+    let server = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let classes = tempfile::tempdir().unwrap();
+    let classpath = compile(classes.path());
+    let start = |who: &str| -> Child {
+        match who {
+            "dlock" => dlock_exec(&server, dir.path()),
+            _ => curator_lock(&server, dir.path(), &classpath),
+        }
+    };
+    let mut a = start(first);
+    let started: PathBuf = dir.path().join(format!("{first}-start"));
+    read_when_ready(&started, Duration::from_secs(60));
+    let mut b = start(second);
+    assert!(
+        wait_for(Duration::from_secs(60), || contenders(&server) == 2),
+        "{second} never queued"
+    );
+    let st = status(&server);
+    if first == "curator" {
+        let command = st["command"].as_str().unwrap_or_default();
+        assert_eq!(command, "(Curator InterProcessMutex)", "{st}");
+    }
+    // Queued, it must not run while the first holds the lock.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !dir.path().join(format!("{second}-start")).exists(),
+        "{second} ran while {first} held the lock"
+    );
+    std::fs::write(dir.path().join(format!("go-{first}")), "").unwrap();
+    let end_a = stamp(dir.path(), format!("{first}-end"));
+    std::fs::write(dir.path().join(format!("go-{second}")), "").unwrap();
+    let start_b = stamp(dir.path(), format!("{second}-start"));
+    assert!(start_b > end_a, "{second} started before {first} ended");
+    for (who, child) in [(first, &mut a), (second, &mut b)] {
+        let status = wait_exit(child, Duration::from_secs(30)).expect("exits");
+        assert!(status.success(), "{who}: {status:?}");
+    }
+    assert!(wait_for(Duration::from_secs(5), || contenders(&server) == 0));
+}
+
+#[test]
+fn curator_waits_for_dlock() {
+    one_waits_for_the_other("dlock", "curator");
+}
+
+#[test]
+fn dlock_waits_for_curator() {
+    one_waits_for_the_other("curator", "dlock");
+}
