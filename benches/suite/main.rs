@@ -33,13 +33,18 @@ use dlock::backend::BackendSpec;
 use crate::opts::Opts;
 use crate::procs::{handle_signals, interrupted, ROOT};
 use crate::report::{Report, Section};
-use crate::servers::{EtcdServer, Redis};
+use crate::servers::{EtcdServer, Memcached, Redis};
 
 /// Where a `dlock` command or the library keeps its locks.
 #[derive(Clone)]
 pub enum Store {
     Local(PathBuf),
     Redis(String),
+    Memcached(String),
+    Zookeeper(String),
+    /// An `etcd://` URL.
+    Etcd(String),
+    Postgres(String),
 }
 
 impl Store {
@@ -47,13 +52,21 @@ impl Store {
         match self {
             Store::Local(_) => "local",
             Store::Redis(_) => "redis",
+            Store::Memcached(_) => "memcached",
+            Store::Zookeeper(_) => "zookeeper",
+            Store::Etcd(_) => "etcd",
+            Store::Postgres(_) => "postgres",
         }
     }
 
     pub fn spec(&self) -> BackendSpec {
         match self {
             Store::Local(dir) => BackendSpec::Local(dir.clone()),
-            Store::Redis(url) => BackendSpec::One(url.clone()),
+            Store::Redis(url)
+            | Store::Memcached(url)
+            | Store::Zookeeper(url)
+            | Store::Etcd(url)
+            | Store::Postgres(url) => BackendSpec::One(url.clone()),
         }
     }
 }
@@ -66,6 +79,9 @@ pub struct Ctx {
     pub rt: tokio::runtime::Runtime,
     redis: Option<Result<Redis, String>>,
     etcd: Option<Result<EtcdServer, String>>,
+    memcached: Option<Result<Memcached, String>>,
+    zookeeper: Option<Result<test_servers::ZkServer, String>>,
+    postgres: Option<Result<test_servers::PostgresServer, String>>,
 }
 
 impl Ctx {
@@ -90,10 +106,52 @@ impl Ctx {
             .map_or(0, Redis::port))
     }
 
+    /// The memcached server shared by the sections (started on first use).
+    pub fn memcached(&mut self) -> Result<Store, String> {
+        let m = self.memcached.get_or_insert_with(Memcached::start);
+        m.as_ref()
+            .map(|s| Store::Memcached(s.url()))
+            .map_err(Clone::clone)
+    }
+
+    /// The PostgreSQL server shared by the sections (started on first use), and its port.
+    pub fn postgres(&mut self) -> Result<(Store, u16), String> {
+        let p = self.postgres.get_or_insert_with(|| {
+            if !test_servers::pg_bin("initdb").exists() {
+                return Err("PostgreSQL is not installed (apt-get install postgresql)".into());
+            }
+            Ok(test_servers::PostgresServer::start())
+        });
+        p.as_ref()
+            .map(|s| (Store::Postgres(s.url()), s.port))
+            .map_err(Clone::clone)
+    }
+
     /// The etcd endpoint (started on first use).
     pub fn etcd(&mut self) -> Result<String, String> {
         let e = self.etcd.get_or_insert_with(EtcdServer::start);
         e.as_ref().map(|s| s.endpoint.clone()).map_err(Clone::clone)
+    }
+
+    /// The ZooKeeper server (started on first use, by the tests' harness).
+    pub fn zookeeper(&mut self) -> Result<Store, String> {
+        let z = self.zookeeper.get_or_insert_with(|| {
+            let jar = std::path::Path::new(test_servers::ZOOKEEPER_JAR);
+            if crate::procs::which("java").is_none() || !jar.exists() {
+                return Err("ZooKeeper is not installed (apt-get install zookeeper)".into());
+            }
+            std::panic::catch_unwind(test_servers::ZkServer::start)
+                .map_err(|_| "could not start ZooKeeper".to_string())
+        });
+        z.as_ref()
+            .map(|s| Store::Zookeeper(s.url()))
+            .map_err(Clone::clone)
+    }
+
+    /// The etcd server as a dlock store (started on first use).
+    pub fn etcd_store(&mut self) -> Result<Store, String> {
+        let ep = self.etcd()?;
+        Ok(Store::Etcd(ep.replacen("http://", "etcd://", 1)))
     }
 
     /// A fresh local store directory.
@@ -120,7 +178,11 @@ pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
     }
     match store {
         Store::Local(dir) => c.env("DLOCK_DIR", dir),
-        Store::Redis(url) => c.env("DLOCK_URL", url),
+        Store::Redis(url)
+        | Store::Memcached(url)
+        | Store::Zookeeper(url)
+        | Store::Etcd(url)
+        | Store::Postgres(url) => c.env("DLOCK_URL", url),
     };
     c
 }
@@ -201,5 +263,8 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         rt,
         redis: None,
         etcd: None,
+        memcached: None,
+        zookeeper: None,
+        postgres: None,
     })
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::procs::{
     die_with_parent, interrupted, run, server_started, server_stopped, temp_dir, which, ROOT,
 };
-use crate::test_servers::{free_port, RedisServer};
+use crate::test_servers::{free_port, MemcachedServer, RedisServer};
 
 /// A redis-server with no persistence; killed on drop.
 pub struct Redis(RedisServer);
@@ -42,6 +42,34 @@ impl Redis {
 }
 
 impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.pid() {
+            server_stopped(pid);
+        }
+    }
+}
+
+/// A memcached on a free loopback port, from the test harness; killed on drop.
+pub struct Memcached(MemcachedServer);
+
+impl Memcached {
+    pub fn start() -> Result<Memcached, String> {
+        if which("memcached").is_none() {
+            return Err("memcached is not installed (apt-get install memcached)".into());
+        }
+        let server = MemcachedServer::try_start(&[], |c| {
+            die_with_parent(c);
+        })?;
+        server_started(server.pid().unwrap_or_default());
+        Ok(Memcached(server))
+    }
+
+    pub fn url(&self) -> String {
+        self.0.url()
+    }
+}
+
+impl Drop for Memcached {
     fn drop(&mut self) {
         if let Some(pid) = self.0.pid() {
             server_stopped(pid);

@@ -1,5 +1,6 @@
 //! Section 2, contention: N processes each running M × `CMD` in sequence on one key, for flock(1)
-//! and `dlock exec` on each store.
+//! and `dlock exec` on each store; and, in a table of its own, 8 processes on one etcd for
+//! `etcdctl lock` and `dlock exec` (each cycle is three Raft writes there, so fewer cycles).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -11,7 +12,7 @@ use serde_json::{json, Value};
 use super::{MakeCmd, Stats};
 use crate::procs::{interrupted, run, run_checked, status_error};
 use crate::report::{ms, rate, ratio, Goal, Section, Table};
-use crate::{dlock_cmd, Ctx, Store};
+use crate::{dlock_cmd, Ctx};
 
 struct Contention {
     cycles: usize,
@@ -111,6 +112,7 @@ type Peers = Vec<(String, Result<MakeCmd, String>)>;
 fn peers(ctx: &mut Ctx) -> Peers {
     let local = ctx.local("contention");
     let redis = ctx.redis();
+    let memcached = ctx.memcached();
     let lockfile = ctx.file("contention.flock");
     let mut peers: Peers = Vec::new();
     peers.push((
@@ -121,8 +123,11 @@ fn peers(ctx: &mut Ctx) -> Peers {
             c
         })),
     ));
-    for store in [Ok(local), redis] {
-        let label = store.as_ref().map_or("redis", Store::label);
+    for (label, store) in [
+        ("local", Ok(local)),
+        ("redis", redis),
+        ("memcached", memcached),
+    ] {
         let name = format!("dlock exec ({label})");
         let bin = ctx.dlock.clone();
         let make = store.map(|store| -> MakeCmd {
@@ -137,6 +142,37 @@ fn peers(ctx: &mut Ctx) -> Peers {
         peers.push((name, make));
     }
     peers
+}
+
+/// `etcdctl lock` first (the etcd rows are compared with it), then `dlock exec` on the same
+/// etcd and key.
+fn etcd_peers(ctx: &mut Ctx) -> Peers {
+    let key = "bench-contention";
+    let etcdctl: Result<MakeCmd, String> = ctx.etcd().map(|ep| -> MakeCmd {
+        Box::new(move || {
+            let mut c = crate::servers::etcdctl(&ep);
+            c.args(["lock", key, "true"]);
+            c
+        })
+    });
+    let bin = ctx.dlock.clone();
+    let dlock = ctx.etcd_store().map(|store| -> MakeCmd {
+        Box::new(move || {
+            let mut c = dlock_cmd(&bin, &store);
+            c.args(["exec", key, "--", "true"]);
+            c
+        })
+    });
+    [
+        ("etcdctl lock".to_string(), etcdctl),
+        ("dlock exec (etcd)".into(), dlock),
+    ]
+    .into_iter()
+    .map(|(name, make)| {
+        let make = make.and_then(|f| run_checked(&mut f(), Duration::from_secs(30)).map(|_| f));
+        (name, make)
+    })
+    .collect()
 }
 
 /// What the rows add up to: the table, the JSON's runs, and each peer's ratio to flock
@@ -175,6 +211,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         let runs = rounds_of(&peers, n, m, rounds);
         rows.add(&peers, n, m, runs);
     }
+    let etcd = etcd_rows(ctx, rounds);
     let mut section = Section::default();
     section.table(
         "2. contention: N processes each running M × `CMD` in sequence on one key \
@@ -182,7 +219,23 @@ pub fn measure(ctx: &mut Ctx) -> Section {
          the rounds' ratios to the flock run beside them, and their range)",
         rows.table,
     );
-    section.json = Some(json!({ "runs": rows.out }));
+    section.table(
+        "2b. contention on etcd: 8 processes, one key (vs etcdctl: median of the rounds' \
+         ratios to the `etcdctl lock` run beside them, and their range)",
+        etcd.table,
+    );
+    section.json = Some(json!({ "runs": rows.out, "etcd_runs": etcd.out }));
+    let v = etcd
+        .at8
+        .get("dlock exec (etcd)")
+        .cloned()
+        .unwrap_or_else(|| Err("not measured".into()));
+    section.target(
+        "contention N=8 on etcd: dlock / etcdctl lock cycles/s",
+        "x",
+        v,
+        Goal::AtLeast(5.0),
+    );
     for label in ["local", "redis"] {
         let name = format!("dlock exec ({label})");
         let v = rows
@@ -198,6 +251,32 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         );
     }
     section
+}
+
+/// The etcd table: 8 processes, a quarter of the cycles of the other rows.
+fn etcd_rows(ctx: &mut Ctx, rounds: usize) -> Rows {
+    let peers = etcd_peers(ctx);
+    let table = Table::new(&[
+        "N × M",
+        "command",
+        "cycles/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "vs etcdctl",
+        "rounds vs etcdctl",
+    ])
+    .text_cols(2);
+    let mut rows = Rows {
+        table,
+        out: Vec::new(),
+        at8: BTreeMap::new(),
+    };
+    let n = 8;
+    let m = (ctx.o.cycles / 4).div_ceil(n).max(1);
+    let runs = rounds_of(&peers, n, m, rounds.min(3));
+    rows.add(&peers, n, m, runs);
+    rows
 }
 
 /// Each peer's runs of one row, the peers taking turns round by round.
@@ -231,7 +310,8 @@ impl Rows {
         m: usize,
         runs: Vec<Vec<Result<Contention, String>>>,
     ) {
-        // flock is the first peer: every row is compared with it, round by round.
+        // The first peer (flock, or etcdctl for the etcd rows) is what every row is
+        // compared with, round by round.
         let flock_rates = runs.first().map(|r| rates(r)).unwrap_or_default();
         for ((name, _), runs) in peers.iter().zip(runs) {
             let label = format!("{n} × {m}");

@@ -1,8 +1,9 @@
-//! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true`, next to flock(1),
-//! `etcdctl lock`, `redis-cli PING` and the spawn of `true` alone.
+//! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true` (local store,
+//! Redis, memcached, ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
+//! `redis-cli PING` and the spawn of `true` alone.
 
 use std::ffi::{OsStr, OsString};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
@@ -11,7 +12,7 @@ use super::{MakeCmd, Peer};
 use crate::procs::interrupted;
 use crate::report::{ms, ratio, Goal, Section, Table};
 use crate::servers::etcdctl;
-use crate::{dlock_cmd, Ctx};
+use crate::{dlock_cmd, Ctx, Store};
 
 pub fn measure(ctx: &mut Ctx) -> Section {
     eprintln!("== exec overhead");
@@ -38,6 +39,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let local_ratio = div(median("dlock exec (local)"), &flock);
     let redis_ratio = div(median("dlock exec (redis)"), &flock);
     let etcd_ratio = div(median("etcdctl lock"), &median("dlock exec (redis)"));
+    let on_etcd = div(median("dlock exec (etcd)"), &median("etcdctl lock"));
     let metrics_local = div(
         median("dlock exec (local, --metrics-file)"),
         &median("dlock exec (local)"),
@@ -52,10 +54,12 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         ratio(metrics_redis.clone().ok()),
     ));
     section.line(format!(
-        "ratios (medians): dlock-local/flock {}, dlock-redis/flock {}, etcdctl/dlock-redis {}",
+        "ratios (medians): dlock-local/flock {}, dlock-redis/flock {}, etcdctl/dlock-redis {}, \
+         dlock-etcd/etcdctl {}",
         ratio(local_ratio.clone().ok()),
         ratio(redis_ratio.clone().ok()),
         ratio(etcd_ratio.clone().ok()),
+        ratio(on_etcd.clone().ok()),
     ));
     let r = |v: &Result<f64, String>| v.as_ref().ok().copied();
     section.json = Some(json!({
@@ -64,6 +68,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
             "dlock_local_over_flock": r(&local_ratio),
             "dlock_redis_over_flock": r(&redis_ratio),
             "etcdctl_over_dlock_redis": r(&etcd_ratio),
+            "dlock_etcd_over_etcdctl": r(&on_etcd),
             "metrics_file_local": r(&metrics_local),
             "metrics_file_redis": r(&metrics_redis),
         },
@@ -86,6 +91,12 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         x,
         etcd_ratio,
         Goal::AtLeast(5.0),
+    );
+    section.target(
+        "exec on etcd: dlock / etcdctl lock",
+        x,
+        on_etcd,
+        Goal::AtMost(0.3),
     );
     section
 }
@@ -114,6 +125,8 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let redis = ctx.redis();
     let redis_port = ctx.redis_port();
     let etcd = ctx.etcd();
+    let zookeeper = ctx.zookeeper();
+    let etcd_store = ctx.etcd_store();
     let lockfile = ctx.file("exec.flock");
 
     let true_ = OsStr::new("true");
@@ -135,11 +148,14 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
         ),
     ];
     let metrics = ctx.file("exec.prom");
-    for (store, with_metrics) in [
-        (Ok(local.clone()), false),
-        (redis.clone(), false),
-        (Ok(local), true),
-        (redis, true),
+    let memcached = ctx.memcached();
+    for (label, store, with_metrics) in [
+        ("local", Ok(local.clone()), false),
+        ("redis", redis.clone(), false),
+        ("memcached", memcached, false),
+        ("zookeeper", zookeeper, false),
+        ("local", Ok(local), true),
+        ("redis", redis, true),
     ] {
         let extra = if with_metrics { ", --metrics-file" } else { "" };
         let name_of = |label: &str| format!("dlock exec ({label}{extra})");
@@ -151,7 +167,7 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
         match store {
             Ok(store) => {
                 let (bin, file) = (ctx.dlock.clone(), metrics.clone());
-                let name = name_of(store.label());
+                let name = name_of(label);
                 let make: MakeCmd = Box::new(move || {
                     let mut c = dlock_cmd(&bin, &store);
                     c.args(["exec", "bench-exec"]);
@@ -163,10 +179,12 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
                 });
                 peers.push(Peer::new(&name, shown, make, runs))
             }
-            Err(e) => peers.push(Peer::failed(&name_of("redis"), shown, e)),
+            Err(e) => peers.push(Peer::failed(&name_of(label), shown, e)),
         }
     }
     peers.push(etcd_peer(etcd, etcd_runs));
+    peers.push(dlock_etcd_peer(&ctx.dlock, etcd_store, etcd_runs));
+    peers.extend(postgres_peers(ctx, runs));
     let shown = "redis-cli -p PORT PING";
     peers.push(match redis_port {
         Ok(port) => {
@@ -177,6 +195,46 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
         Err(e) => Peer::failed("redis-cli PING", shown, e),
     });
     peers
+}
+
+/// `dlock exec` on PostgreSQL, and psql taking and dropping an advisory lock (what a job
+/// that locks by hand runs), against one server started for the suite.
+fn postgres_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
+    let dlock_name = "dlock exec (postgres)";
+    let psql_name = "psql advisory lock";
+    let psql_shown = "psql -c 'SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)'";
+    let (store, port) = match ctx.postgres() {
+        Ok(found) => found,
+        Err(e) => {
+            return vec![
+                Peer::failed(dlock_name, "dlock exec bench-exec -- true", e.clone()),
+                Peer::failed(psql_name, psql_shown, e),
+            ]
+        }
+    };
+    let bin = ctx.dlock.clone();
+    let make: MakeCmd = Box::new(move || {
+        let mut c = dlock_cmd(&bin, &store);
+        c.args(["exec", "bench-exec", "--", "true"]);
+        c
+    });
+    let psql = crate::test_servers::pg_bin("psql");
+    let make_psql: MakeCmd = Box::new(move || {
+        let mut c = Command::new(&psql);
+        c.args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-U", crate::test_servers::PG_USER, "-d", "postgres", "-Xq"])
+            .args([
+                "-c",
+                "SELECT pg_advisory_lock(1); SELECT pg_advisory_unlock(1)",
+            ])
+            .env("PGPASSWORD", crate::test_servers::PG_PASSWORD)
+            .stdout(std::process::Stdio::null());
+        c
+    });
+    vec![
+        Peer::new(dlock_name, "dlock exec bench-exec -- true", make, runs),
+        Peer::new(psql_name, psql_shown, make_psql, runs),
+    ]
 }
 
 fn etcd_peer(etcd: Result<String, String>, etcd_runs: usize) -> Peer {
@@ -193,6 +251,25 @@ fn etcd_peer(etcd: Result<String, String>, etcd_runs: usize) -> Peer {
             p
         }
         Err(e) => Peer::failed("etcdctl lock", shown, e),
+    }
+}
+
+/// `dlock exec` on the etcd `etcdctl lock` uses, as often as etcdctl runs.
+fn dlock_etcd_peer(bin: &Path, store: Result<Store, String>, etcd_runs: usize) -> Peer {
+    let shown = "dlock exec bench-exec -- true";
+    match store {
+        Ok(store) => {
+            let bin = bin.to_path_buf();
+            let make: MakeCmd = Box::new(move || {
+                let mut c = dlock_cmd(&bin, &store);
+                c.args(["exec", "bench-exec", "--", "true"]);
+                c
+            });
+            let mut p = Peer::new("dlock exec (etcd)", shown, make, etcd_runs);
+            p.warm = 3;
+            p
+        }
+        Err(e) => Peer::failed("dlock exec (etcd)", shown, e),
     }
 }
 
