@@ -194,13 +194,14 @@ fn main() {
 
 type Measure = fn(&mut Ctx) -> Section;
 
-const SECTIONS: [(&str, Measure); 6] = [
+const SECTIONS: [(&str, Measure); 7] = [
     ("exec", sections::exec::measure),
     ("contention", sections::contention::measure),
     ("handoff", sections::handoff::measure),
     ("throughput", sections::throughput::measure),
     ("rss", sections::rss::measure),
     ("status", sections::status::measure),
+    ("wait", sections::wait::measure),
 ];
 
 fn suite(o: Opts) -> i32 {

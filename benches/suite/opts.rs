@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{json, Value};
 
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "exec",
     "contention",
     "handoff",
     "throughput",
     "rss",
     "status",
+    "wait",
 ];
 
 /// The dlock benchmark suite: dlock measured side by side with flock(1), etcdctl lock,
@@ -27,7 +28,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
 
-    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status.
+    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status,wait.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = section)]
     only: Option<Vec<String>>,
 

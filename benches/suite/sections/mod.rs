@@ -1,4 +1,4 @@
-//! The six sections. Each one measures and returns a [`Section`](crate::report::Section):
+//! The seven sections. Each one measures and returns a [`Section`](crate::report::Section):
 //! its tables, JSON and targets, which the report prints and writes.
 
 pub mod contention;
@@ -7,6 +7,7 @@ pub mod handoff;
 pub mod rss;
 pub mod status;
 pub mod throughput;
+pub mod wait;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -7,6 +7,7 @@
 //! * `waiter.rs`: what an acquisition keeps between attempts, and its sleep.
 //! * `wait.rs`: running a transition under the state mutex; kernel-lock and file waits.
 //! * `store.rs`: the transitions of a key's state, in a session under its mutex.
+//! * `held.rs`: those of a held key (release, renew, detach) and its status.
 //! * `queue.rs`: the waiter list shown by `status`.
 //! * `file.rs`: opening and creating key files; the boot id and the boot clock.
 //! * `record.rs`: the record's two slots and the waiter list, encoded.
@@ -18,6 +19,7 @@
 
 mod backend;
 mod file;
+mod held;
 mod linger;
 mod locks;
 mod names;
