@@ -132,6 +132,51 @@ pub struct LocalBackend {
 }
 
 impl LocalBackend {
+    /// One attempt under the key's state mutex; a grant or a queue place that races the
+    /// wait's end is given back by the mutex's clean-up.
+    async fn attempt(
+        &self,
+        kf: &Arc<KeyFile>,
+        req: &Arc<AcquireRequest>,
+        w: &Waiting,
+        wait: &WaitOptions,
+        nowait: bool,
+    ) -> Result<Outcome<Step>> {
+        // The lease's clock starts at the attempt that is granted, not when the wait
+        // began: a long wait must not eat into the lease.
+        let sent_at = Instant::now();
+        let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
+        wait::locked(
+            &self.ctx,
+            kf,
+            Kind::Exclusive,
+            Some(wait),
+            move |s| {
+                s.attempt(&Attempt {
+                    req: &r,
+                    me,
+                    nowait,
+                    sent_at,
+                    want_position: want,
+                })
+            },
+            |s, step| match step {
+                Step::Granted { lease, hold } => s.undo_grant(&lease, hold),
+                Step::Queued { ticket, .. } => s.leave_queue(ticket),
+                Step::Busy { .. } => {}
+            },
+        )
+        .await
+    }
+
+    /// The error for a wait that was cancelled or ran out of time.
+    fn gave_up(&self, key: &str, why: Abort, w: &Waiting, started: Instant) -> Error {
+        match why {
+            Abort::Cancelled => self.cancelled(key),
+            Abort::Deadline => self.not_obtained(key, w.holder.as_ref(), Some(started.elapsed())),
+        }
+    }
+
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<LocalBackend> {
         Self::open_with_boot_id(dir, file::read_boot_id())
@@ -281,41 +326,11 @@ impl Backend for LocalBackend {
         let req = Arc::new(req.clone());
         let mut w = Waiting::new(kf.clone());
         loop {
-            // The lease's clock starts at the attempt that is granted, not when the wait
-            // began: a long wait must not eat into the lease.
-            let sent_at = Instant::now();
-            let (r, me, want) = (req.clone(), w.ticket, wait.progress.is_some());
-            let out = wait::locked(
-                &self.ctx,
-                &kf,
-                Kind::Exclusive,
-                Some(wait),
-                move |s| {
-                    s.attempt(&Attempt {
-                        req: &r,
-                        me,
-                        nowait,
-                        sent_at,
-                        want_position: want,
-                    })
-                },
-                |s, step| match step {
-                    Step::Granted { lease, hold } => s.undo_grant(&lease, hold),
-                    Step::Queued { ticket, .. } => s.leave_queue(ticket),
-                    Step::Busy { .. } => {}
-                },
-            )
-            .await;
-            let step = match out {
+            let step = match self.attempt(&kf, &req, &w, wait, nowait).await {
                 Ok(Outcome::Done(step)) => step,
                 Ok(Outcome::Abandoned(why)) => {
                     self.leave(&kf, w.ticket);
-                    return Err(match why {
-                        Abort::Cancelled => self.cancelled(&req.key),
-                        Abort::Deadline => {
-                            self.not_obtained(&req.key, w.holder.as_ref(), Some(started.elapsed()))
-                        }
-                    });
+                    return Err(self.gave_up(&req.key, why, &w, started));
                 }
                 Err(e) => {
                     self.leave(&kf, w.ticket);
@@ -348,23 +363,12 @@ impl Backend for LocalBackend {
                     w.ticket = Some(ticket);
                     w.report(wait, &info);
                     w.holder = info.holder;
-                    let wake = match w.sleep(target, wait).await {
-                        Ok(wake) => wake,
-                        Err(e) => {
-                            self.leave(&kf, w.ticket);
-                            return Err(e);
-                        }
-                    };
+                    let wake = w.sleep(target, wait).await.inspect_err(|_| {
+                        self.leave(&kf, w.ticket);
+                    })?;
                     if let Wake::Abort(why) = wake {
                         self.leave(&kf, w.ticket);
-                        return Err(match why {
-                            Abort::Cancelled => self.cancelled(&req.key),
-                            Abort::Deadline => self.not_obtained(
-                                &req.key,
-                                w.holder.as_ref(),
-                                Some(started.elapsed()),
-                            ),
-                        });
+                        return Err(self.gave_up(&req.key, why, &w, started));
                     }
                 }
             }
