@@ -1,7 +1,7 @@
 //! node_exporter textfile metrics for one key, written at the end of each `exec`
 //! (`--metrics-file PATH`, or `DLOCK_METRICS_DIR`): when the last run started and ended,
 //! when it last succeeded, how long it ran and waited, its exit code, and whether the
-//! lease was lost. The file is replaced atomically (written beside it, then renamed), so
+//! lease was lost. The file is replaced atomically (written beside it, then swapped in), so
 //! the collector never reads half of it.
 
 use std::fmt::Write as _;
@@ -63,10 +63,27 @@ pub fn write(path: &Path, run: &Run) -> Result<()> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, text).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
+    put_in_place(&tmp, path).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         fail(e)
     })
+}
+
+/// Moves `tmp` to `path` atomically. An existing file is swapped out (`RENAME_EXCHANGE`)
+/// rather than replaced: ext4 (`auto_da_alloc`, its default) writes a file's data to disk
+/// before a rename that replaces another file, which stalls the end of every `exec` for as
+/// long as the disk is busy; an exchange is as atomic for a reader and does not wait. The
+/// old content, now at `tmp`, is then removed. Where the exchange is not possible (no file
+/// yet, a file system without it), a plain rename.
+fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{renameat2, RenameFlags};
+    match renameat2(None, tmp, None, path, RenameFlags::RENAME_EXCHANGE) {
+        Ok(()) => {
+            let _ = std::fs::remove_file(tmp);
+            Ok(())
+        }
+        Err(_) => std::fs::rename(tmp, path),
+    }
 }
 
 /// The metrics text of `run`.
