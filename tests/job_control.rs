@@ -20,6 +20,7 @@ on_every_backend!(
     wait_notices_a_lease_that_expires,
     wait_ends_on_a_signal,
     wait_on_an_unreachable_backend_is_one_line_69,
+    an_unreachable_backend_is_one_line_naming_the_key_and_the_backend,
 );
 
 fn the_shell_form_runs_the_string_with_sh(store: Store) {
@@ -514,6 +515,24 @@ fn wait_on_an_unreachable_backend_is_one_line_69(mut store: Store) {
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("waiting for 'gone' to be free"), "{err}");
+}
+
+/// `exec` and `lock` on a store that cannot be reached: exit 69, one line that names the
+/// key and the store (its URL, or the local directory).
+fn an_unreachable_backend_is_one_line_naming_the_key_and_the_backend(mut store: Store) {
+    for args in [&["exec", "gone", "--", "true"][..], &["lock", "gone"]] {
+        let out = make_unavailable(&mut store).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {out:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("'gone'"), "{args:?}: {err}");
+        let named = match &store {
+            Store::Local(dir) => err.contains(&dir.path().display().to_string()),
+            _ => err.contains("://"),
+        };
+        assert!(named, "{args:?}: the store is not named: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
 }
 
 /// How `--hold-at-least` meets the other ways a run ends: cut short by `--max-runtime`, it

@@ -59,10 +59,23 @@ async fn open(global: &Global, key: Option<&str>) -> Result<(BackendSpec, Arc<dy
     }
     let spec = BackendSpec::from_urls(&global.urls)?;
     let t0 = std::time::Instant::now();
-    let backend = backend::open_exclusive(&spec).await?;
+    let backend = backend::open_exclusive(&spec)
+        .await
+        .map_err(|e| naming(key, e))?;
     let (d, ms) = (backend.describe(), t0.elapsed().as_millis() as u64);
     log::info!(target: "dlock", event = "connected", backend = d.as_str(), ms = ms; "connected to {d} in {ms}ms");
     Ok((spec, backend))
+}
+
+/// A store that cannot be reached is named by its own error; the key the command was for
+/// is added, so that the one line says both.
+fn naming(key: Option<&str>, e: Error) -> Error {
+    match (key, e) {
+        (Some(k), Error::Unavailable(m)) if !m.contains(&format!("'{k}'")) => {
+            Error::Unavailable(format!("lock '{k}': {m}"))
+        }
+        (_, e) => e,
+    }
 }
 
 /// The owner id from `--owner`/`DLOCK_OWNER`, required by `renew` and `unlock`.

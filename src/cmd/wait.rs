@@ -34,10 +34,11 @@ struct WaitJson<'a> {
 pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
     let key = args.key.as_str();
+    crate::config::check_key(key)?; // opened without it: `about` names the key
     let started = Instant::now();
     let deadline = args.timeout.and_then(|t| started.checked_add(t));
     let backend = tokio::select! {
-        opened = super::open(global, Some(key)) => opened.map_err(|e| about(key, e))?.1,
+        opened = super::open(global, None) => opened.map_err(|e| about(key, e))?.1,
         sig = signals.recv() => {
             return Err(Error::Cancelled(format!("cancelled by {sig} while connecting for '{key}'"), sig as i32));
         }
