@@ -121,7 +121,7 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
 }
 
 /// Takes the store away: the local store's directory cannot be created, a Redis or PostgreSQL
-/// server is killed, two of three Redlock servers are killed, the etcd member, a memcached or
+/// server is killed, two of three Redlock (or memcached quorum) servers are killed, the etcd member, a memcached or
 /// a ZooKeeper is killed.
 fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
@@ -147,6 +147,11 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
         }
         Store::Memcached(server) => {
             server.kill();
+            store.dlock()
+        }
+        Store::MemcachedQuorum(servers) => {
+            servers[0].kill();
+            servers[1].kill();
             store.dlock()
         }
         Store::Zookeeper(server) => {
