@@ -23,7 +23,7 @@ mod conformance {
         errors_read_the_same,
         watch_returns_on_release,
         run_records_are_kept,
-        linger_holds_then_expires,
+        linger_holds_then_expires
     ]);
 }
 
