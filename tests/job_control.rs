@@ -197,6 +197,10 @@ fn skip_when_unavailable_runs_nothing_and_holds_nothing(mut store: Store) {
         let lease = keys.lines().filter(|k| !k.ends_with(":fence")).count();
         assert_eq!(lease, 0, "left on the live server: {keys}");
     }
+    if let Store::MemcachedQuorum(servers) = &store {
+        let item = servers[2].ask("mg dlock:lock:job v", |_| true);
+        assert_eq!(item, ["EN"], "left on the live server");
+    }
 }
 
 /// The multi-host cron recipe: two "hosts" (two dlock processes whose cron fires 2 s

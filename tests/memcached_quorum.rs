@@ -1,31 +1,11 @@
-//! Several memcached servers as one majority quorum (Redlock's rules): the conformance
-//! suite on three servers, and the faults a quorum is for: one server killed, two
-//! killed, one restarted empty (its fencing counter lost or put back lower), one frozen.
+//! Several memcached servers as one majority quorum (Redlock's rules). The CLI matrix and
+//! the conformance suite run on three servers (`memcached_quorum` in `macros.rs`); here,
+//! the faults a quorum is for: one server killed, two killed, one restarted empty (its
+//! fencing counter lost or put back lower), one frozen.
 
 use std::time::{Duration, Instant};
 
 use crate::support::{self, MemcachedServer, Store};
-
-mod conformance {
-    conformance_tests!(memcached_quorum[
-        exclusion_under_contention,
-        tokens_strictly_increase,
-        owner_checks,
-        detached_lease_expires,
-        renewal_extends,
-        reentrancy,
-        force_release,
-        status_named_and_all,
-        no_wait_and_timeout,
-        hand_off_is_prompt,
-        release_acquired_hands_over,
-        cancellation_leaves_nothing,
-        errors_read_the_same,
-        watch_returns_on_release,
-        run_records_are_kept,
-        linger_holds_then_expires
-    ]);
-}
 
 fn servers(store: &mut Store) -> &mut Vec<MemcachedServer> {
     match store {
