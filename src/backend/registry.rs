@@ -75,7 +75,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["memcached://"],
-        help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d)",
+        help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
         host_list: false,
         family: "memcached",
         check: check_memcached,
