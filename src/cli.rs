@@ -42,8 +42,9 @@ pub struct Cli {
 /// The `--url` help: every scheme of [`crate::backend::registry`], then how URLs combine.
 fn url_help() -> String {
     format!(
-        "Backend URL: {}. Repeat it (or separate with commas) for a Redlock quorum of \
-         independent Redis servers (3 or 5). Without any, the embedded local store in \
+        "Backend URL: {}. Repeat it (or separate with commas) for a majority quorum of \
+         independent servers (3 or 5): Redlock over Redis servers, or memcached servers \
+         (Redlock's rules; it survives the loss of a minority). Without any, the embedded local store in \
          $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an \
          error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: \
          DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.",

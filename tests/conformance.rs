@@ -74,6 +74,9 @@ mod lingering {
     mod memcached {
         conformance_tests!(memcached[linger_holds_then_expires]);
     }
+    mod memcached_quorum {
+        conformance_tests!(memcached_quorum[linger_holds_then_expires]);
+    }
     mod postgres {
         conformance_tests!(postgres[linger_holds_then_expires]);
     }

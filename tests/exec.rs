@@ -402,6 +402,7 @@ fn await_queued(store: &Store, key: &str, n: usize) {
             subscribed == n
         }
         Store::Memcached(server) => server.clients() == 1 + n as u64,
+        Store::MemcachedQuorum(servers) => servers[0].clients() == 1 + n as u64,
         _ => queue_of(store, key).is_some_and(|q| q.len() == n),
     });
     assert!(queued, "{n} waiter(s) never showed waiting on {key}");

@@ -122,7 +122,7 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
 }
 
 /// Takes the store away: the local store's directory cannot be created, a Redis or PostgreSQL
-/// server is killed, two of three Redlock servers are killed, the etcd member, a memcached or
+/// server is killed, two of three Redlock (or memcached quorum) servers are killed, the etcd member, a memcached or
 /// a ZooKeeper is killed.
 fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
@@ -148,6 +148,11 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
         }
         Store::Memcached(server) => {
             server.kill();
+            store.dlock()
+        }
+        Store::MemcachedQuorum(servers) => {
+            servers[0].kill();
+            servers[1].kill();
             store.dlock()
         }
         Store::Zookeeper(server) => {
@@ -192,6 +197,10 @@ fn skip_when_unavailable_runs_nothing_and_holds_nothing(mut store: Store) {
         let keys = servers[2].cli(&["--scan", "--pattern", "*job*"]);
         let lease = keys.lines().filter(|k| !k.ends_with(":fence")).count();
         assert_eq!(lease, 0, "left on the live server: {keys}");
+    }
+    if let Store::MemcachedQuorum(servers) = &store {
+        let item = servers[2].ask("mg dlock:lock:job v", |_| true);
+        assert_eq!(item, ["EN"], "left on the live server");
     }
 }
 

@@ -20,7 +20,9 @@
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
-//! - `memcached` (time limits, restart, eviction, the fencing counter, silent servers).
+//! - `memcached` (time limits, restart, eviction, the fencing counter, silent servers),
+//!   `memcached_quorum` (three servers: conformance, one or two killed, a restarted or
+//!   frozen member).
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
@@ -53,6 +55,7 @@ mod etcd;
 mod etcd_cluster;
 mod etcd_interop;
 mod memcached;
+mod memcached_quorum;
 mod postgres;
 mod redis_faults;
 mod unanswered;

@@ -45,6 +45,8 @@ pub enum Store {
     /// An `etcd://` URL.
     Etcd(String),
     Postgres(String),
+    /// A majority quorum: its label (`redlock`, `memcached quorum`) and its URLs.
+    Quorum(&'static str, Vec<String>),
 }
 
 impl Store {
@@ -56,6 +58,7 @@ impl Store {
             Store::Zookeeper(_) => "zookeeper",
             Store::Etcd(_) => "etcd",
             Store::Postgres(_) => "postgres",
+            Store::Quorum(label, _) => label,
         }
     }
 
@@ -67,6 +70,7 @@ impl Store {
             | Store::Zookeeper(url)
             | Store::Etcd(url)
             | Store::Postgres(url) => BackendSpec::One(url.clone()),
+            Store::Quorum(_, urls) => BackendSpec::Quorum(urls.clone()),
         }
     }
 }
@@ -80,6 +84,9 @@ pub struct Ctx {
     redis: Option<Result<Redis, String>>,
     etcd: Option<Result<EtcdServer, String>>,
     memcached: Option<Result<Memcached, String>>,
+    /// Three Redis servers (Redlock) and three memcached servers (a memcached quorum).
+    redlock: Option<Result<Vec<Redis>, String>>,
+    memcached_quorum: Option<Result<Vec<Memcached>, String>>,
     zookeeper: Option<Result<test_servers::ZkServer, String>>,
     postgres: Option<Result<test_servers::PostgresServer, String>>,
 }
@@ -112,6 +119,28 @@ impl Ctx {
         m.as_ref()
             .map(|s| Store::Memcached(s.url()))
             .map_err(Clone::clone)
+    }
+
+    /// Redlock over three Redis servers of its own (started on first use).
+    pub fn redlock(&mut self) -> Result<Store, String> {
+        let r = self
+            .redlock
+            .get_or_insert_with(|| (0..3).map(|_| Redis::start()).collect());
+        let urls = r.as_ref().map_err(Clone::clone)?;
+        Ok(Store::Quorum(
+            "redlock",
+            urls.iter().map(Redis::url).collect(),
+        ))
+    }
+
+    /// A quorum of three memcached servers of its own (started on first use).
+    pub fn memcached_quorum(&mut self) -> Result<Store, String> {
+        let m = self
+            .memcached_quorum
+            .get_or_insert_with(|| (0..3).map(|_| Memcached::start()).collect());
+        let urls = m.as_ref().map_err(Clone::clone)?;
+        let urls = urls.iter().map(Memcached::url).collect();
+        Ok(Store::Quorum("memcached quorum", urls))
     }
 
     /// The PostgreSQL server shared by the sections (started on first use), and its port.
@@ -183,6 +212,7 @@ pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
         | Store::Zookeeper(url)
         | Store::Etcd(url)
         | Store::Postgres(url) => c.env("DLOCK_URL", url),
+        Store::Quorum(_, urls) => c.env("DLOCK_URL", urls.join(",")),
     };
     c
 }
@@ -265,6 +295,8 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         redis: None,
         etcd: None,
         memcached: None,
+        redlock: None,
+        memcached_quorum: None,
         zookeeper: None,
         postgres: None,
     })

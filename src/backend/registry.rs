@@ -34,7 +34,10 @@ pub struct Scheme {
 
 /// Families whose URLs, given several, form a majority quorum: the family and how
 /// the quorum is opened.
-static QUORUMS: &[(&str, &str, QuorumFn)] = &[("redis", "Redlock", open_redlock)];
+static QUORUMS: &[(&str, &str, QuorumFn)] = &[
+    ("redis", "Redlock", open_redlock),
+    ("memcached", "memcached", open_memcached_quorum),
+];
 
 /// Every scheme, in the order the help lists them.
 pub static SCHEMES: &[Scheme] = &[
@@ -72,7 +75,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["memcached://"],
-        help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d)",
+        help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
         host_list: false,
         family: "memcached",
         check: check_memcached,
@@ -209,6 +212,18 @@ fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn B
         let t = memcached::url::parse(url)?;
         let store = memcached::MemcachedStore::open(&t, memcached::client::Tuning::default());
         Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
+}
+
+fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let targets = urls
+            .iter()
+            .map(|u| memcached::url::parse(u))
+            .collect::<Result<Vec<_>>>()?;
+        let tuning = memcached::client::Tuning::default();
+        let quorum = memcached::MemcachedQuorum::open(&targets, tuning)?;
+        Ok(Arc::new(quorum) as Arc<dyn Backend>)
     })
 }
 

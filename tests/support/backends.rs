@@ -14,6 +14,8 @@ pub enum Store {
     Redlock(Vec<RedisServer>),
     Etcd(EtcdServer),
     Memcached(MemcachedServer),
+    /// Three memcached servers as a majority quorum.
+    MemcachedQuorum(Vec<MemcachedServer>),
     Zookeeper(ZkServer),
     Postgres(PostgresServer),
 }
@@ -44,6 +46,11 @@ impl Store {
         Store::Memcached(MemcachedServer::start())
     }
 
+    /// Three new memcached servers, used as a quorum.
+    pub fn memcached_quorum() -> Store {
+        Store::MemcachedQuorum((0..3).map(|_| MemcachedServer::start()).collect())
+    }
+
     /// A new standalone ZooKeeper server.
     pub fn zookeeper() -> Store {
         Store::Zookeeper(ZkServer::start())
@@ -66,6 +73,10 @@ impl Store {
             }
             Store::Etcd(server) => c.env("DLOCK_URL", server.url()),
             Store::Memcached(server) => c.env("DLOCK_URL", server.url()),
+            Store::MemcachedQuorum(servers) => {
+                let urls: Vec<String> = servers.iter().map(MemcachedServer::url).collect();
+                c.env("DLOCK_URL", urls.join(","))
+            }
             Store::Zookeeper(server) => c.env("DLOCK_URL", server.url()),
             Store::Postgres(server) => c.env("DLOCK_URL", server.url()),
         };
@@ -97,7 +108,9 @@ impl Store {
     /// at least. 1 elsewhere.
     pub fn slowdown(&self, shortest: std::time::Duration) -> u32 {
         match self {
-            Store::Memcached(_) => 3000u128.div_ceil(shortest.as_millis()).max(1) as u32,
+            Store::Memcached(_) | Store::MemcachedQuorum(_) => {
+                3000u128.div_ceil(shortest.as_millis()).max(1) as u32
+            }
             _ => 1,
         }
     }
@@ -154,6 +167,10 @@ pub mod ttl_unit {
 
     /// Whole seconds, and items may expire a second early: three at least.
     pub fn memcached() -> Duration {
+        Duration::from_secs(1)
+    }
+
+    pub fn memcached_quorum() -> Duration {
         Duration::from_secs(1)
     }
 
@@ -217,6 +234,19 @@ pub mod factory {
         let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("memcached URL");
         let backend = dlock::backend::open(&spec).await.expect("open memcached");
         (backend, Box::new(server))
+    }
+
+    /// Three memcached servers on free ports as a quorum, opened through the scheme table.
+    pub async fn memcached_quorum() -> (Arc<dyn Backend>, Guard) {
+        let servers: Vec<_> = (0..3)
+            .map(|_| crate::support::MemcachedServer::start())
+            .collect();
+        let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+        let spec = dlock::backend::BackendSpec::from_urls(&urls).expect("memcached URLs");
+        let backend = dlock::backend::open(&spec)
+            .await
+            .expect("open the memcached quorum");
+        (backend, Box::new(servers))
     }
 
     /// A standalone ZooKeeper server on a free port, opened through the scheme table.

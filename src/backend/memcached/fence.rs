@@ -46,15 +46,18 @@ pub fn saw(backend: &str, key: &str, token: u64) {
     *high = (*high).max(token);
 }
 
+/// The highest token this process saw for `key` on `backend`, 0 when none.
+pub fn highest_seen(backend: &str, key: &str) -> u64 {
+    let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
+    seen.get(&(backend.to_string(), key.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
 /// Refuses `token` unless it is above `floor` (from the last-run record) and above
 /// every token this process saw for `key`.
 pub fn check(backend: &str, key: &str, token: u64, floor: u64) -> Result<()> {
-    let seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let high = seen
-        .get(&(backend.to_string(), key.to_string()))
-        .copied()
-        .unwrap_or(0)
-        .max(floor);
+    let high = highest_seen(backend, key).max(floor);
     if token > high {
         return Ok(());
     }

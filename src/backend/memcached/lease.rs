@@ -18,11 +18,28 @@ use crate::backend::{now_ms, AcquireRequest, Acquired, LastRuns, Lease, ReleaseM
 use crate::error::{Error, Result};
 
 /// How often a compare-and-swap that lost a race is tried again.
-const CAS_TRIES: usize = 5;
+pub(super) const CAS_TRIES: usize = 5;
+
+/// Whether a fresh grant's token is checked against what this process saw and the
+/// last-run record (one server), or left to the caller (a quorum, which raises what is
+/// behind instead of refusing it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    Check,
+    Unchecked,
+}
 
 impl MemcachedStore {
     /// One attempt: take the key, re-enter it, or be refused.
     pub(super) async fn attempt_once(&self, req: &AcquireRequest) -> Result<Attempt> {
+        self.take(req, Fence::Check)
+            .await
+            .map(|(attempt, _)| attempt)
+    }
+
+    /// One attempt, with the fencing check as `fence` says; also the floor that the
+    /// lock's last-run record puts under the next token (0 unless granted afresh).
+    pub(super) async fn take(&self, req: &AcquireRequest, fence: Fence) -> Result<(Attempt, u64)> {
         let keys = self.keys(&req.key)?;
         let secs = ttl::seconds(req.ttl, &req.key, &self.name)?;
         let mut record = Record {
@@ -41,8 +58,9 @@ impl MemcachedStore {
             match &replies[0] {
                 Reply::Done(flags) => {
                     let cas = cas_of(flags);
-                    let lease = self.grant(req, &keys, record, cas, secs, sent).await?;
-                    return Ok(Attempt::Granted(Acquired { lease, guard: None }));
+                    let granted = self.grant(req, &keys, record, cas, secs, sent, fence);
+                    let (lease, floor) = granted.await?;
+                    return Ok((Attempt::Granted(Acquired { lease, guard: None }), floor));
                 }
                 Reply::NotStored => {}
                 other => return Err(self.unexpected(&req.key, other)),
@@ -53,16 +71,17 @@ impl MemcachedStore {
             let held = Record::decode(value, &req.key, &self.name)?;
             let left = flags.num(b't');
             if !req.reenter.contains(&held.owner) {
-                return Ok(Attempt::Busy(Busy {
+                let busy = Busy {
                     holder: Some(held.info(&req.key, left)),
                     retry: left
                         .filter(|t| *t > 0)
                         .map(|t| Duration::from_secs(t as u64)),
                     ..Busy::default()
-                }));
+                };
+                return Ok((Attempt::Busy(busy), 0));
             }
             if let Some(lease) = self.reenter(req, &keys, held, flags, secs).await? {
-                return Ok(Attempt::Granted(Acquired { lease, guard: None }));
+                return Ok((Attempt::Granted(Acquired { lease, guard: None }), 0));
             }
         }
         Err(self.client.unavailable(
@@ -71,7 +90,9 @@ impl MemcachedStore {
         ))
     }
 
-    /// The token of a lock we just added, written into its value.
+    /// The token of a lock we just added, written into its value; with the floor of the
+    /// lock's last-run record.
+    #[allow(clippy::too_many_arguments)]
     async fn grant(
         &self,
         req: &AcquireRequest,
@@ -80,7 +101,8 @@ impl MemcachedStore {
         cas: u64,
         secs: u64,
         sent: Instant,
-    ) -> Result<Lease> {
+        fence: Fence,
+    ) -> Result<(Lease, u64)> {
         let next = Request::arith(&keys.token, &fence::next_flags(fence::seed()));
         let replies = self
             .call(&req.key, &[next, Request::get(&keys.runs, "v")])
@@ -93,9 +115,12 @@ impl MemcachedStore {
             self.drop_added(&req.key, keys, cas).await;
             return Err(self.unexpected(&req.key, &replies[0]));
         };
-        if let Err(e) = fence::check(&self.name, &req.key, token, floor(&replies[1])) {
-            self.drop_added(&req.key, keys, cas).await;
-            return Err(e);
+        let floor = floor(&replies[1]);
+        if fence == Fence::Check {
+            if let Err(e) = fence::check(&self.name, &req.key, token, floor) {
+                self.drop_added(&req.key, keys, cas).await;
+                return Err(e);
+            }
         }
         record.token = token;
         let write = Request::set(&keys.lock, &record.encode(), &format!("T{secs} C{cas}"));
@@ -108,8 +133,10 @@ impl MemcachedStore {
                 ))
             }
         }
-        fence::saw(&self.name, &req.key, token);
-        Ok(self.lease(&req.key, &record, secs, sent, false))
+        if fence == Fence::Check {
+            fence::saw(&self.name, &req.key, token);
+        }
+        Ok((self.lease(&req.key, &record, secs, sent, false), floor))
     }
 
     /// One level deeper on a lease one of `req.reenter` holds; `None` when it changed
@@ -173,7 +200,7 @@ impl MemcachedStore {
     }
 
     /// The lease of `owner` on `key`, its CAS id and its TTL left; `NotOwner` otherwise.
-    async fn owned(
+    pub(super) async fn owned(
         &self,
         verb: &str,
         key: &str,
@@ -289,11 +316,11 @@ impl MemcachedStore {
     }
 }
 
-fn cas_of(flags: &Flags) -> u64 {
+pub(super) fn cas_of(flags: &Flags) -> u64 {
     flags.num(b'c').unwrap_or(0).max(0) as u64
 }
 
-fn parse_number(v: &[u8]) -> Option<u64> {
+pub(super) fn parse_number(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.trim().parse().ok()
 }
 

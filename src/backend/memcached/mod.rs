@@ -11,15 +11,20 @@
 //! * `lease`: take (or re-enter), renew and release, each owner-checked by CAS id.
 //! * `status`: `status KEY`, and listing every lock by `lru_crawler metadump`.
 //! * `runs`: the last-run records.
+//! * `member`: what a quorum asks of one server; `quorum`: several servers as a majority
+//!   quorum with Redlock's rules.
 
 pub mod client;
 pub mod fence;
 pub mod keys;
 mod lease;
+mod member;
+pub mod quorum;
 mod runs;
 mod status;
 pub mod store;
 pub mod ttl;
 pub mod url;
 
+pub use self::quorum::MemcachedQuorum;
 pub use self::store::MemcachedStore;

@@ -37,7 +37,7 @@ pub fn parse(url: &str) -> Result<Target> {
     if host.contains(['/', '?', ',']) {
         return Err(usage(
             url,
-            "give one host:port (several memcached URLs as a quorum are not supported yet)",
+            "give one host:port per URL (several memcached:// URLs, comma-separated or repeated, form a quorum)",
         ));
     }
     let addr = match host.rsplit_once(':') {

@@ -1,9 +1,12 @@
 //! Locks held on a majority of independent servers: what every such quorum shares,
-//! whatever the store of each server (Redlock over Redis today).
+//! whatever the store of each server (Redlock over Redis, the memcached quorum).
 //!
 //! * [`votes`]: counting the servers' answers, deciding, settling, and the wording of
 //!   the counts, as pure functions.
+//! * [`outcome`]: the quorum's answer to a request sent to every server (renew and
+//!   release errors, run records, `status` combined from each server's view).
 
+pub mod outcome;
 pub mod votes;
 
 #[cfg(test)]

@@ -201,3 +201,146 @@ fn a_lease_lasts_while_a_majority_has_it() {
     assert_eq!(most_named(["a", "b", "b"]), Some("b"));
     assert_eq!(most_named([]), None);
 }
+
+mod outcomes {
+    use std::time::{Duration, Instant};
+
+    use crate::backend::quorum::outcome::*;
+    use crate::backend::{Holder, KeyStatus, LastRuns, Lease, LockInfo, Released};
+    use crate::error::Error;
+
+    fn down(server: &str) -> Error {
+        Error::Unavailable(format!("{server}: lock 'k': cannot connect: refused"))
+    }
+
+    fn lock(owner: &str, token: u64, ttl_ms: u64) -> KeyStatus {
+        KeyStatus {
+            key: "k".into(),
+            lock: Some(LockInfo {
+                key: "k".into(),
+                owner: owner.into(),
+                fencing_token: token,
+                holder: Holder::default(),
+                ttl_left_ms: Some(ttl_ms),
+                depth: 1,
+            }),
+            waiters: None,
+            servers: None,
+        }
+    }
+
+    #[test]
+    fn a_release_is_done_on_a_majority_and_refused_by_one() {
+        let ok = |owner: &str| {
+            Ok(Released {
+                previous_owner: Some(owner.into()),
+                still_held: false,
+            })
+        };
+        let r = released("q", "k", vec![ok("me"), Err(down("b")), ok("me")], 2).unwrap();
+        assert_eq!(r.previous_owner.as_deref(), Some("me"));
+        let gone = || Err(Error::lease_gone("release", "k", "m"));
+        let e = released("q", "k", vec![gone(), gone(), ok("me")], 2).unwrap_err();
+        assert!(matches!(e, Error::NotOwner(_)), "{e}");
+        let e = released("q", "k", vec![gone(), Err(down("b")), ok("me")], 2).unwrap_err();
+        assert!(matches!(e, Error::Unavailable(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("released on 1 of 3 servers, 2 needed"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn run_records_need_a_majority_to_write_and_to_read() {
+        assert!(run_kept("q", "k", vec![Ok(()), Err(down("b")), Ok(())], 2).is_ok());
+        let e = run_kept("q", "k", vec![Ok(()), Err(down("b")), Err(down("c"))], 2);
+        let e = e.unwrap_err().to_string();
+        assert!(
+            e.contains("1 of 3 servers kept it, 2 needed") && e.contains("c:"),
+            "{e}"
+        );
+        let none = || Ok(LastRuns::default());
+        assert!(newest_runs("q", "k", vec![none(), Err(down("b")), none()], 2).is_ok());
+        let e = newest_runs("q", "k", vec![none(), Err(down("b")), Err(down("c"))], 2);
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn status_shows_every_server_and_the_lock_a_majority_agrees_on() {
+        let servers = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let keys = ["k".to_string()];
+        let replies = vec![
+            Ok(vec![lock("me", 5, 900)]),
+            Err(down("b")),
+            Ok(vec![lock("me", 6, 400)]),
+        ];
+        let st = status("q", &servers, &keys, replies, 2).unwrap();
+        let l = st[0].lock.as_ref().expect("held on a majority");
+        assert_eq!((l.fencing_token, l.ttl_left_ms), (6, Some(400)));
+        let views = st[0].servers.as_ref().unwrap();
+        assert_eq!(
+            views[1].error.as_deref(),
+            Some("lock 'k': cannot connect: refused")
+        );
+        assert!(views[0].agrees && !views[1].agrees && views[2].agrees);
+        // Split owners: no lock, and nothing listed without names.
+        let split = || {
+            vec![
+                Ok(vec![lock("a", 1, 9)]),
+                Ok(vec![lock("b", 2, 9)]),
+                Err(down("c")),
+            ]
+        };
+        let st = status("q", &servers, &keys, split(), 2).unwrap();
+        assert!(st[0].lock.is_none());
+        assert!(status("q", &servers, &[], split(), 2).unwrap().is_empty());
+        let e = status(
+            "q",
+            &servers,
+            &keys,
+            vec![Err(down("a")), Err(down("b")), Ok(vec![])],
+            2,
+        );
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("1 of 3 servers answered, 2 needed"));
+    }
+
+    #[test]
+    fn a_renewal_counts_its_validity_from_when_the_lease_began() {
+        let lease = |token| Lease {
+            key: "k".into(),
+            owner: "me".into(),
+            fencing_token: token,
+            ttl: Duration::from_secs(3),
+            reentered: false,
+            sent_at: Instant::now(),
+            bound: false,
+            expires_at_ms: 0,
+        };
+        let r = || Renewals {
+            renewed: vec![lease(4), lease(7)],
+            asked: 3,
+            ..Renewals::default()
+        };
+        let ttl = Duration::from_secs(3);
+        let l = renewed("q", ("k", "me"), (ttl, Instant::now()), r(), 2).unwrap();
+        assert_eq!(l.fencing_token, 7);
+        // Begun a second earlier (memcached's early expiry), three seconds ago: nothing left.
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        let e = renewed("q", ("k", "me"), (ttl, long_ago), r(), 2).unwrap_err();
+        assert!(e.to_string().contains("too late"), "{e}");
+        let refused = Renewals {
+            refused: vec![
+                Error::lease_gone("renew", "k", "a"),
+                Error::lease_gone("renew", "k", "b"),
+            ],
+            asked: 3,
+            ..Renewals::default()
+        };
+        let e = renewed("q", ("k", "me"), (ttl, Instant::now()), refused, 2).unwrap_err();
+        assert!(matches!(e, Error::NotOwner(_)), "{e}");
+    }
+}

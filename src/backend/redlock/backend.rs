@@ -26,22 +26,20 @@
 //!   for someone else, and two clients each see a majority. With the rule, a restarted
 //!   server can grant only keys whose leases have expired everywhere.
 
-use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::member::{joined, same_server_twice, Member, State};
+use super::member::{same_server_twice, Member, State};
 use super::{quorum, renew_timeout, RedlockTuning};
-use crate::backend::quorum::votes::{self, Verdict};
+use crate::backend::quorum::outcome::{self, joined};
+use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
-    now_ms, AcquireRequest, Acquired, Backend, KeyStatus, Lease, LockInfo, ReleaseMode, Released,
-    WaitOptions,
+    AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,
 };
 use crate::config::redact_url;
 use crate::error::{Error, Result};
@@ -158,9 +156,8 @@ impl Backend for RedlockBackend {
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let limit = renew_timeout(ttl);
         let what = format!("cannot renew lock '{key}'");
-        let n = self.members.len();
         let sent_at = Instant::now();
-        let mut pending: FuturesUnordered<_> = self
+        let calls = self
             .members
             .iter()
             .map(|m| {
@@ -171,46 +168,14 @@ impl Backend for RedlockBackend {
                 )
             })
             .collect();
-        let (mut renewed, mut refused, mut failed) = (Vec::new(), Vec::new(), Vec::new());
-        // Stop as soon as the outcome is known: a dead server does not slow a renewal down.
-        while let Some(reply) = pending.next().await {
-            match reply {
-                Ok(lease) => renewed.push(lease),
-                Err(e @ Error::NotOwner(_)) => refused.push(e),
-                Err(e) => failed.push(e),
-            }
-            if votes::settled(renewed.len(), refused.len(), failed.len(), n, self.quorum) {
-                break;
-            }
-        }
-        drop(pending);
-        let verdict = votes::verdict(renewed.len(), refused.len(), self.quorum);
-        if verdict == Verdict::Done {
-            let Some(validity) = votes::validity(ttl, sent_at.elapsed()) else {
-                return Err(Error::Unavailable(format!(
-                    "cannot renew lock '{key}' on {}: the servers answered too late for the lease to be valid",
-                    self.name
-                )));
-            };
-            return Ok(Lease {
-                key: key.to_string(),
-                owner: owner.to_string(),
-                fencing_token: renewed.iter().map(|l| l.fencing_token).max().unwrap_or(0),
-                ttl,
-                reentered: false,
-                sent_at,
-                bound: false,
-                expires_at_ms: now_ms() + validity.as_millis() as u64,
-            });
-        }
-        let errors: Vec<Error> = refused.into_iter().chain(failed).collect();
-        let msg = format!(
-            "cannot renew lock '{key}' on {}: {}: {}",
-            self.name,
-            votes::done_on("renewed", renewed.len(), n, self.quorum),
-            joined(&errors)
-        );
-        Err(refusal(verdict, msg))
+        let renewals = outcome::gather_renewals(calls, self.quorum).await;
+        outcome::renewed(
+            &self.name,
+            (key, owner),
+            (ttl, sent_at),
+            renewals,
+            self.quorum,
+        )
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
@@ -221,35 +186,7 @@ impl Backend for RedlockBackend {
                 b.release(key, owner, mode).await
             })
             .await;
-        let n = replies.len();
-        let (mut released, mut errors) = (Vec::new(), Vec::new());
-        for reply in replies {
-            match reply {
-                Ok(r) => released.push(r),
-                Err(e) => errors.push(e),
-            }
-        }
-        let refused = errors
-            .iter()
-            .filter(|e| matches!(e, Error::NotOwner(_)))
-            .count();
-        let verdict = votes::verdict(released.len(), refused, self.quorum);
-        if verdict == Verdict::Done {
-            let owners = released.iter().filter_map(|r| r.previous_owner.as_deref());
-            let previous_owner = votes::most_named(owners).map(str::to_string);
-            let still = released.iter().filter(|r| r.still_held).count();
-            return Ok(Released {
-                previous_owner,
-                still_held: still >= self.quorum,
-            });
-        }
-        let msg = format!(
-            "cannot release lock '{key}' on {}: {}: {}",
-            self.name,
-            votes::done_on("released", released.len(), n, self.quorum),
-            joined(&errors)
-        );
-        Err(refusal(verdict, msg))
+        outcome::released(&self.name, key, replies, self.quorum)
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
@@ -259,38 +196,8 @@ impl Backend for RedlockBackend {
                 b.status(keys).await
             })
             .await;
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
-        if answered < self.quorum {
-            let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-            return Err(Error::Unavailable(format!(
-                "cannot read lock status on {}: {}: {}",
-                self.name,
-                votes::answered(answered, self.members.len(), self.quorum),
-                joined(&errors)
-            )));
-        }
-        let views: Vec<Result<HashMap<String, LockInfo>, String>> = replies
-            .into_iter()
-            .map(|r| {
-                r.map(|states| {
-                    states
-                        .into_iter()
-                        .filter_map(|s| s.lock.map(|l| (s.key, l)))
-                        .collect()
-                })
-                .map_err(|e| e.to_string())
-            })
-            .collect();
-        if !keys.is_empty() {
-            return Ok(keys.iter().map(|k| self.combine(k, &views)).collect());
-        }
-        // Every lock a majority agrees on, sorted by key.
-        let names: BTreeSet<&String> = views.iter().flatten().flat_map(|m| m.keys()).collect();
-        Ok(names
-            .into_iter()
-            .map(|k| self.combine(k, &views))
-            .filter(|s| s.lock.is_some())
-            .collect())
+        let servers: Vec<String> = self.members.iter().map(|m| m.shown.clone()).collect();
+        outcome::status(&self.name, &servers, keys, replies, self.quorum)
     }
 
     /// On every server (a majority must agree), so that the hold ends at the same time
@@ -304,17 +211,7 @@ impl Backend for RedlockBackend {
                 b.linger_lease(key, owner, left).await
             })
             .await;
-        let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-        let n = self.members.len();
-        if n - errors.len() >= self.quorum {
-            return Ok(());
-        }
-        Err(Error::Unavailable(format!(
-            "{what} on {}: {}: {}",
-            self.name,
-            votes::done_on("held on", n - errors.len(), n, self.quorum),
-            joined(&errors)
-        )))
+        outcome::done_on_majority(&what, &self.name, replies, self.quorum)
     }
 
     async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
@@ -323,14 +220,5 @@ impl Backend for RedlockBackend {
 
     async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
         self.last_runs_on_all(key).await
-    }
-}
-
-/// The error of a renewal or release that did not get a majority: `NotOwner` when a
-/// majority refused (the caller surely lost the lease), `Unavailable` otherwise.
-fn refusal(verdict: Verdict, msg: String) -> Error {
-    match verdict {
-        Verdict::Refused => Error::NotOwner(msg),
-        _ => Error::Unavailable(msg),
     }
 }

@@ -166,9 +166,3 @@ pub(super) async fn same_server_twice(members: &[Arc<Member>]) -> Result<()> {
     }
     Ok(())
 }
-
-/// Joins per-server error messages into one line.
-pub(super) fn joined(errors: &[Error]) -> String {
-    let lines: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-    lines.join("; ")
-}

@@ -12,14 +12,12 @@
 //!   the lock and its limits.
 //! * `round.rs`: one acquire round, the fencing tokens, and giving back.
 //! * `runs.rs`: the last-run records, kept on every server and read from a majority.
-//! * `status.rs`: the servers' views of a key, combined.
 //! * `wait.rs`: how a waiter waits, and why Redlock keeps its own waiting loop.
 
 mod backend;
 mod member;
 mod round;
 mod runs;
-mod status;
 mod tuning;
 mod wait;
 

@@ -8,10 +8,10 @@
 //! minority of servers down or restarted empty. A write that reached only a minority is
 //! reported as failed (`exec` warns), but may still be read.
 
-use super::member::joined;
 use super::RedlockBackend;
+use crate::backend::quorum::outcome;
 use crate::backend::{LastRuns, RunRecord};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 impl RedlockBackend {
     /// Writes `run` on every server; `Unavailable` when fewer than a majority kept it.
@@ -22,18 +22,7 @@ impl RedlockBackend {
                 b.record_run_here(key, run).await
             })
             .await;
-        let kept = replies.iter().filter(|r| r.is_ok()).count();
-        if kept >= self.quorum {
-            return Ok(());
-        }
-        let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-        Err(Error::Unavailable(format!(
-            "cannot record the run of '{key}' on {}: {kept} of {} servers kept it, {} needed: {}",
-            self.name,
-            self.members.len(),
-            self.quorum,
-            joined(&errors)
-        )))
+        outcome::run_kept(&self.name, key, replies, self.quorum)
     }
 
     /// The newest records a majority of servers tell of.
@@ -44,17 +33,6 @@ impl RedlockBackend {
                 b.last_runs_here(key).await
             })
             .await;
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
-        if answered < self.quorum {
-            let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-            return Err(Error::Unavailable(format!(
-                "cannot read the last run of '{key}' on {}: {answered} of {} servers answered, {} needed: {}",
-                self.name,
-                self.members.len(),
-                self.quorum,
-                joined(&errors)
-            )));
-        }
-        Ok(LastRuns::newest(replies.into_iter().flatten()))
+        outcome::newest_runs(&self.name, key, replies, self.quorum)
     }
 }

@@ -61,9 +61,9 @@ use rand::Rng;
 use redis::aio::PubSub;
 use tokio_util::sync::CancellationToken;
 
-use super::member::joined;
 use super::round::{Refusal, Round};
 use super::{acquire_timeout, max_acquire_timeout, RedlockBackend, RedlockTuning};
+use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
