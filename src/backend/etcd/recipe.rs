@@ -156,14 +156,17 @@ pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
 
 /// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
 /// `tryAcquire`): responses are [put or our key, the oldest contender, how many contend,
-/// how many are ahead of us]. `queued_at`, our key's create revision when we know it, lets
-/// a waiter that finds its key count the contenders ahead of it (a new key is the last).
+/// how many are ahead of us], and last the lease of the lock's run records (`runs`, see
+/// [`run_lease`]), so that the release can write them with no read first. `queued_at`,
+/// our key's create revision when we know it, lets a waiter that finds its key count the
+/// contenders ahead of it (a new key is the last).
 pub fn enter(
     dir: &[u8],
     key: &[u8],
     value: Vec<u8>,
     lease: i64,
     queued_at: Option<i64>,
+    runs: &[u8],
 ) -> TxnRequest {
     let absent = Compare {
         result: CompareResult::Equal as i32,
@@ -190,14 +193,87 @@ pub fn enter(
     if let Some(rev) = queued_at {
         failure.push(op(Request::Range(count_before(dir, Some(rev)))));
     }
+    failure.push(run_lease_range(runs));
     TxnRequest {
         compare: vec![absent],
         success: vec![
             op(Request::Put(put)),
             op(Request::Range(contenders(dir, 1))),
             op(Request::Range(count_before(dir, None))),
+            run_lease_range(runs),
         ],
         failure,
+    }
+}
+
+/// Reads the key `runs` (its lease), without its value.
+fn run_lease_range(runs: &[u8]) -> RequestOp {
+    op(Request::Range(RangeRequest {
+        key: runs.to_vec(),
+        keys_only: true,
+        ..Default::default()
+    }))
+}
+
+/// The lease of the run records, from an [`enter`] or [`take_turn`] answer (0: none yet).
+pub fn run_lease(resp: &TxnResponse) -> i64 {
+    let last = resp.responses.len().saturating_sub(1);
+    range_kvs(resp, last).first().map_or(0, |kv| kv.lease)
+}
+
+/// A waiter's turn, taken in one write once its predecessors may be gone: if our key (created
+/// at `rev`) is still there and no contender is older, its value becomes `value`, and the
+/// revision of that write is the fencing token (later than any earlier holder's release,
+/// which an `etcdctl lock` holder's token precedes). Otherwise nothing is written, and the
+/// responses are those of an [`enter`] that found our key.
+pub fn take_turn(dir: &[u8], key: &[u8], rev: i64, value: Vec<u8>, runs: &[u8]) -> TxnRequest {
+    let ours = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(rev)),
+        range_end: Vec::new(),
+    };
+    // Every key under `dir` was created at `rev` or later: none is ahead of ours.
+    let first = Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Create as i32,
+        key: dir.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(rev - 1)),
+        range_end: prefix_end(dir),
+    };
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        ignore_lease: true,
+        ..Default::default()
+    };
+    let found = enter(dir, key, Vec::new(), 0, Some(rev), runs);
+    TxnRequest {
+        compare: vec![ours, first],
+        success: vec![op(Request::Put(put)), run_lease_range(runs)],
+        failure: found.failure,
+    }
+}
+
+/// Frees the lock in one write while `key` is still ours, with `records` (puts) written in
+/// the same breath: the records of a run come before the next holder can start.
+pub fn release(key: &[u8], mut records: Vec<RequestOp>) -> TxnRequest {
+    let present = Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Version as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::Version(0)),
+        range_end: Vec::new(),
+    };
+    records.push(op(Request::DeleteRange(DeleteRangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    })));
+    TxnRequest {
+        compare: vec![present],
+        success: records,
+        failure: Vec::new(),
     }
 }
 
