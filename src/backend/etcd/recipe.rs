@@ -144,6 +144,15 @@ pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
     }
 }
 
+/// The oldest contender created after revision `rev`: the one a holder whose key was
+/// created at `rev` hands the lock over to.
+pub fn successor(dir: &[u8], rev: i64) -> RangeRequest {
+    RangeRequest {
+        min_create_revision: rev + 1,
+        ..contenders(dir, 1)
+    }
+}
+
 /// How many contenders were created before revision `rev` (all of them when `None`),
 /// counted without reading them.
 pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
@@ -221,6 +230,16 @@ pub fn run_lease(resp: &TxnResponse) -> i64 {
     range_kvs(resp, last).first().map_or(0, |kv| kv.lease)
 }
 
+/// Where a queued waiter stands, read with no write: the answers of an [`enter`] that
+/// found its key (created at `rev`).
+pub fn standing(dir: &[u8], key: &[u8], rev: i64, runs: &[u8]) -> TxnRequest {
+    TxnRequest {
+        compare: Vec::new(),
+        success: enter(dir, key, Vec::new(), 0, Some(rev), runs).failure,
+        failure: Vec::new(),
+    }
+}
+
 /// A waiter's turn, taken in one write once its predecessors may be gone: if our key (created
 /// at `rev`) is still there and no contender is older, its value becomes `value`, and the
 /// revision of that write is the fencing token (later than any earlier holder's release,
@@ -258,22 +277,50 @@ pub fn take_turn(dir: &[u8], key: &[u8], rev: i64, value: Vec<u8>, runs: &[u8]) 
 
 /// Frees the lock in one write while `key` is still ours, with `records` (puts) written in
 /// the same breath: the records of a run come before the next holder can start.
-pub fn release(key: &[u8], mut records: Vec<RequestOp>) -> TxnRequest {
-    let present = Compare {
+///
+/// `next`, the successor's key as read and its new value, hands the lock over: the same
+/// write rewrites that key if it is unchanged, so that its mod revision, the revision of the
+/// release, becomes its token and its owner starts with no write of its own. Refused (our
+/// key gone, or the successor's changed), nothing is written and the answer is our key.
+pub fn release(
+    key: &[u8],
+    mut records: Vec<RequestOp>,
+    next: Option<(&KeyValue, Vec<u8>)>,
+) -> TxnRequest {
+    let mut compare = vec![Compare {
         result: CompareResult::Greater as i32,
         target: CompareTarget::Version as i32,
         key: key.to_vec(),
         target_union: Some(TargetUnion::Version(0)),
         range_end: Vec::new(),
-    };
+    }];
+    if let Some((kv, value)) = next {
+        compare.push(Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Mod as i32,
+            key: kv.key.clone(),
+            target_union: Some(TargetUnion::ModRevision(kv.mod_revision)),
+            range_end: Vec::new(),
+        });
+        records.push(op(Request::Put(PutRequest {
+            key: kv.key.clone(),
+            value,
+            ignore_lease: true,
+            ..Default::default()
+        })));
+    }
     records.push(op(Request::DeleteRange(DeleteRangeRequest {
         key: key.to_vec(),
         ..Default::default()
     })));
     TxnRequest {
-        compare: vec![present],
+        compare,
         success: records,
-        failure: Vec::new(),
+        failure: vec![op(Request::Range(RangeRequest {
+            key: key.to_vec(),
+            keys_only: true,
+            ..Default::default()
+        }))],
     }
 }
 

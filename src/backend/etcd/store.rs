@@ -3,13 +3,18 @@
 //! Each acquisition has its own lease (the waiter's key lives on it, and becomes the
 //! holder's key); a waiter watches only the deletion of the contender just before it.
 //! The fencing token is the revision at which the holder acquired: its key's create
-//! revision when it took a free lock, else the revision of the write that takes its turn
-//! once its predecessors are gone (later than any earlier holder's release).
+//! revision when it took a free lock, else the revision of the write that handed it over
+//! or took its turn once its predecessors were gone (no earlier than the previous holder's
+//! release).
 //!
 //! Round trips of one `exec` on a free lock: the lease grant and the transaction that
-//! creates the key, sent together; at the end, one transaction that writes the run's
-//! record and deletes the key (the lock is free from there), then the revoke of the
-//! lease. A waiter woken by its predecessor's deletion takes its turn in one transaction.
+//! creates the key, sent together; at the end, a read of the next waiter, one transaction
+//! that writes the run's record and deletes the key (the lock is free from there), then the
+//! revoke of the lease. That transaction also hands the lock over to the next waiter if it
+//! is dlock's: it rewrites the waiter's key, whose mod revision, the release's, becomes its
+//! token, so that the waiter, woken by the deletion, holds after one read and no write; a
+//! waiter not handed the lock (after `etcdctl lock`, or a waiter that left) takes its turn
+//! with one write.
 
 use std::time::{Duration, Instant};
 
@@ -227,7 +232,7 @@ impl EtcdStore {
                     ..KeyValue::default()
                 };
                 let lease = self.lease_of(&Entry::read(kv), &req.key, ttl, sent);
-                self.took(req, id, w.runs);
+                self.took(req, id, w.runs, rev);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
             _ => {
@@ -245,14 +250,17 @@ impl EtcdStore {
                     meta,
                 };
                 let lease = self.lease_of(&entry, &req.key, ttl, sent);
-                self.took(req, id, w.runs);
+                self.took(req, id, w.runs, ours);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
         }
     }
 
-    /// A queued waiter's attempt: its turn taken, in one write, if no contender is older
-    /// (see [`recipe::take_turn`]); else where it stands, with nothing written.
+    /// A queued waiter's attempt, once its key (created at `rev`) may be the oldest: read
+    /// where it stands; handed the lock over by the holder before it (see
+    /// [`recipe::release`]), it holds with no write; first without that (the one before was
+    /// `etcdctl lock`'s, or left the line), it takes its turn with one write
+    /// ([`recipe::take_turn`]); else it waits on, with nothing written.
     async fn take_turn(
         &self,
         req: &AcquireRequest,
@@ -262,6 +270,33 @@ impl EtcdStore {
     ) -> Result<Attempt> {
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
+        let runs = super::runs::last_key(&self.prefix, &req.key);
+        let resp = self
+            .client
+            .txn(recipe::standing(&dir, &key, rev, &runs))
+            .await?;
+        w.runs = recipe::run_lease(&resp);
+        let Some(ours) = recipe::range_kvs(&resp, 0).first().cloned() else {
+            // Our key is gone (unlocked by force, or its lease expired): queue again, on
+            // the same lease while it lasts.
+            w.queued_at = None;
+            return Box::pin(self.enter(req, w)).await;
+        };
+        let first = recipe::range_kvs(&resp, 1).first();
+        if first.map(|f| f.create_revision) != Some(ours.create_revision) {
+            return Ok(Attempt::Busy(self.busy(req, &resp)));
+        }
+        let (ttl, sent) = w
+            .lease
+            .as_ref()
+            .map_or((req.ttl, Instant::now()), |g| (g.ttl, g.refreshed));
+        if ours.mod_revision > ours.create_revision {
+            // Handed over: only the holder before us writes a waiting key, in the write that
+            // freed the lock; its revision is our token (`Entry::token`).
+            let lease = self.lease_of(&Entry::read(ours), &req.key, ttl, sent);
+            self.took(req, id, w.runs, rev);
+            return Ok(Attempt::Granted(Acquired { lease, guard: None }));
+        }
         let mut meta = Meta {
             owner: req.owner.clone(),
             depth: 1,
@@ -269,14 +304,8 @@ impl EtcdStore {
             holder: req.holder.clone(),
         };
         meta.holder.acquired_at_ms = now_ms();
-        let runs = super::runs::last_key(&self.prefix, &req.key);
         let txn = recipe::take_turn(&dir, &key, rev, meta.encode(), &runs);
         let resp = self.client.txn(txn).await?;
-        w.runs = recipe::run_lease(&resp);
-        let (ttl, sent) = w
-            .lease
-            .as_ref()
-            .map_or((req.ttl, Instant::now()), |g| (g.ttl, g.refreshed));
         if resp.succeeded {
             // The token is the revision of this write (`Entry::token` reads it back).
             meta.token = resp.header.map(|h| h.revision as u64);
@@ -285,26 +314,26 @@ impl EtcdStore {
                 meta,
             };
             let lease = self.lease_of(&entry, &req.key, ttl, sent);
-            self.took(req, id, w.runs);
+            self.took(req, id, w.runs, rev);
             return Ok(Attempt::Granted(Acquired { lease, guard: None }));
         }
         if recipe::range_kvs(&resp, 0).is_empty() {
-            // Our key is gone (unlocked by force, or its lease expired): queue again, on
-            // the same lease while it lasts.
             w.queued_at = None;
             return Box::pin(self.enter(req, w)).await;
         }
-        let holder = recipe::range_kvs(&resp, 1)
-            .first()
-            .cloned()
-            .map(Entry::read);
-        let (position, waiters) = recipe::queue_place(&resp);
-        Ok(Attempt::Busy(Busy {
+        Ok(Attempt::Busy(self.busy(req, &resp)))
+    }
+
+    /// What a waiter that found its key learned: the holder and its place.
+    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse) -> Busy {
+        let holder = recipe::range_kvs(resp, 1).first().cloned().map(Entry::read);
+        let (position, waiters) = recipe::queue_place(resp);
+        Busy {
             holder: holder.map(|h| h.info(&req.key, None)),
             position,
             waiters,
             ..Busy::default()
-        }))
+        }
     }
 
     fn client_gone(&self, key: &str) -> Error {
