@@ -8,6 +8,7 @@
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
 //! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
 //!   watching a lock for a release (`dlock wait`).
+//! * [`took`]: the locks this process took, and their release with the record of the run.
 //! * [`tls`]: `etcds://` certificates, from the same variables as `rediss://`.
 //! * [`url`]: `etcd://` and `etcds://` URLs.
 
@@ -18,4 +19,5 @@ pub mod recipe;
 pub mod runs;
 pub mod store;
 pub mod tls;
+pub mod took;
 pub mod url;

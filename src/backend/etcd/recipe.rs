@@ -144,6 +144,15 @@ pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
     }
 }
 
+/// The oldest contender created after revision `rev`: the one a holder whose key was
+/// created at `rev` hands the lock over to.
+pub fn successor(dir: &[u8], rev: i64) -> RangeRequest {
+    RangeRequest {
+        min_create_revision: rev + 1,
+        ..contenders(dir, 1)
+    }
+}
+
 /// How many contenders were created before revision `rev` (all of them when `None`),
 /// counted without reading them.
 pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
@@ -156,14 +165,17 @@ pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
 
 /// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
 /// `tryAcquire`): responses are [put or our key, the oldest contender, how many contend,
-/// how many are ahead of us]. `queued_at`, our key's create revision when we know it, lets
-/// a waiter that finds its key count the contenders ahead of it (a new key is the last).
+/// how many are ahead of us], and last the lease of the lock's run records (`runs`, see
+/// [`run_lease`]), so that the release can write them with no read first. `queued_at`,
+/// our key's create revision when we know it, lets a waiter that finds its key count the
+/// contenders ahead of it (a new key is the last).
 pub fn enter(
     dir: &[u8],
     key: &[u8],
     value: Vec<u8>,
     lease: i64,
     queued_at: Option<i64>,
+    runs: &[u8],
 ) -> TxnRequest {
     let absent = Compare {
         result: CompareResult::Equal as i32,
@@ -190,14 +202,125 @@ pub fn enter(
     if let Some(rev) = queued_at {
         failure.push(op(Request::Range(count_before(dir, Some(rev)))));
     }
+    failure.push(run_lease_range(runs));
     TxnRequest {
         compare: vec![absent],
         success: vec![
             op(Request::Put(put)),
             op(Request::Range(contenders(dir, 1))),
             op(Request::Range(count_before(dir, None))),
+            run_lease_range(runs),
         ],
         failure,
+    }
+}
+
+/// Reads the key `runs` (its lease), without its value.
+fn run_lease_range(runs: &[u8]) -> RequestOp {
+    op(Request::Range(RangeRequest {
+        key: runs.to_vec(),
+        keys_only: true,
+        ..Default::default()
+    }))
+}
+
+/// The lease of the run records, from an [`enter`] or [`take_turn`] answer (0: none yet).
+pub fn run_lease(resp: &TxnResponse) -> i64 {
+    let last = resp.responses.len().saturating_sub(1);
+    range_kvs(resp, last).first().map_or(0, |kv| kv.lease)
+}
+
+/// Where a queued waiter stands, read with no write: the answers of an [`enter`] that
+/// found its key (created at `rev`).
+pub fn standing(dir: &[u8], key: &[u8], rev: i64, runs: &[u8]) -> TxnRequest {
+    TxnRequest {
+        compare: Vec::new(),
+        success: enter(dir, key, Vec::new(), 0, Some(rev), runs).failure,
+        failure: Vec::new(),
+    }
+}
+
+/// A waiter's turn, taken in one write once its predecessors may be gone: if our key (created
+/// at `rev`) is still there and no contender is older, its value becomes `value`, and the
+/// revision of that write is the fencing token (later than any earlier holder's release,
+/// which an `etcdctl lock` holder's token precedes). Otherwise nothing is written, and the
+/// responses are those of an [`enter`] that found our key.
+pub fn take_turn(dir: &[u8], key: &[u8], rev: i64, value: Vec<u8>, runs: &[u8]) -> TxnRequest {
+    let ours = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(rev)),
+        range_end: Vec::new(),
+    };
+    // Every key under `dir` was created at `rev` or later: none is ahead of ours.
+    let first = Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Create as i32,
+        key: dir.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(rev - 1)),
+        range_end: prefix_end(dir),
+    };
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        ignore_lease: true,
+        ..Default::default()
+    };
+    let found = enter(dir, key, Vec::new(), 0, Some(rev), runs);
+    TxnRequest {
+        compare: vec![ours, first],
+        success: vec![op(Request::Put(put)), run_lease_range(runs)],
+        failure: found.failure,
+    }
+}
+
+/// Frees the lock in one write while `key` is still ours, with `records` (puts) written in
+/// the same breath: the records of a run come before the next holder can start.
+///
+/// `next`, the successor's key as read and its new value, hands the lock over: the same
+/// write rewrites that key if it is unchanged, so that its mod revision, the revision of the
+/// release, becomes its token and its owner starts with no write of its own. Refused (our
+/// key gone, or the successor's changed), nothing is written and the answer is our key.
+pub fn release(
+    key: &[u8],
+    mut records: Vec<RequestOp>,
+    next: Option<(&KeyValue, Vec<u8>)>,
+) -> TxnRequest {
+    let mut compare = vec![Compare {
+        result: CompareResult::Greater as i32,
+        target: CompareTarget::Version as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::Version(0)),
+        range_end: Vec::new(),
+    }];
+    if let Some((kv, value)) = next {
+        compare.push(Compare {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Mod as i32,
+            key: kv.key.clone(),
+            target_union: Some(TargetUnion::ModRevision(kv.mod_revision)),
+            range_end: Vec::new(),
+        });
+        records.push(op(Request::Put(PutRequest {
+            key: kv.key.clone(),
+            value,
+            ignore_lease: true,
+            ..Default::default()
+        })));
+    }
+    records.push(op(Request::DeleteRange(DeleteRangeRequest {
+        key: key.to_vec(),
+        ..Default::default()
+    })));
+    TxnRequest {
+        compare,
+        success: records,
+        failure: vec![op(Request::Range(RangeRequest {
+            key: key.to_vec(),
+            keys_only: true,
+            ..Default::default()
+        }))],
     }
 }
 

@@ -8,8 +8,10 @@
 //!
 //! Both keys live on one lease of [`RUN_RECORD_TTL`] per lock name, refreshed by each
 //! write (a keep-alive), so they vanish together 40 days after the last run and leave
-//! no lease behind; a write costs three round trips (read the lease, refresh or grant
-//! it, one transaction with both puts).
+//! no lease behind. The run of a lock this process took is written by its release, in the
+//! transaction that frees it (see [`super::store`]), with the lease the acquisition read and
+//! its keep-alive alongside; any other write costs three round trips (read the lease,
+//! refresh or grant it, one transaction with both puts).
 
 use tokio::sync::Mutex;
 
@@ -38,8 +40,24 @@ pub async fn record(
     name: &str,
     run: &RunRecord,
 ) -> Result<()> {
+    let lease = lease_for(client, keep_alive, &last_key(prefix, name)).await?;
+    let txn = TxnRequest {
+        compare: Vec::new(),
+        success: puts(prefix, name, run, lease),
+        failure: Vec::new(),
+    };
+    client.txn(txn).await.map(drop)
+}
+
+/// The key of `name`'s last run, whose lease the records live on.
+pub fn last_key(prefix: &str, name: &str) -> Vec<u8> {
+    let [last, _] = run_keys(prefix, name);
+    last
+}
+
+/// The puts that keep `run` on `lease`: the last run, and the last success when it is one.
+pub fn puts(prefix: &str, name: &str, run: &RunRecord, lease: i64) -> Vec<RequestOp> {
     let [last, ok] = run_keys(prefix, name);
-    let lease = lease_for(client, keep_alive, &last).await?;
     let value = run.encode().into_bytes();
     let put = |key: Vec<u8>| RequestOp {
         request: Some(Request::Put(PutRequest {
@@ -49,16 +67,11 @@ pub async fn record(
             ..Default::default()
         })),
     };
-    let mut success = vec![put(last)];
+    let mut ops = vec![put(last)];
     if run.succeeded() {
-        success.push(put(ok));
+        ops.push(put(ok));
     }
-    let txn = TxnRequest {
-        compare: Vec::new(),
-        success,
-        failure: Vec::new(),
-    };
-    client.txn(txn).await.map(drop)
+    ops
 }
 
 /// The lease the records of `name` live on (the one `last` has, refreshed), or a new one.
@@ -77,6 +90,11 @@ async fn lease_for(client: &Client, keep_alive: &Mutex<KeepAlive>, last: &[u8]) 
     if old != 0 && keep_alive.lock().await.once(old).await? > 0 {
         return Ok(old);
     }
+    grant(client).await
+}
+
+/// A new lease for the records of a name.
+pub async fn grant(client: &Client) -> Result<i64> {
     Ok(client.grant(RUN_RECORD_TTL.as_secs() as i64).await?.id)
 }
 

@@ -3,10 +3,19 @@
 //! Each acquisition has its own lease (the waiter's key lives on it, and becomes the
 //! holder's key); a waiter watches only the deletion of the contender just before it.
 //! The fencing token is the revision at which the holder acquired: its key's create
-//! revision when it took a free lock, else the revision of the write that records the token
-//! once its predecessors are gone (later than any earlier holder's release).
+//! revision when it took a free lock, else the revision of the write that handed it over
+//! or took its turn once its predecessors were gone (no earlier than the previous holder's
+//! release).
+//!
+//! Round trips of one `exec` on a free lock: the lease grant and the transaction that
+//! creates the key, sent together; at the end, a read of the next waiter, one transaction
+//! that writes the run's record and deletes the key (the lock is free from there), then the
+//! revoke of the lease. That transaction also hands the lock over to the next waiter if it
+//! is dlock's: it rewrites the waiter's key, whose mod revision, the release's, becomes its
+//! token, so that the waiter, woken by the deletion, holds after one read and no write; a
+//! waiter not handed the lock (after `etcdctl lock`, or a waiter that left) takes its turn
+//! with one write.
 
-use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -15,6 +24,7 @@ use tokio::sync::Mutex;
 use super::client::{prefix_end, Client, KeepAlive};
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
+use super::took::Took;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
@@ -24,12 +34,12 @@ use crate::error::{Error, Result};
 pub struct EtcdStore {
     pub(super) client: Client,
     pub(super) name: String,
-    prefix: String,
+    pub(super) prefix: String,
     /// Renewals of any lease go through one keep-alive stream.
-    keep_alive: Mutex<KeepAlive>,
-    /// The leases of the locks this process took, by key and owner (the last few): a whole
-    /// release of one of them is a revoke, with no read of the lock first.
-    took: std::sync::Mutex<Vec<(String, String, i64)>>,
+    pub(super) keep_alive: Mutex<KeepAlive>,
+    /// The locks this process took (the last few): a whole release of one of them needs
+    /// no read of the lock first.
+    pub(super) took: std::sync::Mutex<Vec<Took>>,
 }
 
 /// One acquisition: its lease and, once queued, its key's create revision.
@@ -37,6 +47,8 @@ pub struct EtcdStore {
 pub struct EtcdWaiter {
     lease: Option<Granted>,
     queued_at: Option<i64>,
+    /// The lease of the lock's run records, as the last attempt read it.
+    runs: i64,
 }
 
 struct Granted {
@@ -55,7 +67,7 @@ pub fn whole_seconds(ttl: Duration) -> i64 {
     secs.max(1) as i64
 }
 
-fn lease_not_found(e: &Error) -> bool {
+pub(super) fn lease_not_found(e: &Error) -> bool {
     e.to_string().contains("lease not found")
 }
 
@@ -168,6 +180,9 @@ impl EtcdStore {
 
     /// Takes the key or queues for it, on a granted lease.
     async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
+        if let (Some(rev), Some(g)) = (w.queued_at, &w.lease) {
+            return self.take_turn(req, w, rev, g.id).await;
+        }
         let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
@@ -178,8 +193,10 @@ impl EtcdStore {
             holder: req.holder.clone(),
         };
         meta.holder.acquired_at_ms = now_ms();
-        let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at);
+        let runs = super::runs::last_key(&self.prefix, &req.key);
+        let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at, &runs);
         let resp = self.granted_txn(req, w, id, txn).await?;
+        w.runs = recipe::run_lease(&resp);
         let (ttl, sent) = w.lease.as_ref().map(|g| (g.ttl, g.refreshed)).unzip();
         let (ttl, sent) = (ttl.unwrap_or(req.ttl), sent.unwrap_or_else(Instant::now));
         let rev = resp.header.as_ref().map_or(0, |h| h.revision);
@@ -215,7 +232,7 @@ impl EtcdStore {
                     ..KeyValue::default()
                 };
                 let lease = self.lease_of(&Entry::read(kv), &req.key, ttl, sent);
-                self.took(req, id);
+                self.took(req, id, w.runs, rev);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
             _ => {
@@ -233,9 +250,89 @@ impl EtcdStore {
                     meta,
                 };
                 let lease = self.lease_of(&entry, &req.key, ttl, sent);
-                self.took(req, id);
+                self.took(req, id, w.runs, ours);
                 Ok(Attempt::Granted(Acquired { lease, guard: None }))
             }
+        }
+    }
+
+    /// A queued waiter's attempt, once its key (created at `rev`) may be the oldest: read
+    /// where it stands; handed the lock over by the holder before it (see
+    /// [`recipe::release`]), it holds with no write; first without that (the one before was
+    /// `etcdctl lock`'s, or left the line), it takes its turn with one write
+    /// ([`recipe::take_turn`]); else it waits on, with nothing written.
+    async fn take_turn(
+        &self,
+        req: &AcquireRequest,
+        w: &mut EtcdWaiter,
+        rev: i64,
+        id: i64,
+    ) -> Result<Attempt> {
+        let dir = self.dir(&req.key);
+        let key = recipe::contender_key(&dir, id);
+        let runs = super::runs::last_key(&self.prefix, &req.key);
+        let resp = self
+            .client
+            .txn(recipe::standing(&dir, &key, rev, &runs))
+            .await?;
+        w.runs = recipe::run_lease(&resp);
+        let Some(ours) = recipe::range_kvs(&resp, 0).first().cloned() else {
+            // Our key is gone (unlocked by force, or its lease expired): queue again, on
+            // the same lease while it lasts.
+            w.queued_at = None;
+            return Box::pin(self.enter(req, w)).await;
+        };
+        let first = recipe::range_kvs(&resp, 1).first();
+        if first.map(|f| f.create_revision) != Some(ours.create_revision) {
+            return Ok(Attempt::Busy(self.busy(req, &resp)));
+        }
+        let (ttl, sent) = w
+            .lease
+            .as_ref()
+            .map_or((req.ttl, Instant::now()), |g| (g.ttl, g.refreshed));
+        if ours.mod_revision > ours.create_revision {
+            // Handed over: only the holder before us writes a waiting key, in the write that
+            // freed the lock; its revision is our token (`Entry::token`).
+            let lease = self.lease_of(&Entry::read(ours), &req.key, ttl, sent);
+            self.took(req, id, w.runs, rev);
+            return Ok(Attempt::Granted(Acquired { lease, guard: None }));
+        }
+        let mut meta = Meta {
+            owner: req.owner.clone(),
+            depth: 1,
+            token: None,
+            holder: req.holder.clone(),
+        };
+        meta.holder.acquired_at_ms = now_ms();
+        let txn = recipe::take_turn(&dir, &key, rev, meta.encode(), &runs);
+        let resp = self.client.txn(txn).await?;
+        if resp.succeeded {
+            // The token is the revision of this write (`Entry::token` reads it back).
+            meta.token = resp.header.map(|h| h.revision as u64);
+            let entry = Entry {
+                kv: KeyValue::default(),
+                meta,
+            };
+            let lease = self.lease_of(&entry, &req.key, ttl, sent);
+            self.took(req, id, w.runs, rev);
+            return Ok(Attempt::Granted(Acquired { lease, guard: None }));
+        }
+        if recipe::range_kvs(&resp, 0).is_empty() {
+            w.queued_at = None;
+            return Box::pin(self.enter(req, w)).await;
+        }
+        Ok(Attempt::Busy(self.busy(req, &resp)))
+    }
+
+    /// What a waiter that found its key learned: the holder and its place.
+    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse) -> Busy {
+        let holder = recipe::range_kvs(resp, 1).first().cloned().map(Entry::read);
+        let (position, waiters) = recipe::queue_place(resp);
+        Busy {
+            holder: holder.map(|h| h.info(&req.key, None)),
+            position,
+            waiters,
+            ..Busy::default()
         }
     }
 
@@ -398,9 +495,9 @@ impl LockStore for EtcdStore {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        if let (ReleaseMode::All, Some(lease)) = (mode, self.took_lease(key, owner)) {
+        if let (ReleaseMode::All, Some(took)) = (mode, self.took_lease(key, owner)) {
             // The lease that took the lock holds it until it is revoked or expires.
-            if !self.client.revoke_found(lease).await? {
+            if !self.release_with_record(key, &took).await? {
                 return Err(Error::lease_gone("release", key, &self.name));
             }
             return Ok(Released {
@@ -478,6 +575,11 @@ impl LockStore for EtcdStore {
 
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
         let lease = &acquired.lease;
+        if let Err(e) = self.write_kept_record(&lease.key, &lease.owner).await {
+            let key = lease.key.as_str();
+            log::warn!(target: "dlock", event = "record_failed", key = key;
+                "could not record the run of '{key}' on {}: {e}", self.name);
+        }
         self.linger_key(&lease.key, &lease.owner, left).await
     }
 
@@ -485,8 +587,14 @@ impl LockStore for EtcdStore {
         self.watch_keys(keys, pause).await
     }
 
+    /// The run of a lock this process took, and still holds, is kept for its release,
+    /// which writes it in the transaction that frees the lock: still before the next
+    /// holder's, and one write fewer. Any other run is written at once.
     async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
-        super::runs::record(&self.client, &self.keep_alive, &self.prefix, key, run).await
+        if !run.lease_lost && self.keep_record(key, run) {
+            return Ok(());
+        }
+        self.record_now(key, run).await
     }
 
     async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
@@ -495,23 +603,6 @@ impl LockStore for EtcdStore {
 }
 
 impl EtcdStore {
-    /// Notes that lease `id` took `req.key` for `req.owner`.
-    fn took(&self, req: &AcquireRequest, id: i64) {
-        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
-        took.retain(|(k, o, _)| (k, o) != (&req.key, &req.owner));
-        if took.len() >= 16 {
-            took.remove(0);
-        }
-        took.push((req.key.clone(), req.owner.clone(), id));
-    }
-
-    /// The lease that took `key` for `owner` in this process, forgotten as it is asked for.
-    fn took_lease(&self, key: &str, owner: &str) -> Option<i64> {
-        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
-        let i = took.iter().position(|(k, o, _)| k == key && o == owner)?;
-        Some(took.remove(i).2)
-    }
-
     /// The names of every lock under the prefix, told from other keys by their shape.
     async fn lock_names(&self) -> Result<Vec<String>> {
         let start = if self.prefix.is_empty() {

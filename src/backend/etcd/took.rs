@@ -1,0 +1,142 @@
+//! The locks this process took, kept so that their release needs no read first: an `exec`
+//! frees its lock in one transaction that also writes the record of its run (one Raft
+//! write fewer than writing it apart, and still before the next holder's), then revokes
+//! the lease, on which nothing is left.
+
+use std::sync::PoisonError;
+
+use super::proto::KeyValue;
+use super::recipe::{self, Meta};
+use super::store::{lease_not_found, EtcdStore};
+use crate::backend::{now_ms, AcquireRequest, RunRecord};
+use crate::error::Result;
+
+/// A lock this process took.
+pub struct Took {
+    pub key: String,
+    pub owner: String,
+    /// The lease its key is on.
+    pub lease: i64,
+    /// Its key's create revision.
+    pub created: i64,
+    /// The lease of the lock's run records when it was taken (0: none).
+    pub runs: i64,
+    /// The record of its run, kept for the release to write (see [`LockStore::record_run`](crate::backend::store::LockStore::record_run)).
+    pub record: Option<RunRecord>,
+}
+
+impl EtcdStore {
+    /// Notes that lease `id` took `req.key` for `req.owner`; `runs` is the lease of the
+    /// lock's run records, `created` our key's create revision.
+    pub(super) fn took(&self, req: &AcquireRequest, id: i64, runs: i64, created: i64) {
+        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+        took.retain(|t| (&t.key, &t.owner) != (&req.key, &req.owner));
+        if took.len() >= 16 {
+            took.remove(0);
+        }
+        took.push(Took {
+            key: req.key.clone(),
+            owner: req.owner.clone(),
+            lease: id,
+            created,
+            runs,
+            record: None,
+        });
+    }
+
+    /// The lock `key` this process took for `owner`, forgotten as it is asked for.
+    pub(super) fn took_lease(&self, key: &str, owner: &str) -> Option<Took> {
+        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+        let i = took.iter().position(|t| t.key == key && t.owner == owner)?;
+        Some(took.remove(i))
+    }
+
+    /// Keeps `run` for the release of `key` when this process took it for the run's
+    /// owner; false when it did not (the run is then written at once).
+    pub(super) fn keep_record(&self, key: &str, run: &RunRecord) -> bool {
+        let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+        match took
+            .iter_mut()
+            .find(|t| t.key == key && t.owner == run.owner)
+        {
+            Some(t) => {
+                t.record = Some(run.clone());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes the record kept for `owner`'s run on `key`, if any, on its own.
+    pub(super) async fn write_kept_record(&self, key: &str, owner: &str) -> Result<()> {
+        let run = {
+            let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
+            let t = took.iter_mut().find(|t| t.key == key && t.owner == owner);
+            t.and_then(|t| t.record.take())
+        };
+        match run {
+            Some(run) => self.record_now(key, &run).await,
+            None => Ok(()),
+        }
+    }
+
+    pub(super) async fn record_now(&self, key: &str, run: &RunRecord) -> Result<()> {
+        super::runs::record(&self.client, &self.keep_alive, &self.prefix, key, run).await
+    }
+
+    /// Frees `key`, which lease `t.lease` took, writing the run kept for it in the same
+    /// transaction, and hands it over to the next waiter if dlock's (see
+    /// [`recipe::release`]); the lease is revoked after. False when the key was no longer
+    /// there.
+    pub(super) async fn release_with_record(&self, key: &str, t: &Took) -> Result<bool> {
+        let Some(run) = &t.record else {
+            return self.client.revoke_found(t.lease).await;
+        };
+        let dir = self.dir(key);
+        let ours = recipe::contender_key(&dir, t.lease);
+        let refresh = async {
+            // The records vanish RUN_RECORD_TTL after the last run: each run refreshes them.
+            if t.runs != 0 {
+                let _ = self.keep_alive.lock().await.once(t.runs).await;
+            }
+        };
+        let (next, ()) = tokio::join!(
+            self.client.range(recipe::successor(&dir, t.created)),
+            refresh
+        );
+        let next = next?.kvs.into_iter().next().and_then(|kv| {
+            // Only a waiter for this very lock (not for a lock named below it, `key/…`), and
+            // dlock's: an `etcdctl lock` key (no JSON) is left alone, its owner takes its turn.
+            if kv.key.get(dir.len()..)?.contains(&b'/') {
+                return None;
+            }
+            let mut meta = serde_json::from_slice::<Meta>(&kv.value).ok()?;
+            meta.token = None;
+            meta.holder.acquired_at_ms = now_ms();
+            Some((kv, meta.encode()))
+        });
+        let mut runs = t.runs;
+        if runs == 0 {
+            runs = super::runs::grant(&self.client).await?;
+        }
+        let txn = |runs, next: Option<&(KeyValue, Vec<u8>)>| {
+            let records = super::runs::puts(&self.prefix, key, run, runs);
+            recipe::release(&ours, records, next.map(|(kv, v)| (kv, v.clone())))
+        };
+        let mut freed = match self.client.txn(txn(runs, next.as_ref())).await {
+            // The records' lease expired since the acquisition read it.
+            Err(e) if lease_not_found(&e) => {
+                runs = super::runs::grant(&self.client).await?;
+                self.client.txn(txn(runs, next.as_ref())).await?
+            }
+            other => other?,
+        };
+        if !freed.succeeded && next.is_some() && !recipe::range_kvs(&freed, 0).is_empty() {
+            // Still ours, but the next waiter left meanwhile: freed without a hand-over.
+            freed = self.client.txn(txn(runs, None)).await?;
+        }
+        // Nothing is on the lease any more when the key was freed; else it is ours to end.
+        let revoked = self.client.revoke_found(t.lease).await;
+        Ok(freed.succeeded || revoked?)
+    }
+}
