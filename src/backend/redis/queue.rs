@@ -20,9 +20,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::PubSub;
 use redis::{Cmd, Value};
 
+use super::conn::Conn;
 use super::keys::Keys;
 use super::lease::{Attempt, Join, QueueArgs};
 use super::reply::holder_json;
@@ -49,9 +50,9 @@ pub struct Waiter {
     /// have been granted: leaving undoes both.
     queued: bool,
     /// The shared connection, as of the last attempt.
-    conn: MultiplexedConnection,
+    conn: Conn,
     /// The connection this waiter blocks on when the backend is not exclusive.
-    blocking: Option<MultiplexedConnection>,
+    blocking: Option<Conn>,
     /// The pub/sub connection of an unfair waiter, once subscribed (in a mutex only so
     /// that the waiter is `Sync`; one task uses it).
     wakeups: Mutex<Option<PubSub>>,
@@ -130,7 +131,7 @@ impl Drop for Waiter {
 
 /// Runs the leave script for waiter `id` of request `owner`.
 async fn leave_queue(
-    mut conn: MultiplexedConnection,
+    mut conn: Conn,
     keys: &Keys,
     id: &str,
     owner: &str,
@@ -185,13 +186,13 @@ impl Pause {
 struct Blocked<'a> {
     backend: &'a RedisBackend,
     /// The waiter's own connection; `None` when the shared one is blocked.
-    own: Option<MultiplexedConnection>,
+    own: Option<Conn>,
     armed: bool,
 }
 
 impl Blocked<'_> {
     /// The server answered: the connection is free again. Returns the waiter's own.
-    fn answered(mut self) -> Option<MultiplexedConnection> {
+    fn answered(mut self) -> Option<Conn> {
         self.armed = false;
         self.own.take()
     }
@@ -212,7 +213,7 @@ fn granted(lease: crate::backend::Lease) -> store::Attempt {
 
 impl RedisBackend {
     /// The state of a new acquisition: a fresh waiter id, not queued yet.
-    pub(super) fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
+    pub(super) fn waiter(&self, req: &AcquireRequest, conn: Conn) -> Waiter {
         Waiter {
             id: crate::holder::new_owner_id(), // a waiter id is as random as an owner id
             owner: req.owner.clone(),
@@ -294,7 +295,7 @@ impl RedisBackend {
         let own = match (waiter.blocking.take(), exclusive) {
             (_, true) => None,
             (Some(conn), false) => Some(conn),
-            (None, false) => Some(self.server.open(&self.client().await?).await?),
+            (None, false) => Some(self.open_own().await?),
         };
         let mut conn = own.clone().unwrap_or_else(|| waiter.conn.clone());
         let pipe = self.wake_pipe(req, waiter, pause);
