@@ -17,6 +17,8 @@
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
+//! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
+//!   replica promoted) while `exec` runs.
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
@@ -54,6 +56,7 @@ mod etcd_cluster;
 mod etcd_interop;
 mod memcached;
 mod postgres;
+mod redis_cluster;
 mod redis_faults;
 mod unanswered;
 mod zookeeper;
