@@ -1,5 +1,5 @@
 //! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true` (local store,
-//! Redis, memcached, ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
+//! Redis, a Redis Cluster, memcached, ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
 //! `redis-cli PING` and the spawn of `true` alone.
 
 use std::ffi::{OsStr, OsString};
@@ -149,9 +149,11 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     ];
     let metrics = ctx.file("exec.prom");
     let memcached = ctx.memcached();
+    let cluster = ctx.redis_cluster();
     for (label, store, with_metrics) in [
         ("local", Ok(local.clone()), false),
         ("redis", redis.clone(), false),
+        ("redis-cluster", cluster, false),
         ("memcached", memcached, false),
         ("zookeeper", zookeeper, false),
         ("local", Ok(local), true),

@@ -23,9 +23,15 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts and joins six nodes, waiting until the cluster serves every slot.
     pub fn start() -> RedisCluster {
+        Self::start_with(|_| {})
+    }
+
+    /// [`RedisCluster::start`], with `prepare` applied to each node's command (the bench
+    /// makes the nodes die with it).
+    pub fn start_with(prepare: fn(&mut Command)) -> RedisCluster {
         let mut last = String::new();
         for _ in 0..3 {
-            let nodes: Vec<RedisServer> = (0..6).map(|_| start_node()).collect();
+            let nodes: Vec<RedisServer> = (0..6).map(|_| start_node(prepare)).collect();
             let cluster = RedisCluster { nodes };
             match cluster.create() {
                 Ok(()) => return cluster,
@@ -138,7 +144,7 @@ fn addr(port: u16) -> String {
 }
 
 /// One cluster-mode node on a free port, its bus on another.
-fn start_node() -> RedisServer {
+fn start_node(prepare: fn(&mut Command)) -> RedisServer {
     let mut last = String::new();
     for _ in 0..5 {
         let bus = free_port().to_string();
@@ -152,7 +158,7 @@ fn start_node() -> RedisServer {
             "--cluster-node-timeout",
             NODE_TIMEOUT_MS,
         ];
-        match RedisServer::try_start_in(&args, &std::env::temp_dir(), |_| {}) {
+        match RedisServer::try_start_in(&args, &std::env::temp_dir(), prepare) {
             Ok(node) => return node,
             Err(e) => last = e,
         }
