@@ -207,3 +207,38 @@ fn a_replica_promoted_while_exec_runs_never_runs_two_holders() {
         assert_eq!(c.nodes[r].cli(&["CLUSTER", "FAILOVER"]), "OK");
     });
 }
+
+/// `status` with no key lists the held locks of every master, and a named key on each.
+#[test]
+fn status_lists_locks_on_every_master() {
+    let store = Store::redis_cluster();
+    let c = cluster(&store);
+    let dir = tempfile::tempdir().unwrap();
+    // One key per master, found by asking the cluster where each candidate's slot lives.
+    let mut keys: Vec<(String, u16)> = Vec::new();
+    for i in 0..100 {
+        let key = format!("job-{i}");
+        let port = c.master_of(&format!("dlock:{{{key}}}:lease")).port;
+        if !keys.iter().any(|(_, p)| *p == port) {
+            keys.push((key, port));
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(keys.len(), 3, "keys on three masters: {keys:?}");
+    let _holders: Vec<Reaped> = keys
+        .iter()
+        .map(|(key, _)| Reaped(hold(&store, key, "30s", dir.path()).0))
+        .collect();
+    let out = store.dlock().args(["status", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed: Vec<String> = support::text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["key"].as_str().unwrap().to_string())
+        .collect();
+    let mut want: Vec<String> = keys.into_iter().map(|(k, _)| k).collect();
+    want.sort();
+    assert_eq!(listed, want);
+}
