@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use crate::support::{self, alive, send_signal, wait_exit, wait_for, Reaped, RedisCluster, Store};
 
+/// Makes a `dlock` command pointed at the store under test.
+pub(crate) type Dlock<'a> = &'a dyn Fn() -> std::process::Command;
+
 fn cluster(store: &Store) -> &RedisCluster {
     match store {
         Store::RedisCluster(c) => c,
@@ -24,13 +27,12 @@ fn hold(store: &Store, key: &str, ttl: &str, dir: &Path) -> (Child, u32) {
 /// A second `exec` of `key` that waits for it and, once it runs, records whether the first
 /// holder's command (`first`) was still alive: `overlap` is written only if it was; `name`
 /// is written when it ran.
-fn contender(store: &Store, key: &str, first: u32, dir: &Path, name: &str) -> Reaped {
+pub(crate) fn contender(dlock: Dlock, key: &str, first: u32, dir: &Path, name: &str) -> Reaped {
     let script = format!(
         "if kill -0 {first} 2>/dev/null; then echo both > '{d}/overlap'; fi; echo ran > '{d}/{name}'",
         d = dir.display()
     );
-    let child = store
-        .dlock()
+    let child = dlock()
         .args([
             "exec",
             key,
@@ -144,30 +146,39 @@ fn master_lost_while_exec_runs(ttl: &str, lose: impl FnOnce(&RedisCluster, usize
     let key = "failover";
     let lease = format!("dlock:{{{key}}}:lease");
     let (dlock, pid) = hold(&store, key, ttl, dir.path());
-    let mut dlock = Reaped(dlock);
+    let dlock = Reaped(dlock);
     let master = c.master_of(&lease);
     // The lease is on the replica before the master goes.
     assert_eq!(master.cli(&["WAIT", "1", "5000"]), "1", "replica in sync");
     let (m, r) = (c.index_of(master.port), c.replica_of(master.port));
     // A waiter queued on the master that goes: it may ride out the failover, or give up
     // (exit 69) when the failover outlasts its request timeout; it never overlaps.
-    let mut early = contender(&store, key, pid, dir.path(), "early");
+    let early = contender(&|| store.dlock(), key, pid, dir.path(), "early");
     std::thread::sleep(Duration::from_millis(300)); // the waiter queues
     lose(c, m, r);
     let promoted = wait_for(Duration::from_secs(30), || {
         c.nodes[r].cli(&["ROLE"]).starts_with("master")
     });
     assert!(promoted, "the replica was not promoted");
-    let _late = contender(&store, key, pid, dir.path(), "late");
+    settle(&|| store.dlock(), dlock, pid, dir.path(), early);
+}
+
+/// After a failover: either the lease survived (the command still runs; no waiter ran) and
+/// the command is ended now, or dlock killed it with exit 79. Then a waiter started after
+/// the failover runs, the one queued before it has run or given up (exit 69), and no two
+/// commands ever ran at once. Says which case it met.
+pub(crate) fn settle(cmd: Dlock, mut dlock: Reaped, pid: u32, dir: &Path, mut early: Reaped) {
+    let key = "failover";
+    let _late = contender(cmd, key, pid, dir, "late");
     // Past the promotion and several TTLs: the case is settled one way or the other.
     let settled = wait_exit(&mut dlock.0, Duration::from_secs(8));
-    let ran = dir.path().join("late");
-    let overlap = dir.path().join("overlap");
+    let ran = dir.join("late");
+    let overlap = dir.join("overlap");
     match settled {
         None => {
             eprintln!("case met: the lease survived on the promoted replica");
             assert!(alive(pid), "the command must still run");
-            let early_ran = dir.path().join("early").exists();
+            let early_ran = dir.join("early").exists();
             assert!(
                 !ran.exists() && !early_ran,
                 "a waiter ran while the lease was held"
