@@ -2,7 +2,8 @@
 //! Sentinels on loopback; the master killed while a lock is held and a waiter queues. dlock
 //! looks the master up again when its connection breaks, so it reaches the promoted replica;
 //! either the lease survived there (it was replicated: the test waits for that) or the
-//! command is killed with exit 79, and never do two commands run at once.
+//! command is killed with exit 79; the waiter keeps trying through the failover and runs
+//! after the holder; never do two commands run at once.
 
 use std::time::Duration;
 

@@ -89,6 +89,12 @@ impl RedisBackend {
         self.endpoint.open(&self.server).await
     }
 
+    /// True when the master may change under us (Sentinel, Cluster): a failure to reach it
+    /// may be a failover in progress.
+    pub(super) fn fails_over(&self) -> bool {
+        !matches!(self.endpoint, Endpoint::Direct(_))
+    }
+
     /// Drops the shared connection: the next request opens another.
     pub(super) fn forget_conn(&self) {
         *self.lock_conn() = None;
