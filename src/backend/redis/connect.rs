@@ -1,6 +1,7 @@
 //! Reaching the server: URLs (`redis://`, `rediss://`, `redis+unix://`,
-//! `redis+sentinel://`, `redis+cluster://` (see `cluster.rs`)), TLS material, Sentinel, the timing knobs, and the one-line
-//! errors that name the server and never its password.
+//! `redis+sentinel://`, and `redis+cluster://` through `cluster.rs`), TLS material,
+//! Sentinel, the timing knobs, and the one-line errors that name the server and never its
+//! password.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
