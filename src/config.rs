@@ -104,12 +104,54 @@ pub struct SentinelUrl {
 /// Parses a Sentinel URL (see [`SentinelUrl`]).
 pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
     let bad = |why: &str| Error::Usage(format!("invalid Sentinel URL {}: {why}", redact_url(url)));
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
-    let tls = match scheme {
-        "redis+sentinel" => false,
-        "rediss+sentinel" => true,
+    let tls = match url.split_once("://").map(|(s, _)| s) {
+        Some("redis+sentinel") => false,
+        Some("rediss+sentinel") => true,
         _ => return Err(bad("the scheme must be redis+sentinel or rediss+sentinel")),
     };
+    let hosts = parse_host_list(url, SENTINEL_PORT, "Sentinel").map_err(|why| bad(&why))?;
+    let mut segments = hosts.path.split('/').filter(|s| !s.is_empty());
+    let service = segments
+        .next()
+        .ok_or_else(|| bad("no master name (redis+sentinel://HOST:PORT/MASTER)"))?;
+    let service = percent_decode(service).ok_or_else(|| bad("bad escape in the master name"))?;
+    let db = match segments.next() {
+        None => 0,
+        Some(d) => d.parse().map_err(|_| bad(&format!("bad database '{d}'")))?,
+    };
+    if segments.next().is_some() {
+        return Err(bad("expected /MASTER or /MASTER/DB after the hosts"));
+    }
+    Ok(SentinelUrl {
+        tls,
+        insecure: hosts.insecure,
+        nodes: hosts.nodes,
+        service,
+        db,
+        username: hosts.username,
+        password: hosts.password,
+    })
+}
+
+/// The parts of `scheme://[user[:password]@]host[:port][,host[:port]...][/PATH][#insecure]`
+/// (a query is ignored), as Sentinel and Cluster URLs share them.
+pub(crate) struct HostList {
+    pub(crate) nodes: Vec<(String, u16)>,
+    /// What follows the hosts' `/`, unparsed.
+    pub(crate) path: String,
+    pub(crate) insecure: bool,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+/// Parses the hosts and credentials of `url` (see [`HostList`]); `what` names a host in the
+/// reason given when the URL is bad.
+pub(crate) fn parse_host_list(
+    url: &str,
+    default_port: u16,
+    what: &str,
+) -> std::result::Result<HostList, String> {
+    let (_scheme, rest) = url.split_once("://").ok_or("no scheme")?;
     let (rest, fragment) = rest.split_once('#').unwrap_or((rest, ""));
     let rest = rest.split_once('?').map_or(rest, |(r, _query)| r);
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -124,9 +166,9 @@ pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
                 Some((user, pass)) => (user, Some(pass)),
                 None => (u, None),
             };
-            let user = percent_decode(user).ok_or_else(|| bad("bad escape in the user"))?;
+            let user = percent_decode(user).ok_or("bad escape in the user")?;
             let pass = pass
-                .map(|p| percent_decode(p).ok_or_else(|| bad("bad escape in the password")))
+                .map(|p| percent_decode(p).ok_or("bad escape in the password"))
                 .transpose()?;
             (
                 Some(user).filter(|u| !u.is_empty()),
@@ -137,7 +179,7 @@ pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
     let mut nodes = Vec::new();
     for node in hosts.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let (host, port) = if let Some(v6) = node.strip_prefix('[') {
-            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
+            let (host, after) = v6.split_once(']').ok_or("unclosed '['")?;
             (host, after.strip_prefix(':'))
         } else {
             match node.rsplit_once(':') {
@@ -146,35 +188,21 @@ pub fn parse_sentinel_url(url: &str) -> Result<SentinelUrl> {
             }
         };
         if host.is_empty() {
-            return Err(bad("a Sentinel host is empty"));
+            return Err(format!("a {what} host is empty"));
         }
         let port = match port {
-            None => SENTINEL_PORT,
-            Some(p) => p.parse().map_err(|_| bad(&format!("bad port '{p}'")))?,
+            None => default_port,
+            Some(p) => p.parse().map_err(|_| format!("bad port '{p}'"))?,
         };
         nodes.push((host.to_string(), port));
     }
     if nodes.is_empty() {
-        return Err(bad("no Sentinel host"));
+        return Err(format!("no {what} host"));
     }
-    let mut segments = path.split('/').filter(|s| !s.is_empty());
-    let service = segments
-        .next()
-        .ok_or_else(|| bad("no master name (redis+sentinel://HOST:PORT/MASTER)"))?;
-    let service = percent_decode(service).ok_or_else(|| bad("bad escape in the master name"))?;
-    let db = match segments.next() {
-        None => 0,
-        Some(d) => d.parse().map_err(|_| bad(&format!("bad database '{d}'")))?,
-    };
-    if segments.next().is_some() {
-        return Err(bad("expected /MASTER or /MASTER/DB after the hosts"));
-    }
-    Ok(SentinelUrl {
-        tls,
-        insecure: fragment == "insecure",
+    Ok(HostList {
         nodes,
-        service,
-        db,
+        path: path.to_string(),
+        insecure: fragment == "insecure",
         username,
         password,
     })

@@ -122,7 +122,8 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
 }
 
 /// Takes the store away: the local store's directory cannot be created, a Redis or PostgreSQL
-/// server is killed, two of three Redlock (or memcached quorum) servers are killed, the etcd member, a memcached or
+/// server is killed, every node of a Redis Cluster is killed, two of three Redlock (or memcached
+/// quorum) servers are killed, the etcd member, a memcached or
 /// a ZooKeeper is killed.
 fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
@@ -135,6 +136,10 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
         }
         Store::Redis(server) => {
             server.kill();
+            store.dlock()
+        }
+        Store::RedisCluster(cluster) => {
+            cluster.nodes.iter_mut().for_each(|n| n.kill());
             store.dlock()
         }
         Store::Redlock(servers) => {

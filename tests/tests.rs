@@ -17,6 +17,9 @@
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
+//! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
+//!   replica promoted) while `exec` runs; `redis_sentinel`: a Sentinel failover (1 master,
+//!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues.
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
@@ -57,7 +60,9 @@ mod etcd_interop;
 mod memcached;
 mod memcached_quorum;
 mod postgres;
+mod redis_cluster;
 mod redis_faults;
+mod redis_sentinel;
 mod unanswered;
 mod zookeeper;
 mod zookeeper_interop;

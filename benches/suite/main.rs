@@ -33,13 +33,15 @@ use dlock::backend::BackendSpec;
 use crate::opts::Opts;
 use crate::procs::{handle_signals, interrupted, ROOT};
 use crate::report::{Report, Section};
-use crate::servers::{EtcdServer, Memcached, Redis};
+use crate::servers::{Cluster, EtcdServer, Memcached, Redis};
 
 /// Where a `dlock` command or the library keeps its locks.
 #[derive(Clone)]
 pub enum Store {
     Local(PathBuf),
     Redis(String),
+    /// A `redis+cluster://` URL.
+    RedisCluster(String),
     Memcached(String),
     Zookeeper(String),
     /// An `etcd://` URL.
@@ -54,6 +56,7 @@ impl Store {
         match self {
             Store::Local(_) => "local",
             Store::Redis(_) => "redis",
+            Store::RedisCluster(_) => "redis-cluster",
             Store::Memcached(_) => "memcached",
             Store::Zookeeper(_) => "zookeeper",
             Store::Etcd(_) => "etcd",
@@ -66,6 +69,7 @@ impl Store {
         match self {
             Store::Local(dir) => BackendSpec::Local(dir.clone()),
             Store::Redis(url)
+            | Store::RedisCluster(url)
             | Store::Memcached(url)
             | Store::Zookeeper(url)
             | Store::Etcd(url)
@@ -82,6 +86,7 @@ pub struct Ctx {
     tmp: tempfile::TempDir,
     pub rt: tokio::runtime::Runtime,
     redis: Option<Result<Redis, String>>,
+    redis_cluster: Option<Result<Cluster, String>>,
     etcd: Option<Result<EtcdServer, String>>,
     memcached: Option<Result<Memcached, String>>,
     /// Three Redis servers (Redlock) and three memcached servers (a memcached quorum).
@@ -97,6 +102,14 @@ impl Ctx {
         let r = self.redis.get_or_insert_with(Redis::start);
         r.as_ref()
             .map(|s| Store::Redis(s.url()))
+            .map_err(Clone::clone)
+    }
+
+    /// The Redis Cluster shared by the sections (started on first use).
+    pub fn redis_cluster(&mut self) -> Result<Store, String> {
+        let c = self.redis_cluster.get_or_insert_with(Cluster::start);
+        c.as_ref()
+            .map(|c| Store::RedisCluster(c.url()))
             .map_err(Clone::clone)
     }
 
@@ -208,6 +221,7 @@ pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
     match store {
         Store::Local(dir) => c.env("DLOCK_DIR", dir),
         Store::Redis(url)
+        | Store::RedisCluster(url)
         | Store::Memcached(url)
         | Store::Zookeeper(url)
         | Store::Etcd(url)
@@ -293,6 +307,7 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         tmp,
         rt,
         redis: None,
+        redis_cluster: None,
         etcd: None,
         memcached: None,
         redlock: None,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::procs::{
     die_with_parent, interrupted, run, server_started, server_stopped, temp_dir, which, ROOT,
 };
-use crate::test_servers::{free_port, MemcachedServer, RedisServer};
+use crate::test_servers::{free_port, MemcachedServer, RedisCluster, RedisServer};
 
 /// A redis-server with no persistence; killed on drop.
 pub struct Redis(RedisServer);
@@ -46,6 +46,45 @@ impl Drop for Redis {
         if let Some(pid) = self.0.pid() {
             server_stopped(pid);
         }
+    }
+}
+
+/// A Redis Cluster of six nodes (three masters, three replicas), from the test harness;
+/// killed on drop.
+pub struct Cluster(RedisCluster);
+
+impl Cluster {
+    pub fn start() -> Result<Cluster, String> {
+        if which("redis-server").is_none() || which("redis-cli").is_none() {
+            return Err("redis-server is not installed (apt-get install redis-server)".into());
+        }
+        let start = || {
+            RedisCluster::start_with(|c| {
+                die_with_parent(c);
+            })
+        };
+        let cluster = std::panic::catch_unwind(start)
+            .map_err(|_| "could not start a Redis Cluster".to_string())?;
+        cluster
+            .nodes
+            .iter()
+            .filter_map(|n| n.pid())
+            .for_each(server_started);
+        Ok(Cluster(cluster))
+    }
+
+    pub fn url(&self) -> String {
+        self.0.url()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.0
+            .nodes
+            .iter()
+            .filter_map(|n| n.pid())
+            .for_each(server_stopped);
     }
 }
 

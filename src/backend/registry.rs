@@ -66,6 +66,14 @@ pub static SCHEMES: &[Scheme] = &[
         open: open_redis,
     },
     Scheme {
+        prefixes: &["redis+cluster://", "rediss+cluster://"],
+        help: "redis+cluster://[user:password@]host:port[,host:port…] (any nodes of one Redis Cluster; it follows the slot map), rediss+cluster:// (TLS)",
+        host_list: true,
+        family: "redis-cluster",
+        check: check_redis_cluster,
+        open: open_redis,
+    },
+    Scheme {
         prefixes: &["etcd://", "etcds://"],
         help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
         host_list: true,
@@ -189,6 +197,10 @@ fn no_check(_: &str) -> Result<()> {
 
 fn check_sentinel(url: &str) -> Result<()> {
     parse_sentinel_url(url).map(drop)
+}
+
+fn check_redis_cluster(url: &str) -> Result<()> {
+    redis::check_cluster_url(url)
 }
 
 fn check_etcd(url: &str) -> Result<()> {

@@ -4,13 +4,16 @@
 
 use std::process::Command;
 
-use super::{dlock, EtcdServer, MemcachedServer, PostgresServer, RedisServer, ZkServer};
+use super::{
+    dlock, EtcdServer, MemcachedServer, PostgresServer, RedisCluster, RedisServer, ZkServer,
+};
 
 /// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
 /// three fresh Redis servers (Redlock), or a fresh single-member etcd.
 pub enum Store {
     Local(tempfile::TempDir),
     Redis(RedisServer),
+    RedisCluster(RedisCluster),
     Redlock(Vec<RedisServer>),
     Etcd(EtcdServer),
     Memcached(MemcachedServer),
@@ -29,6 +32,11 @@ impl Store {
     /// A new redis-server.
     pub fn redis() -> Store {
         Store::Redis(RedisServer::start())
+    }
+
+    /// A new Redis Cluster (three masters, three replicas).
+    pub fn redis_cluster() -> Store {
+        Store::RedisCluster(RedisCluster::start())
     }
 
     /// Three new redis-servers, used as a Redlock quorum.
@@ -67,6 +75,7 @@ impl Store {
         match self {
             Store::Local(dir) => c.env("DLOCK_DIR", dir.path()),
             Store::Redis(server) => c.env("DLOCK_URL", server.url()),
+            Store::RedisCluster(cluster) => c.env("DLOCK_URL", cluster.url()),
             Store::Redlock(servers) => {
                 let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
                 c.env("DLOCK_URL", urls.join(","))
@@ -149,6 +158,10 @@ pub mod ttl_unit {
         TENTH
     }
 
+    pub fn redis_cluster() -> Duration {
+        TENTH
+    }
+
     pub fn redlock() -> Duration {
         TENTH
     }
@@ -208,6 +221,18 @@ pub mod factory {
             .await
             .expect("connect to redis");
         (Arc::new(backend), Box::new(server))
+    }
+
+    /// A Redis Cluster of six nodes on free ports, opened through the scheme table.
+    pub async fn redis_cluster() -> (Arc<dyn Backend>, Guard) {
+        let cluster = tokio::task::spawn_blocking(crate::support::RedisCluster::start)
+            .await
+            .expect("start a Redis Cluster");
+        let spec = dlock::backend::BackendSpec::from_urls(&[cluster.url()]).expect("cluster URL");
+        let backend = dlock::backend::open(&spec)
+            .await
+            .expect("connect to the cluster");
+        (backend, Box::new(cluster))
     }
 
     /// Redlock over three Redis servers on free ports.

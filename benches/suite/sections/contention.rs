@@ -113,6 +113,7 @@ fn peers(ctx: &mut Ctx) -> Peers {
     let local = ctx.local("contention");
     let redis = ctx.redis();
     let memcached = ctx.memcached();
+    let cluster = ctx.redis_cluster();
     let lockfile = ctx.file("contention.flock");
     let mut peers: Peers = Vec::new();
     peers.push((
@@ -126,6 +127,7 @@ fn peers(ctx: &mut Ctx) -> Peers {
     for (label, store) in [
         ("local", Ok(local)),
         ("redis", redis),
+        ("redis-cluster", cluster),
         ("memcached", memcached),
     ] {
         let name = format!("dlock exec ({label})");

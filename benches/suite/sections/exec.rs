@@ -1,5 +1,6 @@
 //! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true` (local store,
-//! Redis, memcached, Redlock and a memcached quorum of three servers each, ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
+//! Redis, a Redis Cluster, memcached, Redlock and a memcached quorum of three servers each,
+//! ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
 //! `redis-cli PING` and the spawn of `true` alone.
 
 use std::ffi::{OsStr, OsString};
@@ -151,9 +152,11 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let memcached = ctx.memcached();
     let redlock = ctx.redlock();
     let memcached_quorum = ctx.memcached_quorum();
+    let cluster = ctx.redis_cluster();
     for (label, store, with_metrics) in [
         ("local", Ok(local.clone()), false),
         ("redis", redis.clone(), false),
+        ("redis-cluster", cluster, false),
         ("memcached", memcached, false),
         ("redlock, 3 servers", redlock, false),
         ("memcached quorum, 3 servers", memcached_quorum, false),

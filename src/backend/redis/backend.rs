@@ -4,9 +4,10 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::PubSub;
 use redis::{Client, Cmd, Value};
 
+use super::conn::Conn;
 use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::scripts::{run_script, Lua};
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 pub struct RedisBackend {
     endpoint: Endpoint,
     /// The shared multiplexed connection; `None` after it broke, reopened on next use.
-    conn: Mutex<Option<MultiplexedConnection>>,
+    conn: Mutex<Option<Conn>>,
     pub(super) server: Server,
 }
 
@@ -41,8 +42,7 @@ impl RedisBackend {
             secrets,
             tuning,
         };
-        let client = endpoint.client(&server, true).await?;
-        let conn = server.open(&client).await?;
+        let conn = endpoint.open(&server).await?;
         let backend = RedisBackend {
             endpoint,
             conn: Mutex::new(Some(conn)),
@@ -56,12 +56,11 @@ impl RedisBackend {
     }
 
     /// The shared connection, reopened if it broke.
-    pub(super) async fn conn(&self) -> Result<MultiplexedConnection> {
+    pub(super) async fn conn(&self) -> Result<Conn> {
         if let Some(conn) = self.lock_conn().clone() {
             return Ok(conn);
         }
-        let client = self.endpoint.client(&self.server, true).await?;
-        let conn = self.server.open(&client).await?;
+        let conn = self.endpoint.open(&self.server).await?;
         *self.lock_conn() = Some(conn.clone());
         Ok(conn)
     }
@@ -85,6 +84,17 @@ impl RedisBackend {
         self.endpoint.client(&self.server, false).await
     }
 
+    /// A connection of its own, beside the shared one (a waiter blocks on it).
+    pub(super) async fn open_own(&self) -> Result<Conn> {
+        self.endpoint.open(&self.server).await
+    }
+
+    /// True when the master may change under us (Sentinel, Cluster): a failure to reach it
+    /// may be a failover in progress.
+    pub(super) fn fails_over(&self) -> bool {
+        !matches!(self.endpoint, Endpoint::Direct(_))
+    }
+
     /// Drops the shared connection: the next request opens another.
     pub(super) fn forget_conn(&self) {
         *self.lock_conn() = None;
@@ -95,7 +105,7 @@ impl RedisBackend {
         self.lock_conn().is_some()
     }
 
-    fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+    fn lock_conn(&self) -> std::sync::MutexGuard<'_, Option<Conn>> {
         self.conn
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

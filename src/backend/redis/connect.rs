@@ -1,6 +1,7 @@
 //! Reaching the server: URLs (`redis://`, `rediss://`, `redis+unix://`,
-//! `redis+sentinel://`), TLS material, Sentinel, the timing knobs, and the one-line
-//! errors that name the server and never its password.
+//! `redis+sentinel://`, and `redis+cluster://` through `cluster.rs`), TLS material,
+//! Sentinel, the timing knobs, and the one-line errors that name the server and never its
+//! password.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ use redis::{
     IntoConnectionInfo, RedisError, TlsCertificates, TlsMode,
 };
 
+use super::cluster::{is_cluster_url, Cluster};
+use super::conn::Conn;
 use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
 use crate::env;
 use crate::error::{Error, Result};
@@ -113,9 +116,10 @@ pub(super) fn tls_from_env() -> Result<Option<TlsCertificates>> {
     tls_certificates(ca.as_deref(), cert.as_deref(), key.as_deref())
 }
 
-/// Where the server is: one address, or the master a set of Sentinels names.
+/// Where the server is: one address, the master a set of Sentinels names, or a Cluster.
 pub(super) enum Endpoint {
     Direct(Client),
+    Cluster(Box<Cluster>),
     Sentinel {
         sentinels: Box<tokio::sync::Mutex<SentinelClient>>,
         /// The master found last; looked up again whenever the connection is reopened.
@@ -131,7 +135,11 @@ impl Endpoint {
         tls: Option<TlsCertificates>,
     ) -> Result<(Endpoint, Vec<String>)> {
         let env_password = env_password.filter(|p| !p.is_empty());
-        if is_sentinel_url(url) {
+        if is_cluster_url(url) {
+            let timeout = Tuning::default().connect_timeout;
+            let (cluster, secrets) = Cluster::new(url, env_password, tls, timeout)?;
+            Ok((Endpoint::Cluster(Box::new(cluster)), secrets))
+        } else if is_sentinel_url(url) {
             Endpoint::sentinel(url, env_password, tls)
         } else {
             Endpoint::direct(url, env_password, tls)
@@ -211,11 +219,24 @@ impl Endpoint {
         Ok((endpoint, secrets))
     }
 
-    /// The client to connect with; for Sentinel, the master is looked up again when
-    /// `fresh` (a connection is being (re)opened) or not known yet.
+    /// Opens a connection; for Sentinel, to the master looked up again.
+    pub(super) async fn open(&self, server: &Server) -> Result<Conn> {
+        match self {
+            Endpoint::Cluster(cluster) => cluster.open(server).await.map(Conn::Cluster),
+            _ => {
+                let client = self.client(server, true).await?;
+                server.open(&client).await.map(Conn::Single)
+            }
+        }
+    }
+
+    /// The client of one server (for pub/sub); for Sentinel, the master is looked up again
+    /// when `fresh` (a connection is being (re)opened) or not known yet; for a Cluster, the
+    /// first node listed (a `PUBLISH` reaches every node).
     pub(super) async fn client(&self, server: &Server, fresh: bool) -> Result<Client> {
         match self {
             Endpoint::Direct(client) => Ok(client.clone()),
+            Endpoint::Cluster(cluster) => Ok(cluster.seeds[0].clone()),
             Endpoint::Sentinel { sentinels, master } => {
                 let lock =
                     |m: &Mutex<Option<Client>>| m.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -11,8 +11,8 @@
 
 use std::time::Duration;
 
+use futures_util::future::try_join_all;
 use futures_util::StreamExt;
-use redis::Value;
 
 use super::keys::{lease_key, Keys};
 use super::reply::Reply;
@@ -53,24 +53,24 @@ impl RedisBackend {
             self.call(&what, subscribing).await?;
         }
         let marker_ms = millis((2 * pause).max(MARKER_AT_LEAST));
-        let mut pipe = redis::pipe();
-        for key in keys {
+        let conn = self.conn().await?;
+        // One pipeline per lock: on a Cluster, two locks' keys may live on two masters.
+        let looks = keys.iter().map(|key| {
             let k = Keys::new(key);
+            let mut pipe = redis::pipe();
             pipe.cmd("SET")
                 .arg(&k.unfair)
                 .arg(1)
                 .arg("PX")
-                .arg(marker_ms);
+                .arg(marker_ms)
+                .ignore();
             pipe.cmd("EXISTS").arg(&k.lease);
-        }
-        let mut conn = self.conn().await?;
-        let reply: Value = self.call(&what, pipe.query_async(&mut conn)).await?;
-        let mut r = Reply::new(reply, &self.server.url)?;
-        for _ in keys {
-            let _: Value = r.next()?;
-            if r.next::<i64>()? == 0 {
-                return Ok(()); // already free
-            }
+            let mut conn = conn.clone();
+            async move { pipe.query_async::<(i64,)>(&mut conn).await }
+        });
+        let held = self.call(&what, try_join_all(looks)).await?;
+        if held.iter().any(|(exists,)| *exists == 0) {
+            return Ok(()); // already free
         }
         let mut messages = pubsub.on_message();
         let _ = tokio::time::timeout(pause, messages.next()).await;

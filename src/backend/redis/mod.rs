@@ -1,11 +1,13 @@
 //! The Redis backend: one server, atomic Lua scripts, FIFO waiters woken one at a time.
 //!
 //! Leases live by TTL only: `detached` makes no difference here. A connection that broke
-//! is reopened on the next call; every request has a timeout. The key layout is ready for
-//! Redis Cluster, but the client talks to one node. Waiting is the generic loop's
+//! is reopened on the next call; every request has a timeout. One server, the master
+//! Sentinel names, or a Redis Cluster: every key of a lock shares its hash slot. Waiting is the generic loop's
 //! ([`crate::backend::waiting`]); this store gives it its primitives.
 //!
 //! * `connect.rs`: URLs, TLS, Sentinel, timing knobs, one-line errors without passwords.
+//! * `cluster.rs`: Redis Cluster URLs, the client, and the masters (for listing).
+//! * `conn.rs`: one connection type over a server or a Cluster.
 //! * `backend.rs`: the backend value and its shared connection.
 //! * `keys.rs`: the key layout, and the names of one lock's keys.
 //! * `scripts.rs`: the Lua scripts, sent by hash.
@@ -19,6 +21,8 @@
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation.
 
 mod backend;
+mod cluster;
+mod conn;
 mod connect;
 mod keys;
 mod lease;
@@ -31,5 +35,6 @@ mod status;
 mod store;
 
 pub use self::backend::RedisBackend;
+pub(crate) use self::cluster::check as check_cluster_url;
 pub use self::connect::{connection_info, tls_certificates, Tuning};
 pub(crate) use self::lease::{Attempt, Busy};

@@ -13,6 +13,8 @@
 //! * Unfair waiters (`--no-fair`): the waiter subscribes to the released channel on a
 //!   separate pub/sub connection and tries again at once, so no release can slip between
 //!   the refusal and the subscription, then sleeps until a message or the same timeouts.
+//! * Behind Sentinel or on a Cluster, a fair waiter whose master cannot be reached keeps
+//!   trying for a while (a failover), reconnecting each time, instead of giving up at once.
 //! * Cancel, timeout, or an error leave the queue (a dropped waiter leaves from a spawned
 //!   task); a waiter killed outright drops out when its liveness deadline passes.
 
@@ -20,9 +22,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use redis::aio::{MultiplexedConnection, PubSub};
+use redis::aio::PubSub;
 use redis::{Cmd, Value};
 
+use super::conn::Conn;
 use super::keys::Keys;
 use super::lease::{Attempt, Join, QueueArgs};
 use super::reply::holder_json;
@@ -30,7 +33,14 @@ use super::scripts::{run_script, SCRIPTS};
 use super::RedisBackend;
 use crate::backend::store::{self, Woken};
 use crate::backend::{AcquireRequest, Acquired};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// How long a fair waiter of Sentinel or a Cluster keeps trying while its master cannot be
+/// reached (a failover: Sentinel's `down-after-milliseconds` or the Cluster's
+/// `cluster-node-timeout`, plus an election), before it gives up with the error…
+const FAILOVER_GRACE: Duration = Duration::from_secs(30);
+/// …and how often it tries meanwhile.
+const FAILOVER_RETRY: Duration = Duration::from_millis(250);
 
 /// How long past a `BLPOP` timeout we still wait for the server to answer: Redis checks
 /// blocked clients' timeouts about every 100 ms, not to the millisecond.
@@ -49,15 +59,17 @@ pub struct Waiter {
     /// have been granted: leaving undoes both.
     queued: bool,
     /// The shared connection, as of the last attempt.
-    conn: MultiplexedConnection,
+    conn: Conn,
     /// The connection this waiter blocks on when the backend is not exclusive.
-    blocking: Option<MultiplexedConnection>,
+    blocking: Option<Conn>,
     /// The pub/sub connection of an unfair waiter, once subscribed (in a mutex only so
     /// that the waiter is `Sync`; one task uses it).
     wakeups: Mutex<Option<PubSub>>,
     /// A request failed: the server may not answer, so leaving goes on in the background
     /// instead of making the caller wait for another timeout.
     failed: bool,
+    /// Since when attempts fail (see [`FAILOVER_GRACE`]).
+    failing_since: Option<Instant>,
     limit: Duration,
 }
 
@@ -130,7 +142,7 @@ impl Drop for Waiter {
 
 /// Runs the leave script for waiter `id` of request `owner`.
 async fn leave_queue(
-    mut conn: MultiplexedConnection,
+    mut conn: Conn,
     keys: &Keys,
     id: &str,
     owner: &str,
@@ -185,13 +197,13 @@ impl Pause {
 struct Blocked<'a> {
     backend: &'a RedisBackend,
     /// The waiter's own connection; `None` when the shared one is blocked.
-    own: Option<MultiplexedConnection>,
+    own: Option<Conn>,
     armed: bool,
 }
 
 impl Blocked<'_> {
     /// The server answered: the connection is free again. Returns the waiter's own.
-    fn answered(mut self) -> Option<MultiplexedConnection> {
+    fn answered(mut self) -> Option<Conn> {
         self.armed = false;
         self.own.take()
     }
@@ -212,7 +224,7 @@ fn granted(lease: crate::backend::Lease) -> store::Attempt {
 
 impl RedisBackend {
     /// The state of a new acquisition: a fresh waiter id, not queued yet.
-    pub(super) fn waiter(&self, req: &AcquireRequest, conn: MultiplexedConnection) -> Waiter {
+    pub(super) fn waiter(&self, req: &AcquireRequest, conn: Conn) -> Waiter {
         Waiter {
             id: crate::holder::new_owner_id(), // a waiter id is as random as an owner id
             owner: req.owner.clone(),
@@ -223,12 +235,47 @@ impl RedisBackend {
             blocking: None,
             wakeups: Mutex::new(None),
             failed: false,
+            failing_since: None,
             limit: self.server.tuning.op_timeout,
         }
     }
 
-    /// One acquire attempt of a waiter: one round trip.
+    /// One acquire attempt of a waiter: one round trip. A fair waiter of a store that fails
+    /// over rides a failover out (see [`FAILOVER_GRACE`]).
     pub(super) async fn attempt_as(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Waiter,
+        enqueue: bool,
+    ) -> Result<store::Attempt> {
+        match self.attempt_once(req, waiter, enqueue).await {
+            Err(e) if enqueue && self.fails_over() => self.ride_out(waiter, e).await,
+            reply => {
+                if reply.is_ok() {
+                    waiter.failing_since = None;
+                }
+                reply
+            }
+        }
+    }
+
+    /// An attempt that could not reach the master, counted as refused (the master may be
+    /// failing over) while the failures last less than [`FAILOVER_GRACE`]; the connection
+    /// is reopened for the next attempt, which looks the master up again.
+    async fn ride_out(&self, waiter: &mut Waiter, e: Error) -> Result<store::Attempt> {
+        let since = *waiter.failing_since.get_or_insert_with(Instant::now);
+        if !matches!(e, Error::Unavailable(_)) || since.elapsed() >= FAILOVER_GRACE {
+            return Err(e);
+        }
+        self.forget_conn();
+        tokio::time::sleep(FAILOVER_RETRY).await;
+        Ok(store::Attempt::Busy(store::Busy {
+            retry: Some(FAILOVER_RETRY),
+            ..store::Busy::default()
+        }))
+    }
+
+    async fn attempt_once(
         &self,
         req: &AcquireRequest,
         waiter: &mut Waiter,
@@ -294,7 +341,7 @@ impl RedisBackend {
         let own = match (waiter.blocking.take(), exclusive) {
             (_, true) => None,
             (Some(conn), false) => Some(conn),
-            (None, false) => Some(self.server.open(&self.client().await?).await?),
+            (None, false) => Some(self.open_own().await?),
         };
         let mut conn = own.clone().unwrap_or_else(|| waiter.conn.clone());
         let pipe = self.wake_pipe(req, waiter, pause);

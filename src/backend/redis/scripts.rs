@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, ServerErrorKind, Value};
+
+use super::conn::Conn;
 
 /// A Lua script as sent: `common.lua` in front of its own file, and the SHA1 that
 /// `build.rs` computed from the same text (hashing at run time would add to the start-up of
@@ -29,7 +30,7 @@ macro_rules! lua {
 
 impl Lua {
     /// `SCRIPT LOAD`s the body, for a server that answered `NOSCRIPT`.
-    async fn load(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+    async fn load(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(self.body);
         cmd.query_async::<String>(conn).await.map(drop)
@@ -59,7 +60,7 @@ pub(super) static SCRIPTS: Scripts = Scripts {
 /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
 /// loaded and the call made again, once.
 pub(super) async fn run_script(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
     script: &Lua,
     cmd: &Cmd,
 ) -> redis::RedisResult<Value> {

@@ -1,11 +1,15 @@
 //! Reading state for `status`: the leases and waiters of named keys in pipelines, and
-//! every held lock by one `SCAN MATCH` of the keyspace (never `KEYS`), the leases read by
-//! `HMGET` + `PTTL` pipelines while the scan goes on.
+//! every held lock by one `SCAN MATCH` of the keyspace (never `KEYS`; on a Cluster, of
+//! every master in turn), the leases read by `HMGET` + `PTTL` pipelines while the scan
+//! goes on.
 
 use std::collections::{HashMap, HashSet};
 
+use futures_util::{stream, StreamExt, TryStreamExt};
 use redis::Value;
 
+use super::cluster::masters;
+use super::conn::Conn;
 use super::keys::{lease_key, lock_name, Keys, SCAN_PATTERN};
 use super::reply::{lock_info, parse_holder, Reply, LEASE_FIELDS};
 use super::RedisBackend;
@@ -16,6 +20,8 @@ use crate::error::{Error, Result};
 const SCAN_COUNT: u64 = 10_000;
 /// Locks read per status pipeline.
 const STATUS_CHUNK: usize = 2000;
+/// On a Cluster, locks read at once (one pipeline each).
+const CLUSTER_PARALLEL: usize = 64;
 
 impl RedisBackend {
     /// The state of the named keys, in order; with no key, every held lock.
@@ -36,34 +42,76 @@ impl RedisBackend {
             .collect())
     }
 
+    /// How keys are grouped in pipelines: many per pipeline on one server; on a Cluster one
+    /// lock per pipeline (its keys share a slot, another lock's may not), several at once.
+    fn grouping(conn: &Conn) -> (usize, usize) {
+        if conn.is_cluster() {
+            (1, CLUSTER_PARALLEL)
+        } else {
+            (STATUS_CHUNK, 1)
+        }
+    }
+
     /// The lease of each key (`None` when free), read in pipelines.
     async fn read_leases(&self, keys: &[String]) -> Result<Vec<Option<LockInfo>>> {
-        let mut locks = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(STATUS_CHUNK) {
-            let mut pipe = redis::pipe();
-            for key in chunk {
-                let lease = lease_key(key);
-                pipe.cmd("HMGET").arg(&lease).arg(&LEASE_FIELDS[..]);
-                pipe.cmd("PTTL").arg(&lease);
-            }
-            let mut conn = self.conn().await?;
-            let reply: Value = self
-                .call("cannot read lock status", pipe.query_async(&mut conn))
-                .await?;
-            let mut r = Reply::new(reply, &self.server.url)?;
-            for key in chunk {
-                let fields: Vec<Option<String>> = r.next()?;
-                locks.push(lock_info(key, fields, r.next()?));
-            }
+        let conn = self.conn().await?;
+        let (chunk, parallel) = Self::grouping(&conn);
+        // Futures made first: a closure in `map` would not be `Send` for every lifetime.
+        let reads: Vec<_> = keys
+            .chunks(chunk)
+            .map(|chunk| self.read_lease_chunk(conn.clone(), chunk))
+            .collect();
+        let reads = stream::iter(reads).buffered(parallel);
+        let chunks: Vec<Vec<Option<LockInfo>>> = reads.try_collect().await?;
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
+    async fn read_lease_chunk(
+        &self,
+        mut conn: Conn,
+        chunk: &[String],
+    ) -> Result<Vec<Option<LockInfo>>> {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            let lease = lease_key(key);
+            pipe.cmd("HMGET").arg(&lease).arg(&LEASE_FIELDS[..]);
+            pipe.cmd("PTTL").arg(&lease);
+        }
+        let reply: Value = self
+            .call("cannot read lock status", pipe.query_async(&mut conn))
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        let mut locks = Vec::with_capacity(chunk.len());
+        for key in chunk {
+            let fields: Vec<Option<String>> = r.next()?;
+            locks.push(lock_info(key, fields, r.next()?));
         }
         Ok(locks)
     }
 
-    /// The live waiters of each key, in queue order, in one pipeline.
+    /// The live waiters of each key, in queue order.
     async fn read_waiters(&self, keys: &[String]) -> Result<Vec<Vec<WaiterInfo>>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
+        let conn = self.conn().await?;
+        let (chunk, parallel) = Self::grouping(&conn);
+        // Futures made first: a closure in `map` would not be `Send` for every lifetime.
+        let reads: Vec<_> = keys
+            .chunks(chunk)
+            .map(|chunk| self.read_waiter_chunk(conn.clone(), chunk))
+            .collect();
+        let reads = stream::iter(reads).buffered(parallel);
+        let chunks: Vec<Vec<Vec<WaiterInfo>>> = reads.try_collect().await?;
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
+    /// The live waiters of each key of `keys`, in one pipeline.
+    async fn read_waiter_chunk(
+        &self,
+        mut conn: Conn,
+        keys: &[String],
+    ) -> Result<Vec<Vec<WaiterInfo>>> {
         let mut pipe = redis::pipe();
         pipe.cmd("TIME");
         for key in keys {
@@ -76,7 +124,6 @@ impl RedisBackend {
                 .arg("WITHSCORES");
             pipe.cmd("HGETALL").arg(&k.info);
         }
-        let mut conn = self.conn().await?;
         let reply: Value = self
             .call("cannot read lock status", pipe.query_async(&mut conn))
             .await?;
@@ -101,15 +148,37 @@ impl RedisBackend {
         Ok(all)
     }
 
-    /// One SCAN step: the next cursor, the locks with a lease, the locks with a queue.
-    async fn scan_step(&self, cursor: u64) -> Result<(u64, Vec<String>, Vec<String>)> {
+    /// The nodes to scan: the one server (`None`), or every master of a Cluster.
+    async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>> {
+        let mut conn = self.conn().await?;
+        if !conn.is_cluster() {
+            return Ok(vec![None]);
+        }
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let reply: Value = self
+            .call("cannot list locks", slots.query_async(&mut conn))
+            .await?;
+        Ok(masters(reply).into_iter().map(Some).collect())
+    }
+
+    /// One SCAN step on `node`: the next cursor, the locks with a lease, the locks with a
+    /// queue.
+    async fn scan_step(
+        &self,
+        node: Option<&(String, u16)>,
+        cursor: u64,
+    ) -> Result<(u64, Vec<String>, Vec<String>)> {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
         scan.arg("COUNT").arg(SCAN_COUNT);
         let mut conn = self.conn().await?;
-        let (next, batch): (u64, Vec<Vec<u8>>) = self
-            .call("cannot list locks", scan.query_async(&mut conn))
+        let reply = self
+            .call("cannot list locks", conn.on_node(node, &scan))
             .await?;
+        let (next, batch): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply).map_err(|e| {
+            Error::Internal(format!("unexpected reply from {}: {e}", self.server.url))
+        })?;
         let (mut held, mut queued) = (Vec::new(), Vec::new());
         for name in batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok()) {
             if let Some(key) = lock_name(name, ":lease") {
@@ -121,21 +190,29 @@ impl RedisBackend {
         Ok((next, held, queued))
     }
 
-    /// Every held lock, and the names of locks with a queue, by one SCAN of the keyspace.
-    /// Scanning and reading the leases run side by side: while the server answers one, we
-    /// read the replies of the other.
+    /// Every held lock, and the names of locks with a queue, by one SCAN of the keyspace
+    /// (of each master, on a Cluster). Scanning and reading the leases run side by side:
+    /// while the server answers one, we read the replies of the other.
     async fn scan_locks(&self) -> Result<(Vec<LockInfo>, HashSet<String>)> {
+        let nodes = self.scan_nodes().await?;
         let (found, mut batches) = tokio::sync::mpsc::channel::<Vec<String>>(2);
         let scanning = async move {
-            let (mut cursor, mut queued) = (0, HashSet::new());
-            loop {
-                let (next, held, with_queue) = self.scan_step(cursor).await?;
-                queued.extend(with_queue);
-                if found.send(held).await.is_err() || next == 0 {
-                    return Ok::<_, Error>(queued);
+            let mut queued = HashSet::new();
+            for node in &nodes {
+                let mut cursor = 0;
+                loop {
+                    let (next, held, with_queue) = self.scan_step(node.as_ref(), cursor).await?;
+                    queued.extend(with_queue);
+                    if found.send(held).await.is_err() {
+                        return Ok::<_, Error>(queued);
+                    }
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
                 }
-                cursor = next;
             }
+            Ok(queued)
         };
         let reading = async {
             let mut locks = Vec::new();

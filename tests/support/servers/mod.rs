@@ -9,6 +9,7 @@ mod etcd;
 mod memcached;
 mod postgres;
 mod redis;
+mod redis_cluster;
 mod silent;
 mod tls;
 mod zookeeper;
@@ -20,6 +21,8 @@ pub use memcached::MemcachedServer;
 #[allow(unused_imports)] // the bench uses the server only
 pub use postgres::{pg_bin, PostgresServer, PG_PASSWORD, PG_USER};
 pub use redis::RedisServer;
+#[allow(unused_imports)] // the bench uses a Cluster in its own rows only
+pub use redis_cluster::RedisCluster;
 pub use silent::Silent;
 pub use tls::{pki, self_signed};
 #[allow(unused_imports)] // the bench uses the standalone server only

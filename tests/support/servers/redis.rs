@@ -54,14 +54,20 @@ impl RedisServer {
     /// Starts a Sentinel (`redis-server --sentinel`) that watches the master on
     /// `127.0.0.1:master_port` under `name`, with a quorum of one.
     pub fn start_sentinel(master_port: u16, name: &str) -> RedisServer {
+        Self::start_sentinel_with(&format!(
+            "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+        ))
+    }
+
+    /// Starts a Sentinel with the configuration `config` (its `sentinel monitor` line and
+    /// any tuning).
+    pub fn start_sentinel_with(config: &str) -> RedisServer {
         let server = RedisServer {
             port: 0,
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
             extra: Vec::new(),
-            sentinel: Some(format!(
-                "sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
-            )),
+            sentinel: Some(config.to_string()),
             prepare: |_| {},
         };
         server

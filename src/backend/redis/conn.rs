@@ -1,0 +1,72 @@
+//! One connection type for the rest of the store: a multiplexed connection to one server
+//! (direct or found through Sentinel), or a Redis Cluster connection that follows the slot
+//! map. Commands, pipelines and scripts go out on either unchanged (both are
+//! [`ConnectionLike`]); only what cannot be routed by key differs: listing (see
+//! `status.rs`) and pipelines over keys of several locks (one hash slot per lock).
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// A connection to one server or to a Cluster.
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// True on a Cluster: a pipeline may carry the keys of one lock only.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Conn::Cluster(_))
+    }
+
+    /// Runs `cmd` on the node at `node` (a Cluster master, for listing), or on the one
+    /// server when `node` is `None`.
+    pub(super) async fn on_node(
+        &mut self,
+        node: Option<&(String, u16)>,
+        cmd: &Cmd,
+    ) -> RedisResult<Value> {
+        match (self, node) {
+            (Conn::Cluster(c), Some((host, port))) => {
+                let at = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                c.route_command(cmd.clone(), RoutingInfo::SingleNode(at))
+                    .await
+            }
+            (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}

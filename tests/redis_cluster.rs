@@ -1,0 +1,255 @@
+//! `dlock` on a real Redis Cluster (three masters, three replicas) when the cluster moves
+//! under it: a lock's slot migrated to another master while the lock is held, and a master
+//! lost while `exec` runs. Mutual exclusion must hold throughout: a second holder's command
+//! checks that the first one's is gone before it does anything.
+
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use crate::support::{self, alive, send_signal, wait_exit, wait_for, Reaped, RedisCluster, Store};
+
+/// Makes a `dlock` command pointed at the store under test.
+pub(crate) type Dlock<'a> = &'a dyn Fn() -> std::process::Command;
+
+fn cluster(store: &Store) -> &RedisCluster {
+    match store {
+        Store::RedisCluster(c) => c,
+        _ => unreachable!(),
+    }
+}
+
+/// Holds `key` with `ttl`; returns dlock and the command's pid.
+fn hold(store: &Store, key: &str, ttl: &str, dir: &Path) -> (Child, u32) {
+    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
+}
+
+/// A second `exec` of `key` that waits for it and, once it runs, records whether the first
+/// holder's command (`first`) was still alive: `overlap` is written only if it was; `name`
+/// is written when it ran.
+pub(crate) fn contender(dlock: Dlock, key: &str, first: u32, dir: &Path, name: &str) -> Reaped {
+    let script = format!(
+        "if kill -0 {first} 2>/dev/null; then echo both > '{d}/overlap'; fi; echo ran > '{d}/{name}'",
+        d = dir.display()
+    );
+    let child = dlock()
+        .args([
+            "exec",
+            key,
+            "--timeout",
+            "60s",
+            "-q",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap();
+    Reaped(child)
+}
+
+/// The owner column of `status KEY --json`, or `None` when free.
+fn owner_of(store: &Store, key: &str) -> Option<String> {
+    let out = store
+        .dlock()
+        .args(["status", key, "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+    v["owner"].as_str().map(String::from)
+}
+
+fn node_id(node: &support::RedisServer) -> String {
+    node.cli(&["CLUSTER", "MYID"])
+}
+
+/// The lease of a held lock survives its slot moving to another master key by key (so that
+/// for a while its keys are split between two masters: `ASK` and `TRYAGAIN`); renewals keep
+/// it, another `exec -n` is refused on the new master, and release works there.
+#[test]
+fn a_slot_migrated_while_held_keeps_the_lease() {
+    let store = Store::redis_cluster();
+    let c = cluster(&store);
+    let dir = tempfile::tempdir().unwrap();
+    let key = "moving";
+    let lease = format!("dlock:{{{key}}}:lease");
+    let (dlock, pid) = hold(&store, key, "1500ms", dir.path());
+    let mut dlock = Reaped(dlock);
+    let owner = owner_of(&store, key).expect("held");
+    let slot = c.nodes[0].cli(&["CLUSTER", "KEYSLOT", &lease]);
+    let source = c.master_of(&lease);
+    let target = c
+        .nodes
+        .iter()
+        .find(|n| n.port != source.port && n.cli(&["ROLE"]).starts_with("master"))
+        .unwrap();
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    assert_eq!(
+        target.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]),
+        "OK"
+    );
+    assert_eq!(
+        source.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]),
+        "OK"
+    );
+    // One key at a time, the lease first, each move followed by more than a renewal period
+    // with the lock's keys split between the two masters.
+    let mut keys: Vec<String> = source
+        .cli(&["CLUSTER", "GETKEYSINSLOT", &slot, "100"])
+        .lines()
+        .map(String::from)
+        .collect();
+    keys.sort_by_key(|k| !k.ends_with(":lease"));
+    assert!(keys.contains(&lease), "{keys:?}");
+    let port = target.port.to_string();
+    for k in &keys {
+        let moved = source.cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", k]);
+        assert_eq!(moved, "OK", "MIGRATE {k}");
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(alive(pid), "the command was killed while {k} moved");
+    }
+    for node in c.nodes.iter() {
+        node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    assert_eq!(
+        target.cli(&["EXISTS", &lease]),
+        "1",
+        "the lease is on the new master"
+    );
+    // Several TTLs later the lease is still ours, renewed on the new master.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(alive(pid), "the command must still run");
+    assert_eq!(owner_of(&store, key).as_deref(), Some(owner.as_str()));
+    let second = store
+        .dlock()
+        .args(["exec", key, "-n", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(75), "{second:?}");
+    // Release on the new master: the command ends, dlock releases, the lock is free.
+    send_signal(pid, "TERM");
+    let status = wait_exit(&mut dlock.0, Duration::from_secs(10)).expect("dlock exits");
+    assert_eq!(status.code(), Some(143), "the command's own end (SIGTERM)");
+    assert_eq!(owner_of(&store, key), None, "released");
+    assert_eq!(target.cli(&["EXISTS", &lease]), "0");
+}
+
+/// A master is lost while `exec` holds a lock on it and a second `exec` waits for the lock,
+/// and its replica is promoted. Either the lease survives on the promoted replica (the
+/// command keeps running, and the waiter runs only after it ends) or dlock kills the command
+/// with exit 79; never are both commands running. The test says which case it met.
+fn master_lost_while_exec_runs(ttl: &str, lose: impl FnOnce(&RedisCluster, usize, usize)) {
+    let store = Store::redis_cluster();
+    let c = cluster(&store);
+    let dir = tempfile::tempdir().unwrap();
+    let key = "failover";
+    let lease = format!("dlock:{{{key}}}:lease");
+    let (dlock, pid) = hold(&store, key, ttl, dir.path());
+    let dlock = Reaped(dlock);
+    let master = c.master_of(&lease);
+    // The lease is on the replica before the master goes.
+    assert_eq!(master.cli(&["WAIT", "1", "5000"]), "1", "replica in sync");
+    let (m, r) = (c.index_of(master.port), c.replica_of(master.port));
+    // A waiter queued on the master that goes: it keeps trying until the replica takes over.
+    let early = contender(&|| store.dlock(), key, pid, dir.path(), "early");
+    std::thread::sleep(Duration::from_millis(300)); // the waiter queues
+    lose(c, m, r);
+    let promoted = wait_for(Duration::from_secs(30), || {
+        c.nodes[r].cli(&["ROLE"]).starts_with("master")
+    });
+    assert!(promoted, "the replica was not promoted");
+    settle(&|| store.dlock(), dlock, pid, dir.path(), early);
+}
+
+/// After a failover: either the lease survived (the command still runs; no waiter ran) and
+/// the command is ended now, or dlock killed it with exit 79. Then a waiter started after
+/// the failover runs, so does the one queued before it (it rode the failover out), and no
+/// two commands ever ran at once. Says which case it met.
+pub(crate) fn settle(cmd: Dlock, mut dlock: Reaped, pid: u32, dir: &Path, mut early: Reaped) {
+    let key = "failover";
+    let _late = contender(cmd, key, pid, dir, "late");
+    // Past the promotion and several TTLs: the case is settled one way or the other.
+    let settled = wait_exit(&mut dlock.0, Duration::from_secs(8));
+    let ran = dir.join("late");
+    let overlap = dir.join("overlap");
+    match settled {
+        None => {
+            eprintln!("case met: the lease survived on the promoted replica");
+            assert!(alive(pid), "the command must still run");
+            let early_ran = dir.join("early").exists();
+            assert!(
+                !ran.exists() && !early_ran,
+                "a waiter ran while the lease was held"
+            );
+            send_signal(pid, "TERM");
+            wait_exit(&mut dlock.0, Duration::from_secs(10)).expect("dlock exits");
+        }
+        Some(status) => {
+            eprintln!("case met: the lease was lost, the command killed (exit 79)");
+            assert_eq!(status.code(), Some(79), "{status:?}");
+            assert!(!alive(pid), "the command must be dead");
+        }
+    }
+    assert!(
+        wait_for(Duration::from_secs(30), || ran.exists()),
+        "the waiter never ran"
+    );
+    // The waiter queued on the lost master rode the failover out and ran too.
+    let early = wait_exit(&mut early.0, Duration::from_secs(30)).expect("the early waiter ends");
+    assert_eq!(early.code(), Some(0), "{early:?}");
+    assert!(dir.join("early").exists());
+    assert!(!overlap.exists(), "both commands ran at once");
+}
+
+/// The master is killed (SIGKILL); the cluster fails it over to its replica by itself.
+#[test]
+fn a_master_killed_while_exec_runs_never_runs_two_holders() {
+    master_lost_while_exec_runs("10s", |c, m, _| {
+        let node = &c.nodes[m];
+        send_signal(node.pid().unwrap(), "KILL");
+    });
+}
+
+/// The replica takes over on request (`CLUSTER FAILOVER`, the master still up).
+#[test]
+fn a_replica_promoted_while_exec_runs_never_runs_two_holders() {
+    master_lost_while_exec_runs("2s", |c, _, r| {
+        assert_eq!(c.nodes[r].cli(&["CLUSTER", "FAILOVER"]), "OK");
+    });
+}
+
+/// `status` with no key lists the held locks of every master, and a named key on each.
+#[test]
+fn status_lists_locks_on_every_master() {
+    let store = Store::redis_cluster();
+    let c = cluster(&store);
+    let dir = tempfile::tempdir().unwrap();
+    // One key per master, found by asking the cluster where each candidate's slot lives.
+    let mut keys: Vec<(String, u16)> = Vec::new();
+    for i in 0..100 {
+        let key = format!("job-{i}");
+        let port = c.master_of(&format!("dlock:{{{key}}}:lease")).port;
+        if !keys.iter().any(|(_, p)| *p == port) {
+            keys.push((key, port));
+        }
+        if keys.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(keys.len(), 3, "keys on three masters: {keys:?}");
+    let _holders: Vec<Reaped> = keys
+        .iter()
+        .map(|(key, _)| Reaped(hold(&store, key, "30s", dir.path()).0))
+        .collect();
+    let out = store.dlock().args(["status", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed: Vec<String> = support::text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["key"].as_str().unwrap().to_string())
+        .collect();
+    let mut want: Vec<String> = keys.into_iter().map(|(k, _)| k).collect();
+    want.sort();
+    assert_eq!(listed, want);
+}
