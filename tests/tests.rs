@@ -25,6 +25,8 @@
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
+//! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
+//!   passwords, an account without DDL, tables made on first use, TLS.
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
@@ -53,6 +55,7 @@ mod etcd;
 mod etcd_cluster;
 mod etcd_interop;
 mod memcached;
+mod mysql;
 mod postgres;
 mod redis_faults;
 mod unanswered;

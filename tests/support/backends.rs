@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use super::{dlock, EtcdServer, MemcachedServer, PostgresServer, RedisServer, ZkServer};
+use super::{
+    dlock, EtcdServer, MemcachedServer, MysqlServer, PostgresServer, RedisServer, ZkServer,
+};
 
 /// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
 /// three fresh Redis servers (Redlock), or a fresh single-member etcd.
@@ -16,6 +18,7 @@ pub enum Store {
     Memcached(MemcachedServer),
     Zookeeper(ZkServer),
     Postgres(PostgresServer),
+    Mysql(MysqlServer),
 }
 
 impl Store {
@@ -54,6 +57,11 @@ impl Store {
         Store::Postgres(PostgresServer::start())
     }
 
+    /// A new MariaDB server.
+    pub fn mysql() -> Store {
+        Store::Mysql(MysqlServer::start())
+    }
+
     /// A `dlock` command pointed at this store (through the environment, as users do).
     pub fn dlock(&self) -> Command {
         let mut c = dlock();
@@ -68,6 +76,7 @@ impl Store {
             Store::Memcached(server) => c.env("DLOCK_URL", server.url()),
             Store::Zookeeper(server) => c.env("DLOCK_URL", server.url()),
             Store::Postgres(server) => c.env("DLOCK_URL", server.url()),
+            Store::Mysql(server) => c.env("DLOCK_URL", server.url()),
         };
         c
     }
@@ -119,6 +128,14 @@ impl Store {
             _ => panic!("not a PostgreSQL store"),
         }
     }
+
+    /// The MariaDB server, for fault injection.
+    pub fn my(&mut self) -> &mut MysqlServer {
+        match self {
+            Store::Mysql(s) => s,
+            _ => panic!("not a MySQL store"),
+        }
+    }
 }
 
 /// The TTL unit of each backend, which tests count their TTLs in: a tenth of a second where
@@ -149,6 +166,10 @@ pub mod ttl_unit {
     }
 
     pub fn postgres() -> Duration {
+        TENTH
+    }
+
+    pub fn mysql() -> Duration {
         TENTH
     }
 
@@ -236,6 +257,14 @@ pub mod factory {
         let backend = dlock::backend::open(&spec)
             .await
             .expect("connect to postgres");
+        (backend, Box::new(server))
+    }
+
+    /// A MariaDB server on a free port, opened through the scheme table.
+    pub async fn mysql() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::MysqlServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("mysql URL");
+        let backend = dlock::backend::open(&spec).await.expect("connect to mysql");
         (backend, Box::new(server))
     }
 
