@@ -42,6 +42,16 @@ const SMALL: [&str; 7] = [
     "--performance-schema=OFF",
 ];
 
+/// `mariadbd` from the PATH, else from `/usr/sbin` (not on a user's PATH on Debian).
+fn mariadbd() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("mariadbd").exists()));
+    match on_path {
+        true => PathBuf::from("mariadbd"),
+        false => PathBuf::from("/usr/sbin/mariadbd"),
+    }
+}
+
 /// `--user=root` when we are root (mariadbd refuses root otherwise).
 fn as_user() -> Option<&'static str> {
     nix::unistd::geteuid().is_root().then_some("--user=root")
@@ -144,7 +154,7 @@ impl MysqlServer {
     fn spawn(&mut self) {
         let _ = std::fs::remove_file(self.log());
         let d = self.dir.path();
-        let child = Command::new("mariadbd")
+        let child = Command::new(mariadbd())
             .arg("--no-defaults")
             .args(as_user())
             .arg(format!("--datadir={}", d.join("data").display()))
