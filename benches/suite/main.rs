@@ -45,6 +45,7 @@ pub enum Store {
     /// An `etcd://` URL.
     Etcd(String),
     Postgres(String),
+    Mysql(String),
 }
 
 impl Store {
@@ -56,6 +57,7 @@ impl Store {
             Store::Zookeeper(_) => "zookeeper",
             Store::Etcd(_) => "etcd",
             Store::Postgres(_) => "postgres",
+            Store::Mysql(_) => "mysql",
         }
     }
 
@@ -66,7 +68,8 @@ impl Store {
             | Store::Memcached(url)
             | Store::Zookeeper(url)
             | Store::Etcd(url)
-            | Store::Postgres(url) => BackendSpec::One(url.clone()),
+            | Store::Postgres(url)
+            | Store::Mysql(url) => BackendSpec::One(url.clone()),
         }
     }
 }
@@ -82,6 +85,7 @@ pub struct Ctx {
     memcached: Option<Result<Memcached, String>>,
     zookeeper: Option<Result<test_servers::ZkServer, String>>,
     postgres: Option<Result<test_servers::PostgresServer, String>>,
+    mysql: Option<Result<test_servers::MysqlServer, String>>,
 }
 
 impl Ctx {
@@ -124,6 +128,21 @@ impl Ctx {
         });
         p.as_ref()
             .map(|s| (Store::Postgres(s.url()), s.port))
+            .map_err(Clone::clone)
+    }
+
+    /// The MariaDB server shared by the sections (started on first use), and its port.
+    pub fn mysql(&mut self) -> Result<(Store, u16), String> {
+        let m = self.mysql.get_or_insert_with(|| {
+            let installed = Path::new("/usr/sbin/mariadbd").exists()
+                || crate::procs::which("mariadbd").is_some();
+            if !installed || crate::procs::which("mariadb-install-db").is_none() {
+                return Err("MariaDB is not installed (apt-get install mariadb-server)".into());
+            }
+            Ok(test_servers::MysqlServer::start())
+        });
+        m.as_ref()
+            .map(|s| (Store::Mysql(s.url()), s.port))
             .map_err(Clone::clone)
     }
 
@@ -182,7 +201,8 @@ pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
         | Store::Memcached(url)
         | Store::Zookeeper(url)
         | Store::Etcd(url)
-        | Store::Postgres(url) => c.env("DLOCK_URL", url),
+        | Store::Postgres(url)
+        | Store::Mysql(url) => c.env("DLOCK_URL", url),
     };
     c
 }
@@ -266,5 +286,6 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         memcached: None,
         zookeeper: None,
         postgres: None,
+        mysql: None,
     })
 }

@@ -113,6 +113,8 @@ fn peers(ctx: &mut Ctx) -> Peers {
     let local = ctx.local("contention");
     let redis = ctx.redis();
     let memcached = ctx.memcached();
+    let postgres = ctx.postgres().map(|(store, _)| store);
+    let mysql = ctx.mysql().map(|(store, _)| store);
     let lockfile = ctx.file("contention.flock");
     let mut peers: Peers = Vec::new();
     peers.push((
@@ -127,6 +129,8 @@ fn peers(ctx: &mut Ctx) -> Peers {
         ("local", Ok(local)),
         ("redis", redis),
         ("memcached", memcached),
+        ("postgres", postgres),
+        ("mysql", mysql),
     ] {
         let name = format!("dlock exec ({label})");
         let bin = ctx.dlock.clone();
