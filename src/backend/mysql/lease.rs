@@ -59,11 +59,13 @@ impl Current {
     }
 }
 
-/// The live queue, dead waiters pruned.
+/// The live queue (dead waiters are pruned as it is read).
 #[derive(Default)]
 struct Queue {
     ids: Vec<String>,
     head_left_ms: i64,
+    /// Whether this waiter has a row, live or not (to be deleted when it is granted).
+    queued: bool,
 }
 
 /// What an attempt decided, before it is turned into a lease.
@@ -247,11 +249,16 @@ async fn attempt_tx(
     }
     let queue = match req.fair {
         true => {
-            tx.exec_drop(sql.prune.as_str(), (key,)).await?;
-            let live: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            let all: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            let queued = all.iter().any(|(id, _)| *id == w.id);
+            let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left)| *left > 0);
+            if !dead.is_empty() {
+                tx.exec_drop(sql.prune.as_str(), (key,)).await?;
+            }
             Queue {
                 head_left_ms: live.first().map_or(0, |(_, left)| *left),
                 ids: live.into_iter().map(|(id, _)| id).collect(),
+                queued,
             }
         }
         false => Queue::default(),
@@ -263,7 +270,9 @@ async fn attempt_tx(
         let json = serde_json::to_string(&holder).unwrap_or_default();
         tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
             .await?;
-        tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
+        if queue.queued {
+            tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
+        }
         tx.commit().await?;
         return Ok(Outcome::Granted {
             owner: req.owner.clone(),

@@ -94,7 +94,7 @@ pub struct Sql {
     pub insert_row: String,
     /// key: drops the dead waiters (affected rows: how many).
     pub prune: String,
-    /// key → id, liveness left (ms) of the live waiters in order.
+    /// key → id, liveness left (ms; 0 when dead) of every waiter in order.
     pub queue: String,
     /// owner, ttl_ms, holder, key (the row locked).
     pub grant: String,
