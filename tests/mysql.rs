@@ -320,3 +320,50 @@ fn tls_with_ssl_mode_required() {
     assert_eq!(out.status.code(), Some(69), "{out:?}");
     assert!(!text(&out.stderr).contains(MY_PASSWORD), "{out:?}");
 }
+
+/// The waiters' table keeps arrival order: each waiter is served in turn, though none is
+/// woken (they look again on their own schedule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_arrival_order() {
+    use dlock::backend::{Backend, ReleaseMode};
+    let server = MysqlServer::start();
+    let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).unwrap();
+    let b: std::sync::Arc<dyn Backend> = dlock::backend::open(&spec).await.unwrap();
+    b.acquire(&support::req("line", "first"), &support::no_wait())
+        .await
+        .unwrap();
+    let queued = |n: usize| {
+        let sql = "SELECT COUNT(*) FROM dlock_locks_waiters WHERE lock_key = 'line'";
+        server.sql(sql) == n.to_string()
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..6 {
+        let (b, tx) = (b.clone(), tx.clone());
+        tokio::spawn(async move {
+            let req = support::req("line", &format!("w{i}"));
+            let got = b.acquire(&req, &support::forever()).await;
+            tx.send((i, got.unwrap().lease.owner)).unwrap();
+        });
+        // Each waiter is queued before the next one starts: a known arrival order.
+        let started = Instant::now();
+        while !queued(i + 1) {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "waiter {i} queued"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    b.release("line", "first", ReleaseMode::All).await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("the next waiter got the lock")
+            .unwrap();
+        order.push(i);
+        b.release("line", &owner, ReleaseMode::All).await.unwrap();
+    }
+    assert_eq!(order, (0..6).collect::<Vec<_>>());
+    assert!(queued(0));
+}
