@@ -122,7 +122,11 @@ impl Server {
                 };
                 (format!("{} (error {})", s.message, s.code), hint)
             }
-            other => (other.to_string(), String::new()),
+            // The client nests I/O errors, each level saying so: once is enough.
+            other => (
+                other.to_string().replace("Input/output error: ", ""),
+                String::new(),
+            ),
         };
         Error::Unavailable(self.line(format!("{}: {what}: {why}{hint}", self.target.name)))
     }
