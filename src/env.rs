@@ -22,6 +22,8 @@ pub const REDIS_AUTH: &str = "REDISCLI_AUTH";
 pub const PG_PASSWORD: &str = "PGPASSWORD";
 /// A PostgreSQL user, as psql reads it, when the URL names none.
 pub const PG_USER: &str = "PGUSER";
+/// A MySQL password, as the `mysql` client reads it, when the URL carries none.
+pub const MYSQL_PWD: &str = "MYSQL_PWD";
 /// PEM file of CA certificates to trust for TLS.
 pub const TLS_CA: &str = "DLOCK_TLS_CA";
 /// PEM client certificate for TLS.
@@ -38,7 +40,7 @@ pub const METRICS_DIR: &str = "DLOCK_METRICS_DIR";
 /// The variables through which a caller's setting or an enclosing lease reaches `dlock`
 /// (`exec` sets the lease ones for its command). Harnesses that run `dlock` clear them, so
 /// that whatever the caller's shell holds cannot leak into a measurement or a test.
-pub const INHERITED: [&str; 12] = [
+pub const INHERITED: [&str; 13] = [
     URL,
     URL_FD,
     OWNER,
@@ -51,4 +53,5 @@ pub const INHERITED: [&str; 12] = [
     METRICS_DIR,
     PG_PASSWORD,
     PG_USER,
+    MYSQL_PWD,
 ];

@@ -121,9 +121,9 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
     assert_eq!(out.status.code(), Some(4));
 }
 
-/// Takes the store away: the local store's directory cannot be created, a Redis or PostgreSQL
-/// server is killed, every node of a Redis Cluster is killed, two of three Redlock (or memcached
-/// quorum) servers are killed, the etcd member, a memcached or
+/// Takes the store away: the local store's directory cannot be created, a Redis, PostgreSQL or
+/// MariaDB server is killed, every node of a Redis Cluster is killed, two of three Redlock (or
+/// memcached quorum) servers are killed, the etcd member, a memcached or
 /// a ZooKeeper is killed.
 fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
@@ -148,6 +148,10 @@ fn make_unavailable(store: &mut Store) -> std::process::Command {
             store.dlock()
         }
         Store::Postgres(server) => {
+            server.kill();
+            store.dlock()
+        }
+        Store::Mysql(server) => {
             server.kill();
             store.dlock()
         }

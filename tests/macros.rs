@@ -13,7 +13,7 @@
 /// store), so they run the conformance suite only.
 macro_rules! with_backends {
     ($then:ident! { $($args:tt)* }) => {
-        $then! { cli: [local, redis, redis_cluster, redlock, etcd, memcached, memcached_quorum, zookeeper, postgres], library: [memory]; $($args)* }
+        $then! { cli: [local, redis, redis_cluster, redlock, etcd, memcached, memcached_quorum, zookeeper, postgres, mysql], library: [memory]; $($args)* }
     };
 }
 

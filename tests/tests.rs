@@ -30,6 +30,8 @@
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
+//! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
+//!   passwords, an account without DDL, tables made on first use, TLS.
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
@@ -59,6 +61,7 @@ mod etcd_cluster;
 mod etcd_interop;
 mod memcached;
 mod memcached_quorum;
+mod mysql;
 mod postgres;
 mod redis_cluster;
 mod redis_faults;

@@ -49,6 +49,7 @@ pub enum Store {
     Postgres(String),
     /// A majority quorum: its label (`redlock`, `memcached quorum`) and its URLs.
     Quorum(&'static str, Vec<String>),
+    Mysql(String),
 }
 
 impl Store {
@@ -62,6 +63,7 @@ impl Store {
             Store::Etcd(_) => "etcd",
             Store::Postgres(_) => "postgres",
             Store::Quorum(label, _) => label,
+            Store::Mysql(_) => "mysql",
         }
     }
 
@@ -73,7 +75,8 @@ impl Store {
             | Store::Memcached(url)
             | Store::Zookeeper(url)
             | Store::Etcd(url)
-            | Store::Postgres(url) => BackendSpec::One(url.clone()),
+            | Store::Postgres(url)
+            | Store::Mysql(url) => BackendSpec::One(url.clone()),
             Store::Quorum(_, urls) => BackendSpec::Quorum(urls.clone()),
         }
     }
@@ -94,6 +97,7 @@ pub struct Ctx {
     memcached_quorum: Option<Result<Vec<Memcached>, String>>,
     zookeeper: Option<Result<test_servers::ZkServer, String>>,
     postgres: Option<Result<test_servers::PostgresServer, String>>,
+    mysql: Option<Result<test_servers::MysqlServer, String>>,
 }
 
 impl Ctx {
@@ -169,6 +173,21 @@ impl Ctx {
             .map_err(Clone::clone)
     }
 
+    /// The MariaDB server shared by the sections (started on first use), and its port.
+    pub fn mysql(&mut self) -> Result<(Store, u16), String> {
+        let m = self.mysql.get_or_insert_with(|| {
+            let installed = Path::new("/usr/sbin/mariadbd").exists()
+                || crate::procs::which("mariadbd").is_some();
+            if !installed || crate::procs::which("mariadb-install-db").is_none() {
+                return Err("MariaDB is not installed (apt-get install mariadb-server)".into());
+            }
+            Ok(test_servers::MysqlServer::start())
+        });
+        m.as_ref()
+            .map(|s| (Store::Mysql(s.url()), s.port))
+            .map_err(Clone::clone)
+    }
+
     /// The etcd endpoint (started on first use).
     pub fn etcd(&mut self) -> Result<String, String> {
         let e = self.etcd.get_or_insert_with(EtcdServer::start);
@@ -225,7 +244,8 @@ pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
         | Store::Memcached(url)
         | Store::Zookeeper(url)
         | Store::Etcd(url)
-        | Store::Postgres(url) => c.env("DLOCK_URL", url),
+        | Store::Postgres(url)
+        | Store::Mysql(url) => c.env("DLOCK_URL", url),
         Store::Quorum(_, urls) => c.env("DLOCK_URL", urls.join(",")),
     };
     c
@@ -314,5 +334,6 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         memcached_quorum: None,
         zookeeper: None,
         postgres: None,
+        mysql: None,
     })
 }

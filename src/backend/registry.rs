@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::{etcd, local, memcached, memory, postgres, redis, redlock, zookeeper, Backend};
+use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
 use crate::config::{parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
 
@@ -104,6 +104,14 @@ pub static SCHEMES: &[Scheme] = &[
         family: "postgres",
         check: check_postgres,
         open: open_postgres,
+    },
+    Scheme {
+        prefixes: &["mysql://", "mariadb://"],
+        help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
+        host_list: false,
+        family: "mysql",
+        check: check_mysql,
+        open: open_mysql,
     },
     Scheme {
         prefixes: &["file://"],
@@ -258,6 +266,17 @@ fn check_postgres(url: &str) -> Result<()> {
 fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
+        Ok(Arc::new(store) as Arc<dyn Backend>)
+    })
+}
+
+fn check_mysql(url: &str) -> Result<()> {
+    mysql::url::parse(url).map(drop)
+}
+
+fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move {
+        let store = mysql::MysqlStore::connect(mysql::url::parse(url)?).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

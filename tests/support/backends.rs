@@ -5,7 +5,8 @@
 use std::process::Command;
 
 use super::{
-    dlock, EtcdServer, MemcachedServer, PostgresServer, RedisCluster, RedisServer, ZkServer,
+    dlock, EtcdServer, MemcachedServer, MysqlServer, PostgresServer, RedisCluster, RedisServer,
+    ZkServer,
 };
 
 /// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
@@ -21,6 +22,7 @@ pub enum Store {
     MemcachedQuorum(Vec<MemcachedServer>),
     Zookeeper(ZkServer),
     Postgres(PostgresServer),
+    Mysql(MysqlServer),
 }
 
 impl Store {
@@ -69,6 +71,11 @@ impl Store {
         Store::Postgres(PostgresServer::start())
     }
 
+    /// A new MariaDB server.
+    pub fn mysql() -> Store {
+        Store::Mysql(MysqlServer::start())
+    }
+
     /// A `dlock` command pointed at this store (through the environment, as users do).
     pub fn dlock(&self) -> Command {
         let mut c = dlock();
@@ -88,6 +95,7 @@ impl Store {
             }
             Store::Zookeeper(server) => c.env("DLOCK_URL", server.url()),
             Store::Postgres(server) => c.env("DLOCK_URL", server.url()),
+            Store::Mysql(server) => c.env("DLOCK_URL", server.url()),
         };
         c
     }
@@ -141,6 +149,14 @@ impl Store {
             _ => panic!("not a PostgreSQL store"),
         }
     }
+
+    /// The MariaDB server, for fault injection.
+    pub fn my(&mut self) -> &mut MysqlServer {
+        match self {
+            Store::Mysql(s) => s,
+            _ => panic!("not a MySQL store"),
+        }
+    }
 }
 
 /// The TTL unit of each backend, which tests count their TTLs in: a tenth of a second where
@@ -175,6 +191,10 @@ pub mod ttl_unit {
     }
 
     pub fn postgres() -> Duration {
+        TENTH
+    }
+
+    pub fn mysql() -> Duration {
         TENTH
     }
 
@@ -291,6 +311,14 @@ pub mod factory {
         let backend = dlock::backend::open(&spec)
             .await
             .expect("connect to postgres");
+        (backend, Box::new(server))
+    }
+
+    /// A MariaDB server on a free port, opened through the scheme table.
+    pub async fn mysql() -> (Arc<dyn Backend>, Guard) {
+        let server = crate::support::MysqlServer::start();
+        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("mysql URL");
+        let backend = dlock::backend::open(&spec).await.expect("connect to mysql");
         (backend, Box::new(server))
     }
 

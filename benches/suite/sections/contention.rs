@@ -114,6 +114,8 @@ fn peers(ctx: &mut Ctx) -> Peers {
     let redis = ctx.redis();
     let memcached = ctx.memcached();
     let cluster = ctx.redis_cluster();
+    let postgres = ctx.postgres().map(|(store, _)| store);
+    let mysql = ctx.mysql().map(|(store, _)| store);
     let lockfile = ctx.file("contention.flock");
     let mut peers: Peers = Vec::new();
     peers.push((
@@ -129,6 +131,8 @@ fn peers(ctx: &mut Ctx) -> Peers {
         ("redis", redis),
         ("redis-cluster", cluster),
         ("memcached", memcached),
+        ("postgres", postgres),
+        ("mysql", mysql),
     ] {
         let name = format!("dlock exec ({label})");
         let bin = ctx.dlock.clone();

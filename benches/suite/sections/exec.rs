@@ -192,6 +192,7 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     peers.push(etcd_peer(etcd, etcd_runs));
     peers.push(dlock_etcd_peer(&ctx.dlock, etcd_store, etcd_runs));
     peers.extend(postgres_peers(ctx, runs));
+    peers.extend(mysql_peers(ctx, runs));
     let shown = "redis-cli -p PORT PING";
     peers.push(match redis_port {
         Ok(port) => {
@@ -241,6 +242,43 @@ fn postgres_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
     vec![
         Peer::new(dlock_name, "dlock exec bench-exec -- true", make, runs),
         Peer::new(psql_name, psql_shown, make_psql, runs),
+    ]
+}
+
+/// `dlock exec` on MariaDB, and the `mariadb` client taking and dropping a named lock (what
+/// a job that locks by hand runs), against one server started for the suite.
+fn mysql_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
+    let dlock_name = "dlock exec (mysql)";
+    let client_name = "mariadb GET_LOCK";
+    let sql = "SELECT GET_LOCK('bench', 10); SELECT RELEASE_LOCK('bench')";
+    let client_shown = format!("mariadb -e \"{sql}\"");
+    let (store, port) = match ctx.mysql() {
+        Ok(found) => found,
+        Err(e) => {
+            return vec![
+                Peer::failed(dlock_name, "dlock exec bench-exec -- true", e.clone()),
+                Peer::failed(client_name, &client_shown, e),
+            ]
+        }
+    };
+    let bin = ctx.dlock.clone();
+    let make: MakeCmd = Box::new(move || {
+        let mut c = dlock_cmd(&bin, &store);
+        c.args(["exec", "bench-exec", "--", "true"]);
+        c
+    });
+    let make_client: MakeCmd = Box::new(move || {
+        let mut c = Command::new("mariadb");
+        c.arg("--no-defaults")
+            .args(["-h", "127.0.0.1", "-P", &port.to_string()])
+            .args(["-u", crate::test_servers::MY_USER, "-e", sql])
+            .env("MYSQL_PWD", crate::test_servers::MY_PASSWORD)
+            .stdout(std::process::Stdio::null());
+        c
+    });
+    vec![
+        Peer::new(dlock_name, "dlock exec bench-exec -- true", make, runs),
+        Peer::new(client_name, &client_shown, make_client, runs),
     ]
 }
 

@@ -80,7 +80,13 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     eprintln!("== hand-off latency");
     let iters = ctx.o.iters;
     let hold = Duration::from_millis(5);
-    let stores = [Ok(ctx.local("handoff")), ctx.redis(), ctx.etcd_store()];
+    let stores = [
+        Ok(ctx.local("handoff")),
+        ctx.redis(),
+        ctx.etcd_store(),
+        ctx.postgres().map(|(store, _)| store),
+        ctx.mysql().map(|(store, _)| store),
+    ];
     let mut table = Table::new(&[
         "backend",
         "waiters",
@@ -93,9 +99,10 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let mut redis_p50 = Err("not measured".to_string());
     let mut etcd_p50 = Err("not measured".to_string());
     for (i, store) in stores.into_iter().enumerate() {
-        let label = store
-            .as_ref()
-            .map_or(["local", "redis", "etcd"][i], Store::label);
+        let label = store.as_ref().map_or(
+            ["local", "redis", "etcd", "postgres", "mysql"][i],
+            Store::label,
+        );
         for waiters in [1usize, 4] {
             if interrupted() {
                 break;

@@ -28,6 +28,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         ("etcd", ctx.etcd_store()),
         ("zookeeper", ctx.zookeeper()),
         ("postgres", ctx.postgres().map(|(s, _)| s)),
+        ("mysql", ctx.mysql().map(|(s, _)| s)),
     ];
     let mut table = Table::new(&["backend", "wake-ups", "p50 ms", "p99 ms", "max ms"]);
     let mut out = Vec::new();

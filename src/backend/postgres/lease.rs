@@ -13,9 +13,7 @@ use tokio_postgres::{Row, Transaction};
 use super::backend::{ms, Conn, PostgresStore};
 use super::schema::{payload, Names};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{
-    now_ms, AcquireRequest, Acquired, Holder, Lease, LockInfo, ReleaseMode, Released,
-};
+use crate::backend::{now_ms, AcquireRequest, Acquired, Holder, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
 
 type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
@@ -66,30 +64,7 @@ enum Outcome {
     Busy(Busy),
 }
 
-/// The holder JSON of a row (a row written by hand may lack it).
-pub(super) fn holder_of(json: Option<&str>) -> Holder {
-    json.and_then(|j| serde_json::from_str(j).ok())
-        .unwrap_or_default()
-}
-
-/// A live lease as `status` and a refusal show it.
-pub(super) fn info(
-    key: &str,
-    owner: &str,
-    token: i64,
-    depth: i32,
-    holder: Option<&str>,
-    left_ms: i64,
-) -> LockInfo {
-    LockInfo {
-        key: key.to_string(),
-        owner: owner.to_string(),
-        fencing_token: token.max(0) as u64,
-        holder: holder_of(holder),
-        ttl_left_ms: Some(left_ms.max(0) as u64),
-        depth: depth.max(0) as u32,
-    }
-}
+pub(super) use crate::backend::sql::{holder_of, info};
 
 impl PostgresStore {
     /// One attempt: take, re-enter or claim the key, or be refused (and queue).

@@ -49,22 +49,9 @@ fn usage(url: &str, why: &str) -> Error {
     Error::Usage(format!("bad PostgreSQL URL {}: {why}", redact_url(url)))
 }
 
-/// An SQL identifier dlock accepts for a table or schema: plain lower-case, so that it
-/// needs no quoting rules of its own and leaves room for the `_waiters` suffix.
+/// A table or schema name: see [`crate::backend::sql::identifier`].
 fn identifier(url: &str, what: &str, name: &str) -> Result<String> {
-    let ok = !name.is_empty()
-        && name.len() <= 48
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    match ok {
-        true => Ok(name.to_string()),
-        false => Err(usage(
-            url,
-            &format!("{what} '{name}' must be lower-case letters, digits and '_' (at most 48)"),
-        )),
-    }
+    crate::backend::sql::identifier(name).map_err(|why| usage(url, &format!("{what} {why}")))
 }
 
 /// Reads a `postgres://` or `postgresql://` URL, with `PGPASSWORD`/`PGUSER` as given.

@@ -7,6 +7,7 @@ use std::process::Child;
 
 mod etcd;
 mod memcached;
+mod mysql;
 mod postgres;
 mod redis;
 mod redis_cluster;
@@ -18,6 +19,8 @@ mod zookeeper;
 pub use etcd::{EtcdCluster, EtcdServer};
 #[allow(unused_imports)] // the bench uses it without `ask`
 pub use memcached::MemcachedServer;
+#[allow(unused_imports)] // the bench uses the server only
+pub use mysql::{MysqlServer, MY_DB, MY_PASSWORD, MY_USER};
 #[allow(unused_imports)] // the bench uses the server only
 pub use postgres::{pg_bin, PostgresServer, PG_PASSWORD, PG_USER};
 pub use redis::RedisServer;

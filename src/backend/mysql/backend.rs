@@ -1,0 +1,103 @@
+//! The store value: one connection for requests, reopened after any failure.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::connect::{Server, Tuning};
+use super::schema::{Names, Sql};
+use super::url::Target;
+use crate::error::Result;
+
+/// Locks in a MySQL or MariaDB table.
+pub struct MysqlStore {
+    pub(super) server: Server,
+    pub(super) names: Names,
+    pub(super) sql: Sql,
+    conn: Mutex<Option<Conn>>,
+}
+
+/// The request connection, while one request uses it.
+pub(super) type ConnGuard<'a> = MutexGuard<'a, Option<Conn>>;
+
+/// Runs `$body` (an expression using the connection `$c`, of type
+/// `Result<T, mysql_async::Error>`) on the request connection within the time limit. The
+/// connection is dropped after a failure (a half-done transaction dies with it) and
+/// reopened by the next request: that is how a connection the server killed comes back.
+macro_rules! on_conn {
+    ($store:expr, $what:expr, |$c:ident| $body:expr) => {{
+        let mut guard = $store.conn().await?;
+        let $c = guard.as_mut().expect("opened by conn()");
+        let done = $store.server.within($what, async { $body }).await;
+        if done.is_err() {
+            *guard = None;
+        }
+        done
+    }};
+}
+pub(super) use on_conn;
+
+impl MysqlStore {
+    /// Connects to the server a `mysql://` URL names, creating the tables if missing.
+    pub async fn connect(target: Target) -> Result<MysqlStore> {
+        Self::connect_with(target, Tuning::default()).await
+    }
+
+    pub async fn connect_with(target: Target, tuning: Tuning) -> Result<MysqlStore> {
+        let names = Names::new(&target.table);
+        let store = MysqlStore {
+            server: Server::new(target, tuning)?,
+            sql: Sql::new(&names),
+            names,
+            conn: Mutex::new(None),
+        };
+        let mut guard = store.conn().await?;
+        let conn = guard.as_mut().expect("opened by conn()");
+        let ready = ensure_tables(conn, &store.names);
+        store
+            .server
+            .within("cannot set up the lock table", ready)
+            .await?;
+        drop(guard);
+        Ok(store)
+    }
+
+    /// The request connection, opened if needed.
+    pub(super) async fn conn(&self) -> Result<ConnGuard<'_>> {
+        let mut guard = self.conn.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.server.open().await?);
+        }
+        Ok(guard)
+    }
+
+    /// The tuning in force.
+    pub fn tuning(&self) -> Tuning {
+        self.server.tuning
+    }
+}
+
+/// Creates the tables unless both exist: an account that may not run DDL works with
+/// tables created ahead of time (`CREATE TABLE IF NOT EXISTS` still needs the CREATE
+/// privilege on MySQL).
+async fn ensure_tables(conn: &mut Conn, n: &Names) -> std::result::Result<(), mysql_async::Error> {
+    let found: Option<i64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)",
+            (&n.locks_plain, &n.waiters_plain),
+        )
+        .await?;
+    if found == Some(2) {
+        return Ok(());
+    }
+    for ddl in n.ddl() {
+        conn.query_drop(ddl).await?;
+    }
+    Ok(())
+}
+
+/// Milliseconds, as the statements take them.
+pub(super) fn ms(d: std::time::Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}

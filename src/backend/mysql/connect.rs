@@ -1,0 +1,169 @@
+//! Opening connections (plain or rustls), timeouts, and one-line errors without the
+//! password.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, SslOpts};
+
+use super::url::Target;
+use crate::env;
+use crate::error::{Error, Result};
+
+/// How long dlock waits for the server, and how waiters keep their place.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    pub connect_timeout: Duration,
+    /// Longest wait for any one request: a paused server must not hang us.
+    pub op_timeout: Duration,
+    /// A waiter looks again (and refreshes its place in the queue) at least this often.
+    pub heartbeat: Duration,
+    /// A waiter that has not refreshed its place for this long is dropped from the queue.
+    pub liveness: Duration,
+    /// How often the head of the queue looks again while the key is held (jittered from
+    /// half of it): there is no notification to wake it.
+    pub head_recheck: Duration,
+    /// The longest re-check of a waiter behind the head.
+    pub tail_recheck: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(3),
+            heartbeat: Duration::from_secs(1),
+            liveness: Duration::from_secs(5),
+            head_recheck: Duration::from_millis(40),
+            tail_recheck: Duration::from_millis(250),
+        }
+    }
+}
+
+/// Set on every session: times in UTC (so that `UNIX_TIMESTAMP(NOW(3))` is exact, with no
+/// daylight-saving hour read twice), each statement sees what was committed before it
+/// (READ COMMITTED, no gap locks), and nobody waits on a row lock for long.
+const SESSION: [&str; 3] = [
+    "SET SESSION time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+    "SET SESSION innodb_lock_wait_timeout = 3",
+];
+
+/// MariaDB only (MySQL has no such limit, and refuses it): a client frozen inside a
+/// transaction (SIGSTOP) must not keep a key's row locked.
+const IDLE_IN_TRANSACTION: &str = "SET SESSION idle_transaction_timeout = 5";
+
+/// The server as dlock reaches it.
+pub struct Server {
+    pub target: Target,
+    pub tuning: Tuning,
+}
+
+impl Server {
+    pub fn new(target: Target, tuning: Tuning) -> Result<Server> {
+        if target.tls {
+            ca_file()?;
+        }
+        Ok(Server { target, tuning })
+    }
+
+    /// Opens a connection, its session set up.
+    pub async fn open(&self) -> Result<Conn> {
+        let mut builder = OptsBuilder::from_opts(self.target.opts.clone())
+            .prefer_socket(false)
+            .client_found_rows(true)
+            .tcp_keepalive(Some(Duration::from_secs(10)))
+            .init(SESSION.to_vec());
+        if self.target.tls {
+            builder = builder.ssl_opts(ssl_opts()?);
+        }
+        let connecting = async {
+            let mut conn = Conn::new(builder).await?;
+            let _ = conn.query_drop(IDLE_IN_TRANSACTION).await;
+            Ok::<_, mysql_async::Error>(conn)
+        };
+        let limit = self.tuning.connect_timeout + Duration::from_millis(500);
+        match tokio::time::timeout(limit, connecting).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(self.unavailable("cannot connect", &e)),
+            Err(_) => Err(self.timed_out("cannot connect", limit)),
+        }
+    }
+
+    /// Runs one request within the time limit.
+    pub async fn within<T>(
+        &self,
+        what: &str,
+        request: impl std::future::Future<Output = std::result::Result<T, mysql_async::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.tuning.op_timeout, request).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.unavailable(what, &e)),
+            Err(_) => Err(self.timed_out(what, self.tuning.op_timeout)),
+        }
+    }
+
+    /// One line naming what failed and the server, never the password.
+    pub fn line(&self, msg: String) -> String {
+        let mut msg = msg.replace(['\r', '\n'], " ");
+        if let Some(secret) = self.target.secret.as_deref().filter(|s| !s.is_empty()) {
+            msg = msg.replace(secret, "***");
+        }
+        msg
+    }
+
+    pub fn unavailable(&self, what: &str, e: &mysql_async::Error) -> Error {
+        let (why, hint) = match e {
+            mysql_async::Error::Server(s) => {
+                let hint = match s.code {
+                    1045 | 1698 => format!(" (give the password in the URL or {})", env::MYSQL_PWD),
+                    _ => String::new(),
+                };
+                (format!("{} (error {})", s.message, s.code), hint)
+            }
+            // The client nests I/O errors, each level saying so: once is enough.
+            other => (
+                other.to_string().replace("Input/output error: ", ""),
+                String::new(),
+            ),
+        };
+        Error::Unavailable(self.line(format!("{}: {what}: {why}{hint}", self.target.name)))
+    }
+
+    pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
+        Error::Unavailable(format!(
+            "{}: {what}: no answer within {}",
+            self.target.name,
+            humantime::format_duration(limit)
+        ))
+    }
+}
+
+/// `DLOCK_TLS_CA`, when set: checked once, up front, so that a wrong path is a usage error.
+fn ca_file() -> Result<Option<PathBuf>> {
+    let Some(path) = std::env::var_os(env::TLS_CA).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    std::fs::metadata(&path).map_err(|e| {
+        Error::Usage(format!(
+            "cannot read {} file {}: {e}",
+            env::TLS_CA,
+            path.display()
+        ))
+    })?;
+    Ok(Some(path))
+}
+
+/// rustls (ring), the certificate and host name verified, trusting `DLOCK_TLS_CA` when
+/// set, else the roots built into the client (Mozilla's).
+fn ssl_opts() -> Result<SslOpts> {
+    let opts = SslOpts::default();
+    Ok(match ca_file()? {
+        Some(path) => opts
+            .with_root_certs(vec![path.into()])
+            .with_disable_built_in_roots(true),
+        None => opts,
+    })
+}

@@ -1,0 +1,381 @@
+//! One acquire attempt and release (each a short transaction), renew and hold-at-least
+//! (one statement each), and leaving the queue.
+//!
+//! An attempt locks the key's row first (`FOR UPDATE`, the row created on first use) and
+//! only then reads the queue: in READ COMMITTED every statement sees what was committed
+//! before it started, so the queue it reads is the one every other acquirer of the key
+//! left behind. The row lock is held until the attempt commits, so the new token is the
+//! one read plus one, committed with the grant.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, TxOpts};
+
+use super::backend::{ms, on_conn, MysqlStore};
+use super::schema::Sql;
+use crate::backend::sql::info;
+use crate::backend::store::{Attempt, Busy};
+use crate::backend::{now_ms, AcquireRequest, Acquired, Holder, Lease, ReleaseMode, Released};
+use crate::error::{Error, Result};
+
+type MyResult<T> = std::result::Result<T, mysql_async::Error>;
+
+/// One acquisition's place in line.
+pub struct MyWaiter {
+    pub(super) id: String,
+}
+
+/// A key's row: owner, token, depth, holder, milliseconds left.
+type Row = (Option<String>, i64, i32, Option<String>, i64);
+
+/// The key's row, as an attempt found it.
+struct Current {
+    owner: Option<String>,
+    token: i64,
+    depth: i32,
+    holder: Option<String>,
+    left_ms: i64,
+}
+
+impl Current {
+    fn read((owner, token, depth, holder, left_ms): Row) -> Current {
+        Current {
+            owner,
+            token,
+            depth,
+            holder,
+            left_ms,
+        }
+    }
+
+    fn live(&self) -> bool {
+        self.owner.is_some() && self.left_ms > 0
+    }
+
+    /// The owner of a live lease.
+    fn holder_id(&self) -> Option<&str> {
+        self.owner.as_deref().filter(|_| self.live())
+    }
+}
+
+/// The live queue (dead waiters are pruned as it is read).
+#[derive(Default)]
+struct Queue {
+    ids: Vec<String>,
+    head_left_ms: i64,
+    /// Whether this waiter has a row, live or not (to be deleted when it is granted).
+    queued: bool,
+}
+
+/// What an attempt decided, before it is turned into a lease.
+enum Outcome {
+    Granted {
+        owner: String,
+        token: i64,
+        reentered: bool,
+    },
+    Busy(Busy),
+}
+
+/// What a release found.
+enum Freed {
+    Done(Released),
+    /// Not ours: held by another (true) or gone (false).
+    Refused(bool),
+}
+
+impl MysqlStore {
+    /// One attempt: take, re-enter or claim the key, or be refused (and queue).
+    pub(super) async fn attempt_as(
+        &self,
+        req: &AcquireRequest,
+        w: &MyWaiter,
+        enqueue: bool,
+    ) -> Result<Attempt> {
+        let sent_at = Instant::now();
+        let liveness = self.server.tuning.liveness;
+        let outcome = on_conn!(self, "cannot acquire", |c| {
+            attempt_tx(c, &self.sql, req, w, enqueue, liveness).await
+        })?;
+        Ok(match outcome {
+            Outcome::Busy(busy) => Attempt::Busy(busy),
+            Outcome::Granted {
+                owner,
+                token,
+                reentered,
+            } => Attempt::Granted(Acquired {
+                lease: Lease {
+                    key: req.key.clone(),
+                    owner,
+                    fencing_token: token.max(0) as u64,
+                    ttl: req.ttl,
+                    reentered,
+                    sent_at,
+                    bound: false,
+                    expires_at_ms: now_ms() + req.ttl.as_millis() as u64,
+                },
+                guard: None,
+            }),
+        })
+    }
+
+    /// Extends `owner`'s lease: one statement (and a read of what it left).
+    pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        let sent_at = Instant::now();
+        let row = on_conn!(self, "cannot renew", |c| {
+            c.exec_drop(self.sql.renew.as_str(), (ms(ttl), key, owner))
+                .await?;
+            match c.affected_rows() {
+                0 => Ok(None),
+                _ => {
+                    c.exec_first::<(i64, i64), _, _>(self.sql.lease.as_str(), (key,))
+                        .await
+                }
+            }
+        })?;
+        let Some((token, left_ms)) = row else {
+            return Err(self.refusal("renew", key, owner).await);
+        };
+        Ok(Lease {
+            key: key.to_string(),
+            owner: owner.to_string(),
+            fencing_token: token.max(0) as u64,
+            ttl,
+            reentered: false,
+            sent_at,
+            bound: false,
+            expires_at_ms: now_ms() + left_ms.max(0) as u64,
+        })
+    }
+
+    /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
+    /// (`exec --hold-at-least`): one statement.
+    pub(super) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        let until = (now_ms() + left.as_millis() as u64) as i64;
+        let done = on_conn!(self, "cannot leave held", |c| {
+            c.exec_drop(self.sql.linger.as_str(), (ms(left), until, key, owner))
+                .await
+                .map(|()| c.affected_rows())
+        })?;
+        match done {
+            0 => Err(self.refusal("hold", key, owner).await),
+            _ => Ok(()),
+        }
+    }
+
+    /// Releases as `mode` says: one short transaction.
+    pub(super) async fn release_lease(
+        &self,
+        key: &str,
+        owner: &str,
+        mode: ReleaseMode,
+    ) -> Result<Released> {
+        let freed = on_conn!(self, "cannot release", |c| {
+            release_tx(c, &self.sql, key, owner, mode).await
+        })?;
+        let name = &self.server.target.name;
+        match freed {
+            Freed::Done(released) => Ok(released),
+            Freed::Refused(true) => Err(Error::held_by_other("release", key, name, owner)),
+            Freed::Refused(false) => Err(Error::lease_gone("release", key, name)),
+        }
+    }
+
+    /// Why `owner` may not renew or hold `key`: held by another, or gone.
+    async fn refusal(&self, verb: &str, key: &str, owner: &str) -> Error {
+        match self.held(key).await {
+            Ok(true) => Error::held_by_other(verb, key, &self.server.target.name, owner),
+            Ok(false) => Error::lease_gone(verb, key, &self.server.target.name),
+            Err(e) => e,
+        }
+    }
+
+    /// True while someone holds `key`.
+    async fn held(&self, key: &str) -> Result<bool> {
+        let live = on_conn!(self, "cannot read the lease", |c| {
+            c.exec_first::<Option<i64>, _, _>(self.sql.why.as_str(), (key,))
+                .await
+        })?;
+        Ok(live == Some(Some(1)))
+    }
+
+    /// Leaves the queue; a grant to `owner` whose answer never arrived goes too.
+    pub(super) async fn leave_queue(&self, key: &str, waiter: &str, owner: &str) -> Result<()> {
+        on_conn!(self, "cannot leave the queue", |c| {
+            c.exec_drop(self.sql.dequeue.as_str(), (key, waiter))
+                .await?;
+            c.exec_drop(self.sql.free_if.as_str(), (key, owner)).await
+        })
+    }
+}
+
+/// The attempt's transaction.
+async fn attempt_tx(
+    conn: &mut Conn,
+    sql: &Sql,
+    req: &AcquireRequest,
+    w: &MyWaiter,
+    enqueue: bool,
+    liveness: Duration,
+) -> MyResult<Outcome> {
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let key = req.key.as_str();
+    let current = loop {
+        match tx
+            .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
+            .await?
+        {
+            Some(row) => break Current::read(row),
+            None => tx.exec_drop(sql.insert_row.as_str(), (key,)).await?,
+        }
+    };
+    let ttl = ms(req.ttl);
+    if let Some(owner) = current.holder_id() {
+        let ours = owner == req.owner;
+        if ours || req.reenter.iter().any(|o| o == owner) {
+            // Our own grant whose answer was lost (claimed again), or a re-entry.
+            let deeper = !ours;
+            tx.exec_drop(sql.extend.as_str(), (i32::from(deeper), ttl, key))
+                .await?;
+            tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
+            tx.commit().await?;
+            return Ok(Outcome::Granted {
+                owner: owner.to_string(),
+                token: current.token,
+                reentered: deeper,
+            });
+        }
+    }
+    let queue = match req.fair {
+        true => {
+            let all: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            let queued = all.iter().any(|(id, _)| *id == w.id);
+            let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left)| *left > 0);
+            if !dead.is_empty() {
+                tx.exec_drop(sql.prune.as_str(), (key,)).await?;
+            }
+            Queue {
+                head_left_ms: live.first().map_or(0, |(_, left)| *left),
+                ids: live.into_iter().map(|(id, _)| id).collect(),
+                queued,
+            }
+        }
+        false => Queue::default(),
+    };
+    let first = queue.ids.first().is_none_or(|head| *head == w.id);
+    if !current.live() && (first || !req.fair) {
+        let mut holder = req.holder.clone();
+        holder.acquired_at_ms = now_ms();
+        let json = serde_json::to_string(&holder).unwrap_or_default();
+        tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
+            .await?;
+        if queue.queued {
+            tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
+        }
+        tx.commit().await?;
+        return Ok(Outcome::Granted {
+            owner: req.owner.clone(),
+            token: current.token + 1,
+            reentered: false,
+        });
+    }
+    let mut position = queue.ids.iter().position(|id| *id == w.id);
+    let mut waiters = queue.ids.len();
+    if req.fair && enqueue {
+        let json = serde_json::to_string(&Holder {
+            acquired_at_ms: now_ms(),
+            ..req.holder.clone()
+        })
+        .unwrap_or_default();
+        let alive = ms(liveness);
+        tx.exec_drop(sql.enqueue.as_str(), (key, &w.id, alive, json, alive))
+            .await?;
+        if position.is_none() {
+            position = Some(waiters);
+            waiters += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok(Outcome::Busy(busy(
+        req, &current, &queue, position, waiters,
+    )))
+}
+
+/// A refusal: what blocks us, and where we stand.
+fn busy(
+    req: &AcquireRequest,
+    current: &Current,
+    queue: &Queue,
+    position: Option<usize>,
+    waiters: usize,
+) -> Busy {
+    let holder = current.holder_id().map(|owner| {
+        info(
+            &req.key,
+            owner,
+            current.token,
+            current.depth,
+            current.holder.as_deref(),
+            current.left_ms,
+        )
+    });
+    // Free but promised to the head: if the head is dead, it may be ours at its deadline.
+    let retry = match current.live() {
+        true => current.left_ms,
+        false => queue.head_left_ms,
+    };
+    Busy {
+        holder,
+        position: position.map(|p| p as u64 + 1),
+        waiters: req.fair.then_some(waiters as u64),
+        retry: Some(Duration::from_millis(retry.max(0) as u64 + 1)),
+    }
+}
+
+/// A release's transaction: the row locked, checked, then one level less or freed.
+async fn release_tx(
+    conn: &mut Conn,
+    sql: &Sql,
+    key: &str,
+    owner: &str,
+    mode: ReleaseMode,
+) -> MyResult<Freed> {
+    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+    let row = tx
+        .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
+        .await?;
+    let current = row.map(Current::read);
+    let holder = current
+        .as_ref()
+        .and_then(|c| c.holder_id())
+        .map(str::to_string);
+    let freed = match mode {
+        ReleaseMode::Force => {
+            if current.is_some() {
+                tx.exec_drop(sql.free.as_str(), (key,)).await?;
+            }
+            Freed::Done(Released {
+                previous_owner: holder,
+                still_held: false,
+            })
+        }
+        _ if holder.as_deref() != Some(owner) => Freed::Refused(holder.is_some()),
+        _ => {
+            let depth = current.map_or(0, |c| c.depth);
+            let still_held = mode == ReleaseMode::One && depth > 1;
+            let text = if still_held {
+                &sql.shallower
+            } else {
+                &sql.free
+            };
+            tx.exec_drop(text.as_str(), (key,)).await?;
+            Freed::Done(Released {
+                previous_owner: Some(owner.to_string()),
+                still_held,
+            })
+        }
+    };
+    tx.commit().await?;
+    Ok(freed)
+}

@@ -1,0 +1,25 @@
+//! The MySQL and MariaDB backend: a lease table with expiry on the server's clock, a
+//! per-key fencing counter committed with each grant, a FIFO queue of waiters. MySQL has
+//! no notifications: waiters look again on a bounded, jittered schedule, the head of the
+//! queue often. Leases live by TTL only (`detached` makes no difference), so a
+//! `dlock lock` outlives its process and a holder's connection may break and come back.
+//!
+//! * `url.rs`: `mysql://` URLs: server, database, table, TLS, password.
+//! * `connect.rs`: connections (plain or rustls), session settings, timeouts, errors.
+//! * `schema.rs`: the tables and every statement.
+//! * `backend.rs`: the store value and its request connection.
+//! * `lease.rs`: one attempt, renew, hold-at-least, release, leaving the queue.
+//! * `status.rs`: `status` and the last-run record.
+//! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
+//!   its re-check schedule.
+
+mod backend;
+mod connect;
+mod lease;
+pub mod schema;
+mod status;
+mod store;
+pub mod url;
+
+pub use self::backend::MysqlStore;
+pub use self::connect::Tuning;

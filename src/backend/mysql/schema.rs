@@ -1,0 +1,221 @@
+//! The two tables, and every statement dlock sends, as text built once from their names.
+//!
+//! * `<table>`: one row per key, kept forever once created so that its fencing counter
+//!   (`token`) is never reset: owner, depth, expiry in milliseconds since the epoch on the
+//!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL;
+//!   an expired lease is free.
+//! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
+//!   `ticket` (ordering only: a skipped ticket costs nothing), each with a liveness
+//!   deadline that the waiter refreshes as it looks again.
+//!
+//! Every change to a key's lease or queue that decides anything first locks its row
+//! (`SELECT … FOR UPDATE`, or the `UPDATE` itself): the row lock serializes acquirers,
+//! renewals and releases of one key. Both tables are InnoDB (row locks, transactions,
+//! commits that survive a crash).
+
+/// The server's clock in milliseconds since the epoch. `NOW(3)` is the statement's start
+/// (a row lock waited for does not move it): a lease read live at the start is treated
+/// as live, and one set from it ends no later than the holder was promised.
+const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+
+/// Milliseconds left until `col` (0 when past or NULL).
+fn left(col: &str) -> String {
+    format!("CAST(GREATEST(0, COALESCE({col}, 0) - {NOW_MS}) AS SIGNED)")
+}
+
+/// The names of the tables.
+#[derive(Debug, Clone)]
+pub struct Names {
+    /// `` `table` `` and `` `table_waiters` ``, quoted.
+    pub locks: String,
+    pub waiters: String,
+    /// The plain names, for `information_schema`.
+    pub locks_plain: String,
+    pub waiters_plain: String,
+}
+
+impl Names {
+    pub fn new(table: &str) -> Names {
+        Names {
+            locks: format!("`{table}`"),
+            waiters: format!("`{table}_waiters`"),
+            locks_plain: table.to_string(),
+            waiters_plain: format!("{table}_waiters"),
+        }
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` for both tables, one statement each: what the README
+    /// gives users who create them ahead of time.
+    pub fn ddl(&self) -> [String; 2] {
+        let (l, w) = (&self.locks, &self.waiters);
+        [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {l} (
+  lock_key VARBINARY(512) NOT NULL PRIMARY KEY,
+  token BIGINT NOT NULL DEFAULT 0,
+  owner VARBINARY(255) NULL,
+  depth INT NOT NULL DEFAULT 0,
+  expires_at BIGINT NULL,
+  holder TEXT NULL,
+  last_run TEXT NULL,
+  last_success TEXT NULL,
+  runs_until BIGINT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {w} (
+  ticket BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  lock_key VARBINARY(512) NOT NULL,
+  id VARBINARY(64) NOT NULL,
+  alive_until BIGINT NOT NULL,
+  holder TEXT NOT NULL,
+  UNIQUE KEY by_waiter (lock_key, id),
+  KEY by_arrival (lock_key, ticket)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+        ]
+    }
+}
+
+/// What a least-privilege `account` (e.g. `'jobs'@'%'`) needs in `db` on tables made
+/// ahead of time with [`Names::ddl`]: rows only, no DDL.
+pub fn grants(n: &Names, db: &str, account: &str) -> String {
+    format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.{} TO {account};\nGRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.{} TO {account};",
+        n.locks, n.waiters
+    )
+}
+
+/// Every statement's text (the client prepares each once per connection).
+pub struct Sql {
+    /// key → owner, token, depth, holder, left_ms (the row locked).
+    pub lock_row: String,
+    /// key: creates the key's row if missing.
+    pub insert_row: String,
+    /// key: drops the dead waiters (affected rows: how many).
+    pub prune: String,
+    /// key → id, liveness left (ms; 0 when dead) of every waiter in order.
+    pub queue: String,
+    /// owner, ttl_ms, holder, key (the row locked).
+    pub grant: String,
+    /// levels added (0 or 1), ttl_ms, key (the row locked).
+    pub extend: String,
+    /// key, waiter.
+    pub dequeue: String,
+    /// key, waiter, liveness_ms, holder, liveness_ms.
+    pub enqueue: String,
+    /// ttl_ms, key, owner (affected rows: 1 when renewed).
+    pub renew: String,
+    /// key → token, left_ms.
+    pub lease: String,
+    /// key → 1 when held, 0 when free, no row when never used.
+    pub why: String,
+    /// key (the row locked): one level less.
+    pub shallower: String,
+    /// key: frees it (the row locked).
+    pub free: String,
+    /// key, owner: frees it if `owner` holds it (a grant whose answer was lost).
+    pub free_if: String,
+    /// left_ms, held until (ms since the epoch), key, owner (affected rows: 1 when done).
+    pub linger: String,
+    /// → key, owner, token, depth, holder, left_ms of every live lease, by key. Followed
+    /// by ` AND lock_key IN (…)` for named keys.
+    pub held: String,
+    /// → key, id, holder of the live waiters of the keys ` IN (…)` that follows.
+    pub waiting: String,
+    /// key, last run, last success (or NULL), keep_ms, last success, last run, keep_ms.
+    pub record_run: String,
+    /// key → last run, last success.
+    pub last_runs: String,
+}
+
+impl Sql {
+    pub fn new(n: &Names) -> Sql {
+        let (l, w) = (&n.locks, &n.waiters);
+        let lease_left = left("expires_at");
+        let live = format!("(owner IS NOT NULL AND expires_at > {NOW_MS})");
+        Sql {
+            lock_row: format!(
+                "SELECT owner, token, depth, holder, {lease_left} FROM {l} WHERE lock_key = ? FOR UPDATE"
+            ),
+            insert_row: format!(
+                "INSERT INTO {l} (lock_key) VALUES (?) ON DUPLICATE KEY UPDATE lock_key = lock_key"
+            ),
+            prune: format!("DELETE FROM {w} WHERE lock_key = ? AND alive_until < {NOW_MS}"),
+            queue: format!(
+                "SELECT id, {} FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
+                left("alive_until")
+            ),
+            grant: format!(
+                "UPDATE {l} SET token = token + 1, owner = ?, depth = 1, expires_at = {NOW_MS} + ?, holder = ? WHERE lock_key = ?"
+            ),
+            extend: format!(
+                "UPDATE {l} SET depth = depth + ?, expires_at = GREATEST(expires_at, {NOW_MS} + ?) WHERE lock_key = ?"
+            ),
+            dequeue: format!("DELETE FROM {w} WHERE lock_key = ? AND id = ?"),
+            enqueue: format!(
+                "INSERT INTO {w} (lock_key, id, alive_until, holder) VALUES (?, ?, {NOW_MS} + ?, ?)
+                 ON DUPLICATE KEY UPDATE alive_until = {NOW_MS} + ?"
+            ),
+            renew: format!(
+                "UPDATE {l} SET expires_at = GREATEST(expires_at, {NOW_MS} + ?) WHERE lock_key = ? AND owner = ? AND {live}"
+            ),
+            lease: format!("SELECT token, {lease_left} FROM {l} WHERE lock_key = ?"),
+            why: format!("SELECT {live} FROM {l} WHERE lock_key = ?"),
+            shallower: format!("UPDATE {l} SET depth = depth - 1 WHERE lock_key = ?"),
+            free: format!(
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ?"
+            ),
+            free_if: format!(
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ? AND owner = ?"
+            ),
+            linger: format!(
+                "UPDATE {l} SET expires_at = {NOW_MS} + ?,
+                   holder = JSON_SET(COALESCE(holder, '{{}}'), '$.held_until_ms', ?)
+                 WHERE lock_key = ? AND owner = ? AND {live}"
+            ),
+            held: format!(
+                "SELECT lock_key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live}"
+            ),
+            waiting: format!(
+                "SELECT lock_key, id, holder FROM {w} WHERE alive_until >= {NOW_MS} AND lock_key IN"
+            ),
+            record_run: format!(
+                "INSERT INTO {l} (lock_key, last_run, last_success, runs_until) VALUES (?, ?, ?, {NOW_MS} + ?)
+                 ON DUPLICATE KEY UPDATE
+                   last_success = COALESCE(?, IF(runs_until > {NOW_MS}, last_success, NULL)),
+                   last_run = ?,
+                   runs_until = {NOW_MS} + ?"
+            ),
+            last_runs: format!(
+                "SELECT last_run, last_success FROM {l} WHERE lock_key = ? AND runs_until > {NOW_MS}"
+            ),
+        }
+    }
+}
+
+/// `(?, ?, …)` for `n` values.
+pub fn placeholders(n: usize) -> String {
+    let mut s = String::with_capacity(2 + 3 * n);
+    s.push('(');
+    for i in 0..n {
+        s.push_str(if i == 0 { "?" } else { ", ?" });
+    }
+    s.push(')');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts() {
+        let n = Names::new("locks");
+        assert_eq!(n.waiters, "`locks_waiters`");
+        assert!(n.ddl()[1].contains("`locks_waiters`"));
+        assert!(grants(&n, "app", "'jobs'@'%'").contains("`app`.`locks`"));
+        assert_eq!(placeholders(3), "(?, ?, ?)");
+        assert_eq!(Sql::new(&n).renew.matches('?').count(), 3);
+    }
+}

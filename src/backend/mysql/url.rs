@@ -1,0 +1,171 @@
+//! `mysql://[user[:password]@]host[:port]/db[?param=value&…]` (also `mariadb://`): the
+//! server, the database, the lock table, TLS.
+//!
+//! dlock's own parameters (`table`, `ssl-mode`) are read here; every other one
+//! (`socket=/run/mysqld/mysqld.sock`, `compression=fast`, …) goes to the client. The
+//! password comes from the URL, else from `MYSQL_PWD` (as the `mysql` client reads it);
+//! the user from the URL, else the login name.
+
+use mysql_async::{Opts, OptsBuilder};
+
+use crate::config::redact_url;
+use crate::error::{Error, Result};
+
+/// The lock table when `?table=` does not name one.
+pub const DEFAULT_TABLE: &str = "dlock_locks";
+
+/// What a `mysql://` URL names.
+#[derive(Clone)]
+pub struct Target {
+    /// The client's settings, password included: never printed.
+    pub opts: Opts,
+    /// `mysql://host:port/db`, for messages (no user, no password).
+    pub name: String,
+    /// The lock table; the waiters' table is `<table>_waiters`.
+    pub table: String,
+    /// TLS with rustls, the server's certificate verified (`ssl-mode=REQUIRED` and up).
+    pub tls: bool,
+    /// The password, to scrub from any message as a last line of defence.
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("name", &self.name)
+            .field("table", &self.table)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+fn usage(url: &str, why: &str) -> Error {
+    Error::Usage(format!("bad MySQL URL {}: {why}", redact_url(url)))
+}
+
+/// Reads a `mysql://` or `mariadb://` URL, with `MYSQL_PWD` as given.
+pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
+    let rest = url
+        .strip_prefix("mysql://")
+        .or_else(|| url.strip_prefix("mariadb://"))
+        .ok_or_else(|| usage(url, "it must start with mysql:// or mariadb://"))?;
+    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (mut table, mut tls) = (DEFAULT_TABLE.to_string(), false);
+    let mut passed = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("table", t)) => {
+                table = super::super::sql::identifier(t)
+                    .map_err(|why| usage(url, &format!("table {why}")))?
+            }
+            Some(("ssl-mode" | "ssl_mode" | "sslmode", m)) => tls = ssl_mode(url, m)?,
+            Some(("password" | "pass", _)) => {
+                return Err(usage(url, "give the password before '@' or in MYSQL_PWD"))
+            }
+            Some(("require_ssl" | "verify_ca" | "verify_identity" | "built_in_roots", _)) => {
+                return Err(usage(url, "say ssl-mode=REQUIRED for TLS"))
+            }
+            _ => passed.push(pair),
+        }
+    }
+    let mut client_url = format!("mysql://{base}");
+    if !passed.is_empty() {
+        client_url = format!("{client_url}?{}", passed.join("&"));
+    }
+    let opts = Opts::from_url(&client_url).map_err(|e| usage(url, &e.to_string()))?;
+    let db = opts
+        .db_name()
+        .map(str::to_string)
+        .ok_or_else(|| usage(url, "name the database, e.g. mysql://host:3306/app"))?;
+    let mut builder = OptsBuilder::from_opts(opts.clone());
+    if opts.pass().is_none() {
+        if let Some(p) = env_password.filter(|p| !p.is_empty()) {
+            builder = builder.pass(Some(p));
+        }
+    }
+    if opts.user().is_none() {
+        builder = builder.user(login_name().or(Some("root".into())));
+    }
+    let opts = Opts::from(builder);
+    let secret = opts.pass().map(str::to_string);
+    let name = format!("mysql://{}:{}/{db}", opts.ip_or_hostname(), opts.tcp_port());
+    Ok(Target {
+        opts,
+        name,
+        table,
+        tls,
+        secret,
+    })
+}
+
+/// Reads a URL with the password the environment gives.
+pub fn parse(url: &str) -> Result<Target> {
+    parse_with(url, std::env::var(crate::env::MYSQL_PWD).ok())
+}
+
+/// `DISABLED` and `PREFERRED` mean plain TCP; `REQUIRED`, `VERIFY_CA` and
+/// `VERIFY_IDENTITY` mean TLS, always with the certificate and the host name verified
+/// (as for PostgreSQL: dlock has no unverified mode), so `REQUIRED` is as strict as
+/// `VERIFY_IDENTITY` here.
+fn ssl_mode(url: &str, mode: &str) -> Result<bool> {
+    match mode.to_ascii_uppercase().replace('-', "_").as_str() {
+        "DISABLED" | "PREFERRED" => Ok(false),
+        "REQUIRED" | "VERIFY_CA" | "VERIFY_IDENTITY" => Ok(true),
+        _ => Err(usage(
+            url,
+            &format!("unknown ssl-mode '{mode}' (DISABLED, PREFERRED, REQUIRED, VERIFY_IDENTITY)"),
+        )),
+    }
+}
+
+fn login_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(url: &str) -> Result<Target> {
+        parse_with(url, None)
+    }
+
+    #[test]
+    fn urls() {
+        let t = p("mysql://u:pw@db.example:3307/app?table=locks").unwrap();
+        assert_eq!(t.name, "mysql://db.example:3307/app");
+        assert_eq!(t.table, "locks");
+        assert_eq!(t.opts.user(), Some("u"));
+        assert_eq!(t.opts.pass(), Some("pw"));
+        assert!(!t.tls);
+        assert!(!format!("{t:?}").contains("pw"));
+        let t = p("mariadb://h/d?ssl-mode=required").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.table, DEFAULT_TABLE);
+        assert_eq!(t.name, "mysql://h:3306/d");
+        let t = parse_with("mysql://u@h/d", Some("envpw".into())).unwrap();
+        assert_eq!(t.opts.pass(), Some("envpw"));
+        assert_eq!(t.secret.as_deref(), Some("envpw"));
+        let t = parse_with("mysql://u:p%40ss@h/d", Some("envpw".into())).unwrap();
+        assert_eq!(t.opts.pass(), Some("p@ss"));
+        for bad in [
+            "mysql://h/d?table=Bad",
+            "mysql://h/d?table=a;drop",
+            "mysql://h/d?ssl-mode=sometimes",
+            "mysql://h/d?nonsense=1",
+            "mysql://h/d?password=x",
+            "mysql://h/d?require_ssl=true",
+            "mysql://h",
+            "postgres://h/d",
+        ] {
+            assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
+        let e = p("mysql://u:secret@h/d?ssl-mode=x")
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
+}

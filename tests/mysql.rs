@@ -1,0 +1,369 @@
+//! `dlock` on MariaDB (the MySQL store) when things fail or are set up by hand:
+//! connections killed, the server killed, restarted or frozen, wrong passwords, an
+//! account that may not run DDL, TLS. Every error is one line that names the server and
+//! never the password.
+
+use std::time::{Duration, Instant};
+
+use crate::support::{
+    self, alive, free_port, text, wait_exit, wait_for, MysqlServer, Store, MY_PASSWORD,
+};
+
+fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
+    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
+}
+
+fn stderr_of(child: std::process::Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+/// `dlock lock KEY --ttl TTL --json`'s owner and fencing token.
+fn lock_token(store: &Store, key: &str, ttl: &str) -> (String, u64) {
+    let out = store
+        .dlock()
+        .args(["lock", key, "--ttl", ttl, "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let owner = v["owner"].as_str().unwrap().to_string();
+    (owner, v["fencing_token"].as_u64().unwrap())
+}
+
+/// Kills every connection of the test account but the one asking.
+fn kill_connections(server: &MysqlServer) {
+    let ids = server.sql(
+        "SELECT GROUP_CONCAT(id) FROM information_schema.PROCESSLIST \
+         WHERE user = 'dlock' AND id <> CONNECTION_ID()",
+    );
+    for id in ids.split(',').filter(|id| id.parse::<u64>().is_ok()) {
+        let _ = server.try_sql(&format!("KILL CONNECTION {id}"));
+    }
+}
+
+#[test]
+fn killed_connections_reconnect_and_the_lease_holds() {
+    let mut store = Store::mysql();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = hold(&store, "held", "1500ms", dir.path());
+    // Every dlock connection is killed, again and again, for longer than the TTL.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        kill_connections(store.my());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(alive(pid), "the command must still run: the lease held");
+    assert!(store.held("held"));
+    support::send_signal(pid, "TERM");
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(dlock));
+}
+
+#[test]
+fn tokens_keep_increasing_across_a_restart() {
+    let mut store = Store::mysql();
+    let (owner, first) = lock_token(&store, "t", "1m");
+    let out = store
+        .dlock()
+        .args(["unlock", "t", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    store.my().restart();
+    let (_, second) = lock_token(&store, "t", "1m");
+    assert!(second > first, "{first} then {second}");
+    // A lease taken before a crash is still there after it, on the server's clock.
+    store.my().restart();
+    let out = store
+        .dlock()
+        .args(["lock", "t", "--no-wait"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+}
+
+#[test]
+fn paused_server_kills_the_command_before_the_lease_expires() {
+    let mut store = Store::mysql();
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = Duration::from_millis(1500);
+    let (mut dlock, pid) = hold(&store, "paused", "1500ms", dir.path());
+    store.my().pause();
+    let paused_at = Instant::now();
+    let status = wait_exit(&mut dlock, Duration::from_secs(15));
+    let took = paused_at.elapsed();
+    store.my().resume();
+    let Some(status) = status else {
+        let _ = dlock.kill();
+        panic!("dlock did not give up: {}", stderr_of(dlock));
+    };
+    assert_eq!(status.code(), Some(79));
+    assert!(!alive(pid), "the command must be dead");
+    assert!(
+        took < ttl,
+        "dead before the lease can expire: {took:?} for {ttl:?}"
+    );
+}
+
+#[test]
+fn killed_server_during_a_wait_is_exit_69_and_the_place_lapses() {
+    let mut store = Store::mysql();
+    let (owner, _) = lock_token(&store, "w", "1m");
+    let mut waiter = store
+        .dlock()
+        .args(["exec", "w", "--", "true"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = wait_for(Duration::from_secs(10), || {
+        store.my().sql("SELECT COUNT(*) FROM dlock_locks_waiters") == "1"
+    });
+    assert!(queued, "the waiter queued");
+    store.my().kill();
+    let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("the waiter gives up");
+    assert_eq!(status.code(), Some(69));
+    let err = stderr_of(waiter);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.contains("mysql://") && !err.contains(MY_PASSWORD),
+        "{err}"
+    );
+    store.my().restart();
+    assert!(store.held("w"));
+    let gone = wait_for(Duration::from_secs(15), || {
+        store.my().sql(
+            "SELECT COUNT(*) FROM dlock_locks_waiters \
+             WHERE alive_until > UNIX_TIMESTAMP(NOW(3)) * 1000",
+        ) == "0"
+    });
+    assert!(gone, "the dead waiter's place lapses");
+    let out = store
+        .dlock()
+        .args(["unlock", "w", "--owner", &owner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
+    let mut store = Store::mysql();
+    store.my().pause();
+    let started = Instant::now();
+    let out = store.dlock().args(["lock", "frozen"]).output().unwrap();
+    let took = started.elapsed();
+    store.my().resume();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    let err = text(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("mysql://") && last.contains("no answer"),
+        "{err}"
+    );
+    assert!(!err.contains(MY_PASSWORD), "{err}");
+    assert!(!store.held("frozen"), "nothing held");
+}
+
+#[test]
+fn unreachable_server_is_exit_69_in_one_line() {
+    let url = format!("mysql://u:hidden-pw@127.0.0.1:{}/db", free_port());
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &url, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("mysql://") && !err.contains("hidden-pw"),
+        "{err}"
+    );
+}
+
+#[test]
+fn wrong_password_is_exit_69_without_the_password_and_mysql_pwd_works() {
+    let mut store = Store::mysql();
+    let server = store.my();
+    let bad = server.url().replace(MY_PASSWORD, "wrong-secret-9");
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &bad, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("Access denied") && err.contains("MYSQL_PWD"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("wrong-secret-9") && !err.contains(MY_PASSWORD),
+        "{err}"
+    );
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &server.url_without_password()])
+        .args(["--", "true"])
+        .env("MYSQL_PWD", MY_PASSWORD)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "MYSQL_PWD is used: {out:?}");
+    // The password reaches neither the command's argv, its DLOCK_URL, nor status --json.
+    let out = support::dlock()
+        .args(["exec", "k", "--", "sh", "-c"])
+        .arg("tr '\\0' ' ' < /proc/$PPID/cmdline; echo; echo \"$DLOCK_URL\"; \"$DLOCK_BIN\" status --json")
+        .env("DLOCK_URL", server.url())
+        .env("DLOCK_BIN", support::dlock_bin())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.contains("mysql://"), "{seen}");
+    assert!(!seen.contains(MY_PASSWORD), "leaks: {seen}");
+}
+
+#[test]
+fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
+    let mut store = Store::mysql();
+    let names = dlock::backend::mysql::schema::Names::new("jobs");
+    let my = store.my();
+    for ddl in names.ddl() {
+        my.sql(&ddl);
+    }
+    my.sql("CREATE USER 'worker'@'%' IDENTIFIED BY 'worker-pw'");
+    my.sql(&dlock::backend::mysql::schema::grants(
+        &names,
+        "dlock",
+        "'worker'@'%'",
+    ));
+    let url = format!(
+        "mysql://worker:worker-pw@127.0.0.1:{}/dlock?table=jobs",
+        my.port
+    );
+    let out = support::dlock()
+        .args([
+            "exec",
+            "job",
+            "-u",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+    assert_eq!(my.sql("SELECT token FROM jobs WHERE lock_key = 'job'"), "1");
+    // The same account may not create tables of its own.
+    let other = url.replace("table=jobs", "table=other");
+    let out = support::dlock()
+        .args(["exec", "job", "-u", &other, "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert_eq!(text(&out.stderr).lines().count(), 1, "{out:?}");
+}
+
+#[test]
+fn tables_are_created_on_first_use() {
+    let mut store = Store::mysql();
+    let url = format!("{}?table=fresh", store.my().url());
+    let out = support::dlock()
+        .args([
+            "exec",
+            "job",
+            "-u",
+            &url,
+            "--",
+            "sh",
+            "-c",
+            "echo $DLOCK_FENCING_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out.stdout), "1");
+    let tables = store.my().sql("SHOW TABLES LIKE 'fresh%'");
+    assert_eq!(
+        tables.lines().collect::<Vec<_>>(),
+        ["fresh", "fresh_waiters"]
+    );
+}
+
+#[test]
+fn tls_with_ssl_mode_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pki) = support::pki(dir.path()) else {
+        eprintln!("skipped: no openssl command to make certificates");
+        return;
+    };
+    let server = MysqlServer::start_tls(&pki);
+    let exec = |url: &str, ca: Option<&std::path::Path>| {
+        let mut c = support::dlock();
+        c.args(["exec", "tls", "-u", url, "--", "true"]);
+        if let Some(ca) = ca {
+            c.env("DLOCK_TLS_CA", ca);
+        }
+        c.output().unwrap()
+    };
+    let url = format!("{}?ssl-mode=REQUIRED", server.url());
+    let out = exec(&url, Some(&pki.ca));
+    assert!(out.status.success(), "{out:?}");
+    // The server refuses plain connections; a certificate dlock cannot verify is refused.
+    let out = exec(&server.url(), None);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let out = exec(&url, None);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(!text(&out.stderr).contains(MY_PASSWORD), "{out:?}");
+}
+
+/// The waiters' table keeps arrival order: each waiter is served in turn, though none is
+/// woken (they look again on their own schedule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_arrival_order() {
+    use dlock::backend::{Backend, ReleaseMode};
+    let server = MysqlServer::start();
+    let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).unwrap();
+    let b: std::sync::Arc<dyn Backend> = dlock::backend::open(&spec).await.unwrap();
+    b.acquire(&support::req("line", "first"), &support::no_wait())
+        .await
+        .unwrap();
+    let queued = |n: usize| {
+        let sql = "SELECT COUNT(*) FROM dlock_locks_waiters WHERE lock_key = 'line'";
+        server.sql(sql) == n.to_string()
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..6 {
+        let (b, tx) = (b.clone(), tx.clone());
+        tokio::spawn(async move {
+            let req = support::req("line", &format!("w{i}"));
+            let got = b.acquire(&req, &support::forever()).await;
+            tx.send((i, got.unwrap().lease.owner)).unwrap();
+        });
+        // Each waiter is queued before the next one starts: a known arrival order.
+        let started = Instant::now();
+        while !queued(i + 1) {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "waiter {i} queued"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    b.release("line", "first", ReleaseMode::All).await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("the next waiter got the lock")
+            .unwrap();
+        order.push(i);
+        b.release("line", &owner, ReleaseMode::All).await.unwrap();
+    }
+    assert_eq!(order, (0..6).collect::<Vec<_>>());
+    assert!(queued(0));
+}
