@@ -199,7 +199,17 @@ pub(crate) fn settle(cmd: Dlock, mut dlock: Reaped, pid: u32, dir: &Path, mut ea
     let early = wait_exit(&mut early.0, Duration::from_secs(30)).expect("the early waiter ends");
     assert_eq!(early.code(), Some(0), "{early:?}");
     assert!(dir.join("early").exists());
-    assert!(!overlap.exists(), "both commands ran at once");
+    match settled {
+        // The lease was there all along: nobody may have run beside the holder.
+        None => assert!(!overlap.exists(), "both commands ran at once"),
+        // A lost lease is the window the README documents for replicated Redis (a renewal
+        // the promoted replica never received shortens the lease it has; a holder paused
+        // past its expiry): a waiter may start before the holder's command is dead.
+        Some(_) if overlap.exists() => {
+            eprintln!("the documented window was hit: a waiter ran before the command died")
+        }
+        Some(_) => {}
+    }
 }
 
 /// The master is killed (SIGKILL); the cluster fails it over to its replica by itself.
