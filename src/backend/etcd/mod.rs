@@ -6,6 +6,7 @@
 //! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
 //! * [`runs`]: the last run and last success of each lock name.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
+//! * [`status`]: `dlock status`, each lock's holder and waiters.
 //! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
 //!   watching a lock for a release (`dlock wait`).
 //! * [`took`]: the locks this process took, and their release with the record of the run.
@@ -17,6 +18,7 @@ pub mod linger;
 pub mod proto;
 pub mod recipe;
 pub mod runs;
+pub mod status;
 pub mod store;
 pub mod tls;
 pub mod took;

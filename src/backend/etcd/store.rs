@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::client::{prefix_end, Client, KeepAlive};
+use super::client::{Client, KeepAlive};
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
 use super::took::Took;
@@ -540,33 +540,7 @@ impl LockStore for EtcdStore {
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
-        let names = match keys {
-            [] => self.lock_names().await?,
-            named => named.to_vec(),
-        };
-        let mut all = Vec::new();
-        for name in names {
-            let (entries, _) = self.entries(&name).await?;
-            let lock = match entries.first() {
-                Some(h) => {
-                    let ttl = self.client.time_to_live(h.kv.lease).await?;
-                    let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
-                    Some(h.info(&name, left))
-                }
-                None => None,
-            };
-            if keys.is_empty() && lock.is_none() {
-                continue;
-            }
-            let waiters = entries.iter().skip(1).map(Entry::waiter).collect();
-            all.push(KeyStatus {
-                key: name,
-                lock,
-                waiters: Some(waiters),
-                servers: None,
-            });
-        }
-        Ok(all)
+        self.key_status(keys).await
     }
 
     fn heartbeat(&self) -> Duration {
@@ -599,31 +573,5 @@ impl LockStore for EtcdStore {
 
     async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
         super::runs::read(&self.client, &self.prefix, key).await
-    }
-}
-
-impl EtcdStore {
-    /// The names of every lock under the prefix, told from other keys by their shape.
-    async fn lock_names(&self) -> Result<Vec<String>> {
-        let start = if self.prefix.is_empty() {
-            vec![0]
-        } else {
-            self.prefix.as_bytes().to_vec()
-        };
-        let req = RangeRequest {
-            range_end: prefix_end(self.prefix.as_bytes()),
-            key: start,
-            keys_only: true,
-            ..Default::default()
-        };
-        let resp = self.client.range(req).await?;
-        let mut names: Vec<String> = resp
-            .kvs
-            .iter()
-            .filter_map(|kv| recipe::lock_name(&self.prefix, kv))
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
     }
 }
