@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, TxOpts};
+use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::schema::Sql;
@@ -221,15 +221,7 @@ async fn attempt_tx(
 ) -> MyResult<Outcome> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let key = req.key.as_str();
-    let current = loop {
-        match tx
-            .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
-            .await?
-        {
-            Some(row) => break Current::read(row),
-            None => tx.exec_drop(sql.insert_row.as_str(), (key,)).await?,
-        }
-    };
+    let current = lock_row(&mut tx, sql, key).await?;
     let ttl = ms(req.ttl);
     if let Some(owner) = current.holder_id() {
         let ours = owner == req.owner;
@@ -248,19 +240,7 @@ async fn attempt_tx(
         }
     }
     let queue = match req.fair {
-        true => {
-            let all: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
-            let queued = all.iter().any(|(id, _)| *id == w.id);
-            let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left)| *left > 0);
-            if !dead.is_empty() {
-                tx.exec_drop(sql.prune.as_str(), (key,)).await?;
-            }
-            Queue {
-                head_left_ms: live.first().map_or(0, |(_, left)| *left),
-                ids: live.into_iter().map(|(id, _)| id).collect(),
-                queued,
-            }
-        }
+        true => read_queue(&mut tx, sql, key, w).await?,
         false => Queue::default(),
     };
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
@@ -300,6 +280,39 @@ async fn attempt_tx(
     Ok(Outcome::Busy(busy(
         req, &current, &queue, position, waiters,
     )))
+}
+
+/// Locks `key`'s row, creating it on first use, and reads it.
+async fn lock_row(tx: &mut Transaction<'_>, sql: &Sql, key: &str) -> MyResult<Current> {
+    loop {
+        match tx
+            .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
+            .await?
+        {
+            Some(row) => return Ok(Current::read(row)),
+            None => tx.exec_drop(sql.insert_row.as_str(), (key,)).await?,
+        }
+    }
+}
+
+/// The live waiters of `key` in order, and whether `w` has a row; dead rows are pruned.
+async fn read_queue(
+    tx: &mut Transaction<'_>,
+    sql: &Sql,
+    key: &str,
+    w: &MyWaiter,
+) -> MyResult<Queue> {
+    let all: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+    let queued = all.iter().any(|(id, _)| *id == w.id);
+    let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left)| *left > 0);
+    if !dead.is_empty() {
+        tx.exec_drop(sql.prune.as_str(), (key,)).await?;
+    }
+    Ok(Queue {
+        head_left_ms: live.first().map_or(0, |(_, left)| *left),
+        ids: live.into_iter().map(|(id, _)| id).collect(),
+        queued,
+    })
 }
 
 /// A refusal: what blocks us, and where we stand.

@@ -140,92 +140,12 @@ impl Prepared {
         client: &Client,
         n: &Names,
     ) -> std::result::Result<Prepared, tokio_postgres::Error> {
-        let (l, w) = (&n.locks, &n.waiters);
-        let live = "(owner IS NOT NULL AND expires_at > clock_timestamp())";
-        let lease_left = left("expires_at");
-        let texts = [
-            format!("SELECT owner, token, depth, holder, {live} AS live, {lease_left} FROM {l} WHERE key = $1 FOR UPDATE"),
-            format!("INSERT INTO {l} (key) VALUES ($1) ON CONFLICT (key) DO NOTHING"),
-            format!(
-                "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
-                 live AS (SELECT id, ticket, alive_until FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
-                 SELECT (SELECT count(*) FROM dead)::bigint,
-                        COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
-                        COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint",
-                left("alive_until")
-            ),
-            format!(
-                "WITH g AS (UPDATE {l} SET token = token + 1, owner = $2, depth = 1, expires_at = {}, holder = $4
-                            WHERE key = $1 RETURNING token),
-                 d AS (DELETE FROM {w} WHERE key = $1 AND id = $5)
-                 SELECT token, pg_notify($6, $7)::text FROM g",
-                later(3)
-            ),
-            format!(
-                "WITH u AS (UPDATE {l} SET depth = depth + CASE WHEN $4 THEN 1 ELSE 0 END,
-                                           expires_at = GREATEST(expires_at, {})
-                            WHERE key = $1 RETURNING token, depth, {lease_left} AS left_ms),
-                 d AS (DELETE FROM {w} WHERE key = $1 AND id = $3)
-                 SELECT token, depth, left_ms FROM u",
-                later(2)
-            ),
-            format!(
-                "INSERT INTO {w} (key, id, alive_until, holder) VALUES ($1, $2, {}, $4)
-                 ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
-                later(3)
-            ),
-            "SELECT pg_notify($1, $2)::text".to_string(),
-            format!(
-                "UPDATE {l} SET expires_at = GREATEST(expires_at, {})
-                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-                 RETURNING token, {lease_left}",
-                later(3)
-            ),
-            format!("SELECT {live} FROM {l} WHERE key = $1"),
-            format!(
-                "UPDATE {l} SET
-                   depth = CASE WHEN $3 AND depth > 1 THEN depth - 1 ELSE 0 END,
-                   owner = CASE WHEN $3 AND depth > 1 THEN owner END,
-                   expires_at = CASE WHEN $3 AND depth > 1 THEN expires_at END,
-                   holder = CASE WHEN $3 AND depth > 1 THEN holder END
-                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-                 RETURNING depth, CASE WHEN depth = 0 THEN pg_notify($4, $5)::text END"
-            ),
-            format!(
-                "WITH old AS (SELECT owner FROM {l} WHERE key = $1 AND {live}),
-                 u AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE key = $1)
-                 SELECT owner, pg_notify($2, $3)::text FROM old"
-            ),
-            format!(
-                "WITH gone AS (DELETE FROM {w} WHERE key = $1 AND id = $2 RETURNING 1),
-                 freed AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL
-                           WHERE key = $1 AND owner = $3 RETURNING 1)
-                 SELECT pg_notify($4, $5)::text"
-            ),
-            format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
-            format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
-            format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, ticket, id"),
-            format!(
-                "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
-                 ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
-                   last_success = COALESCE(EXCLUDED.last_success,
-                     CASE WHEN {l}.runs_until > clock_timestamp() THEN {l}.last_success END),
-                   runs_until = EXCLUDED.runs_until",
-                later(4)
-            ),
-            format!("SELECT last_run, last_success FROM {l} WHERE key = $1 AND runs_until > clock_timestamp()"),
-            format!(
-                "UPDATE {l} SET expires_at = {},
-                   holder = (holder::jsonb || jsonb_build_object('held_until_ms', $4::bigint))::text
-                 WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-                 RETURNING token",
-                later(3)
-            ),
-        ];
+        let texts = [acquiring(n), holding(n), reading(n)].concat();
         let prepared =
             futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
         let mut s = prepared.into_iter();
         let mut next = || s.next().expect("one statement per text");
+        // In the order of the texts of `acquiring`, `holding` and `reading`.
         Ok(Prepared {
             lock_row: next(),
             insert_row: next(),
@@ -239,14 +159,121 @@ impl Prepared {
             release: next(),
             force: next(),
             leave: next(),
+            linger: next(),
             held: next(),
             held_all: next(),
             waiting: next(),
             record_run: next(),
             last_runs: next(),
-            linger: next(),
         })
     }
+}
+
+/// A lease is live while it has an owner and its expiry is ahead on the server's clock.
+const LIVE: &str = "(owner IS NOT NULL AND expires_at > clock_timestamp())";
+
+/// The statements of an attempt: the row, the queue, a grant or a re-entry.
+fn acquiring(n: &Names) -> Vec<String> {
+    let (l, w) = (&n.locks, &n.waiters);
+    let live = LIVE;
+    let lease_left = left("expires_at");
+    vec![
+        format!("SELECT owner, token, depth, holder, {live} AS live, {lease_left} FROM {l} WHERE key = $1 FOR UPDATE"),
+        format!("INSERT INTO {l} (key) VALUES ($1) ON CONFLICT (key) DO NOTHING"),
+        format!(
+            "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
+             live AS (SELECT id, ticket, alive_until FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
+             SELECT (SELECT count(*) FROM dead)::bigint,
+                    COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
+                    COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint",
+            left("alive_until")
+        ),
+        format!(
+            "WITH g AS (UPDATE {l} SET token = token + 1, owner = $2, depth = 1, expires_at = {}, holder = $4
+                        WHERE key = $1 RETURNING token),
+             d AS (DELETE FROM {w} WHERE key = $1 AND id = $5)
+             SELECT token, pg_notify($6, $7)::text FROM g",
+            later(3)
+        ),
+        format!(
+            "WITH u AS (UPDATE {l} SET depth = depth + CASE WHEN $4 THEN 1 ELSE 0 END,
+                                       expires_at = GREATEST(expires_at, {})
+                        WHERE key = $1 RETURNING token, depth, {lease_left} AS left_ms),
+             d AS (DELETE FROM {w} WHERE key = $1 AND id = $3)
+             SELECT token, depth, left_ms FROM u",
+            later(2)
+        ),
+        format!(
+            "INSERT INTO {w} (key, id, alive_until, holder) VALUES ($1, $2, {}, $4)
+             ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
+            later(3)
+        ),
+        "SELECT pg_notify($1, $2)::text".to_string(),
+    ]
+}
+
+/// The statements of a holder: renew, release (or force), leave the queue, linger.
+fn holding(n: &Names) -> Vec<String> {
+    let (l, w) = (&n.locks, &n.waiters);
+    let live = LIVE;
+    let lease_left = left("expires_at");
+    vec![
+        format!(
+            "UPDATE {l} SET expires_at = GREATEST(expires_at, {})
+             WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+             RETURNING token, {lease_left}",
+            later(3)
+        ),
+        format!("SELECT {live} FROM {l} WHERE key = $1"),
+        format!(
+            "UPDATE {l} SET
+               depth = CASE WHEN $3 AND depth > 1 THEN depth - 1 ELSE 0 END,
+               owner = CASE WHEN $3 AND depth > 1 THEN owner END,
+               expires_at = CASE WHEN $3 AND depth > 1 THEN expires_at END,
+               holder = CASE WHEN $3 AND depth > 1 THEN holder END
+             WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+             RETURNING depth, CASE WHEN depth = 0 THEN pg_notify($4, $5)::text END"
+        ),
+        format!(
+            "WITH old AS (SELECT owner FROM {l} WHERE key = $1 AND {live}),
+             u AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE key = $1)
+             SELECT owner, pg_notify($2, $3)::text FROM old"
+        ),
+        format!(
+            "WITH gone AS (DELETE FROM {w} WHERE key = $1 AND id = $2 RETURNING 1),
+             freed AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL
+                       WHERE key = $1 AND owner = $3 RETURNING 1)
+             SELECT pg_notify($4, $5)::text"
+        ),
+        format!(
+            "UPDATE {l} SET expires_at = {},
+               holder = (holder::jsonb || jsonb_build_object('held_until_ms', $4::bigint))::text
+             WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
+             RETURNING token",
+            later(3)
+        ),
+    ]
+}
+
+/// The statements of `dlock status` and of the run records.
+fn reading(n: &Names) -> Vec<String> {
+    let (l, w) = (&n.locks, &n.waiters);
+    let live = LIVE;
+    let lease_left = left("expires_at");
+    vec![
+        format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
+        format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
+        format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, ticket, id"),
+        format!(
+            "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
+             ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
+               last_success = COALESCE(EXCLUDED.last_success,
+                 CASE WHEN {l}.runs_until > clock_timestamp() THEN {l}.last_success END),
+               runs_until = EXCLUDED.runs_until",
+            later(4)
+        ),
+        format!("SELECT last_run, last_success FROM {l} WHERE key = $1 AND runs_until > clock_timestamp()"),
+    ]
 }
 
 /// Creates the tables unless both exist: a role that may not run DDL works with tables

@@ -67,7 +67,8 @@ use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
-    unless_cancelled, AcquireRequest, Acquired, Backend, ReleaseMode, WaitOptions, CANCEL_GRACE,
+    unless_cancelled, AcquireRequest, Acquired, Backend, Lease, ReleaseMode, WaitOptions,
+    CANCEL_GRACE,
 };
 use crate::error::{Error, Result};
 
@@ -265,14 +266,7 @@ impl RedlockBackend {
                 return Err(self.cancelled(req));
             };
             let refusal = match round {
-                Round::Won(lease) => {
-                    if wait.cancel.is_cancelled() {
-                        let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
-                        let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
-                        return Err(self.cancelled(req));
-                    }
-                    return Ok(Acquired { lease, guard: None });
-                }
+                Round::Won(lease) => return self.won(req, lease, wait).await,
                 Round::Lost(refusal) => refusal,
             };
             floor = floor.max(refusal.max_token);
@@ -303,16 +297,8 @@ impl RedlockBackend {
             let delay = match pace.next(&refusal, self.quorum) {
                 Step::BackOff(delay) => delay,
                 Step::Listen => {
-                    let heartbeat = self.tuning.server.heartbeat;
-                    let pause = refusal.retry.map_or(heartbeat, |r| r.min(heartbeat));
-                    match subs.wait(bounded(pause, wait), &wait.cancel).await {
-                        Wake::Cancelled => return Err(self.cancelled(req)),
-                        Wake::Closed => wakeups = None,
-                        Wake::Message => {
-                            pace.raced = true;
-                            pace.contended = true;
-                        }
-                        Wake::Timeout => {}
+                    if !self.listen(req, subs, &refusal, &mut pace, wait).await? {
+                        wakeups = None;
                     }
                     random_up_to(self.tuning.jitter)
                 }
@@ -322,6 +308,45 @@ impl RedlockBackend {
                 _ = tokio::time::sleep(bounded(delay, wait)) => {}
             }
         }
+    }
+
+    /// The lease of a won round, given back at once if the wait was cancelled meanwhile.
+    async fn won(
+        &self,
+        req: &AcquireRequest,
+        lease: Lease,
+        wait: &WaitOptions,
+    ) -> Result<Acquired> {
+        if wait.cancel.is_cancelled() {
+            let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
+            let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
+            return Err(self.cancelled(req));
+        }
+        Ok(Acquired { lease, guard: None })
+    }
+
+    /// Waits for a release to be announced, no longer than until the lease seen may
+    /// expire, nor than a heartbeat; false when the subscription closed.
+    async fn listen(
+        &self,
+        req: &AcquireRequest,
+        subs: &mut Wakeups,
+        refusal: &Refusal,
+        pace: &mut Pace,
+        wait: &WaitOptions,
+    ) -> Result<bool> {
+        let heartbeat = self.tuning.server.heartbeat;
+        let pause = refusal.retry.map_or(heartbeat, |r| r.min(heartbeat));
+        match subs.wait(bounded(pause, wait), &wait.cancel).await {
+            Wake::Cancelled => return Err(self.cancelled(req)),
+            Wake::Closed => return Ok(false),
+            Wake::Message => {
+                pace.raced = true;
+                pace.contended = true;
+            }
+            Wake::Timeout => {}
+        }
+        Ok(true)
     }
 
     /// The error to end the wait with after a lost round, if it must end: out of time, a
