@@ -122,19 +122,9 @@ impl MemoryStore {
     }
 
     fn lease(&self, key: &str, h: &Held, ttl: Duration, reentered: bool) -> Lease {
-        Lease {
-            key: key.to_string(),
-            owner: h.owner.clone(),
-            fencing_token: h.token,
-            ttl,
-            reentered,
-            sent_at: std::time::Instant::now(),
-            bound: false,
-            expires_at_ms: now_ms()
-                + h.expires
-                    .saturating_duration_since(Instant::now())
-                    .as_millis() as u64,
-        }
+        let sent_at = std::time::Instant::now();
+        let lease = Lease::timed(key, &h.owner, h.token, ttl, reentered, sent_at);
+        lease.expiring_in(h.expires.saturating_duration_since(Instant::now()))
     }
 
     fn not_owner(&self, verb: &str, key: &str, owner: &str, held: Option<&Held>) -> Error {

@@ -149,6 +149,43 @@ pub struct Lease {
     pub expires_at_ms: u64,
 }
 
+impl Lease {
+    /// A lease granted for `ttl` by a store that keeps it whether or not this process
+    /// lives (not bound), expiring `ttl` from now on this machine's clock.
+    pub fn timed(
+        key: impl Into<String>,
+        owner: impl Into<String>,
+        fencing_token: u64,
+        ttl: Duration,
+        reentered: bool,
+        sent_at: Instant,
+    ) -> Lease {
+        Lease {
+            key: key.into(),
+            owner: owner.into(),
+            fencing_token,
+            ttl,
+            reentered,
+            sent_at,
+            bound: false,
+            expires_at_ms: now_ms() + ttl.as_millis() as u64,
+        }
+    }
+
+    /// The same lease, expiring `left` from now (what the store said is left of it).
+    pub fn expiring_in(self, left: Duration) -> Lease {
+        self.expiring_at(now_ms() + left.as_millis() as u64)
+    }
+
+    /// The same lease, expiring at `ms` since the Unix epoch.
+    pub fn expiring_at(self, ms: u64) -> Lease {
+        Lease {
+            expires_at_ms: ms,
+            ..self
+        }
+    }
+}
+
 /// A granted lease plus whatever the backend must keep alive while it is held
 /// (the local store's file lock). Drop the guard only after releasing, or hand both to
 /// [`Backend::release_acquired`].

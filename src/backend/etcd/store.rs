@@ -139,16 +139,7 @@ impl EtcdStore {
     }
 
     fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
-        Lease {
-            key: key.to_string(),
-            owner: e.meta.owner.clone(),
-            fencing_token: e.token(),
-            ttl,
-            reentered: false,
-            sent_at,
-            bound: false,
-            expires_at_ms: now_ms() + ttl.as_millis() as u64,
-        }
+        Lease::timed(key, &e.meta.owner, e.token(), ttl, false, sent_at)
     }
 
     /// Re-enters `key` when one of `req.reenter` holds it: one level deeper on its lease.

@@ -303,19 +303,13 @@ impl<'a> Session<'a> {
         reentered: bool,
         sent_at: Instant,
     ) -> Lease {
-        Lease {
-            key: self.st.key.clone(),
-            owner: l.owner.clone(),
-            fencing_token: l.token,
-            ttl,
-            reentered,
-            sent_at,
-            bound: l.bound,
-            expires_at_ms: if l.bound {
-                now_ms() + ttl.as_millis() as u64
-            } else {
-                l.expires_wall_ms
+        let lease = Lease::timed(&self.st.key, &l.owner, l.token, ttl, reentered, sent_at);
+        match l.bound {
+            true => Lease {
+                bound: true,
+                ..lease
             },
+            false => lease.expiring_at(l.expires_wall_ms),
         }
     }
 

@@ -187,16 +187,8 @@ impl MemcachedStore {
 
     fn lease(&self, key: &str, r: &Record, secs: u64, sent: Instant, reentered: bool) -> Lease {
         let ttl = Duration::from_secs(secs);
-        Lease {
-            key: key.to_string(),
-            owner: r.owner.clone(),
-            fencing_token: r.token,
-            ttl,
-            reentered,
-            sent_at: ttl::granted_at(sent),
-            bound: false,
-            expires_at_ms: now_ms() + (ttl - ttl::EARLY).as_millis() as u64,
-        }
+        let sent_at = ttl::granted_at(sent);
+        Lease::timed(key, &r.owner, r.token, ttl, reentered, sent_at).expiring_in(ttl - ttl::EARLY)
     }
 
     /// The lease of `owner` on `key`, its CAS id and its TTL left; `NotOwner` otherwise.

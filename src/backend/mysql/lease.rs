@@ -105,16 +105,14 @@ impl MysqlStore {
                 token,
                 reentered,
             } => Attempt::Granted(Acquired {
-                lease: Lease {
-                    key: req.key.clone(),
+                lease: Lease::timed(
+                    &req.key,
                     owner,
-                    fencing_token: token.max(0) as u64,
-                    ttl: req.ttl,
+                    token.max(0) as u64,
+                    req.ttl,
                     reentered,
                     sent_at,
-                    bound: false,
-                    expires_at_ms: now_ms() + req.ttl.as_millis() as u64,
-                },
+                ),
                 guard: None,
             }),
         })
@@ -137,16 +135,8 @@ impl MysqlStore {
         let Some((token, left_ms)) = row else {
             return Err(self.refusal("renew", key, owner).await);
         };
-        Ok(Lease {
-            key: key.to_string(),
-            owner: owner.to_string(),
-            fencing_token: token.max(0) as u64,
-            ttl,
-            reentered: false,
-            sent_at,
-            bound: false,
-            expires_at_ms: now_ms() + left_ms.max(0) as u64,
-        })
+        let lease = Lease::timed(key, owner, token.max(0) as u64, ttl, false, sent_at);
+        Ok(lease.expiring_in(Duration::from_millis(left_ms.max(0) as u64)))
     }
 
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's

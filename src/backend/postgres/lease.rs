@@ -90,16 +90,14 @@ impl PostgresStore {
                 token,
                 reentered,
             } => Attempt::Granted(Acquired {
-                lease: Lease {
-                    key: req.key.clone(),
+                lease: Lease::timed(
+                    &req.key,
                     owner,
-                    fencing_token: token.max(0) as u64,
-                    ttl: req.ttl,
+                    token.max(0) as u64,
+                    req.ttl,
                     reentered,
                     sent_at,
-                    bound: false,
-                    expires_at_ms: now_ms() + req.ttl.as_millis() as u64,
-                },
+                ),
                 guard: None,
             }),
         })
@@ -128,16 +126,8 @@ impl PostgresStore {
             return Err(self.refusal(c, "renew", key, owner).await);
         };
         let (token, left_ms): (i64, i64) = (row.get(0), row.get(1));
-        Ok(Lease {
-            key: key.to_string(),
-            owner: owner.to_string(),
-            fencing_token: token.max(0) as u64,
-            ttl,
-            reentered: false,
-            sent_at,
-            bound: false,
-            expires_at_ms: now_ms() + left_ms.max(0) as u64,
-        })
+        let lease = Lease::timed(key, owner, token.max(0) as u64, ttl, false, sent_at);
+        Ok(lease.expiring_in(Duration::from_millis(left_ms.max(0) as u64)))
     }
 
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's

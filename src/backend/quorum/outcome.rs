@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::votes::{self, Verdict};
-use crate::backend::{now_ms, KeyStatus, LastRuns, Lease, LockInfo, Released, ServerView};
+use crate::backend::{KeyStatus, LastRuns, Lease, LockInfo, Released, ServerView};
 use crate::error::{Error, Result};
 
 /// Joins per-server error messages into one line.
@@ -87,16 +87,9 @@ pub fn renewed(
                 "cannot renew lock '{key}' on {name}: the servers answered too late for the lease to be valid"
             )));
         };
-        return Ok(Lease {
-            key: key.to_string(),
-            owner: owner.to_string(),
-            fencing_token: r.renewed.iter().map(|l| l.fencing_token).max().unwrap_or(0),
-            ttl,
-            reentered: false,
-            sent_at: granted_at,
-            bound: false,
-            expires_at_ms: now_ms() + validity.as_millis() as u64,
-        });
+        let token = r.renewed.iter().map(|l| l.fencing_token).max().unwrap_or(0);
+        let lease = Lease::timed(key, owner, token, ttl, false, granted_at);
+        return Ok(lease.expiring_in(validity));
     }
     let errors: Vec<Error> = r.refused.into_iter().chain(r.failed).collect();
     let msg = format!(

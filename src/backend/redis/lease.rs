@@ -146,16 +146,8 @@ impl RedisBackend {
             let reentered = r.next::<i64>()? == 1;
             let now_ms: u64 = r.next()?;
             let pttl: u64 = r.next()?;
-            return Ok(Attempt::Granted(Lease {
-                key: req.key.clone(),
-                owner,
-                fencing_token,
-                ttl: req.ttl,
-                reentered,
-                sent_at,
-                bound: false,
-                expires_at_ms: now_ms + pttl,
-            }));
+            let lease = Lease::timed(&req.key, owner, fencing_token, req.ttl, reentered, sent_at);
+            return Ok(Attempt::Granted(lease.expiring_at(now_ms + pttl)));
         }
         let position: u64 = r.next()?;
         let waiters: u64 = r.next()?;
@@ -185,16 +177,8 @@ impl RedisBackend {
                 let fencing_token: u64 = r.next()?;
                 let now_ms: u64 = r.next()?;
                 let pttl: u64 = r.next()?;
-                Ok(Lease {
-                    key: key.to_string(),
-                    owner: owner.to_string(),
-                    fencing_token,
-                    ttl,
-                    reentered: false,
-                    sent_at,
-                    bound: false,
-                    expires_at_ms: now_ms + pttl,
-                })
+                let lease = Lease::timed(key, owner, fencing_token, ttl, false, sent_at);
+                Ok(lease.expiring_at(now_ms + pttl))
             }
             code => Err(self.not_owner("renew", key, owner, code == 0)),
         }

@@ -58,9 +58,7 @@ use super::member::{Failure, Member};
 use super::RedlockBackend;
 use crate::backend::quorum::votes::{self, Answer, Decision, Tally};
 use crate::backend::redis::{Attempt, Busy};
-use crate::backend::{
-    now_ms, AcquireRequest, Lease, LockInfo, ReleaseMode, WaitInfo, CANCEL_GRACE,
-};
+use crate::backend::{AcquireRequest, Lease, LockInfo, ReleaseMode, WaitInfo, CANCEL_GRACE};
 use crate::error::Error;
 
 /// What one acquire round ended with.
@@ -223,16 +221,10 @@ impl RedlockBackend {
         guard.armed = false;
         let winner = lease.and_then(|(won, validity)| Some((won.winner(&req.owner)?, validity)));
         match winner {
-            Some(((owner, fencing_token, reentered), validity)) => Round::Won(Lease {
-                key: req.key.clone(),
-                owner,
-                fencing_token,
-                ttl: req.ttl,
-                reentered,
-                sent_at,
-                bound: false,
-                expires_at_ms: now_ms() + validity.as_millis() as u64,
-            }),
+            Some(((owner, token, reentered), validity)) => Round::Won(
+                Lease::timed(&req.key, owner, token, req.ttl, reentered, sent_at)
+                    .expiring_in(validity),
+            ),
             None => Round::Lost(Refusal::lost(tally, note)),
         }
     }

@@ -89,16 +89,7 @@ impl ZkStore {
     }
 
     fn lease(&self, key: &str, owner: &str, token: u64, ttl: Duration, sent_at: Instant) -> Lease {
-        Lease {
-            key: key.to_string(),
-            owner: owner.to_string(),
-            fencing_token: token,
-            ttl,
-            reentered: false,
-            sent_at,
-            bound: false,
-            expires_at_ms: now_ms() + ttl.as_millis() as u64,
-        }
+        Lease::timed(key, owner, token, ttl, false, sent_at)
     }
 
     /// Re-enters `key` when one of `req.reenter` holds it: one level deeper, same token.

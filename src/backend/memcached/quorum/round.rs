@@ -32,7 +32,7 @@ use crate::backend::memcached::{fence, ttl};
 use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes::{self, Answer, Decision, Tally};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Acquired, Lease, ReleaseMode, CANCEL_GRACE};
+use crate::backend::{AcquireRequest, Acquired, Lease, ReleaseMode, CANCEL_GRACE};
 use crate::error::{Error, Result};
 
 /// How long one server may take to answer an acquire request for a lease of `ttl`:
@@ -106,16 +106,9 @@ impl MemcachedQuorum {
             if !reentered {
                 fence::saw(&self.name, &req.key, token);
             }
-            let lease = Lease {
-                key: req.key.clone(),
-                owner,
-                fencing_token: token,
-                ttl: secs,
-                reentered,
-                sent_at: ttl::granted_at(sent),
-                bound: false,
-                expires_at_ms: now_ms() + validity.as_millis() as u64,
-            };
+            let sent_at = ttl::granted_at(sent);
+            let lease = Lease::timed(&req.key, owner, token, secs, reentered, sent_at)
+                .expiring_in(validity);
             return Ok(Attempt::Granted(Acquired { lease, guard: None }));
         }
         self.lost(req, tally, note)
