@@ -1,7 +1,14 @@
 //! What the SQL stores (PostgreSQL, MySQL) share: the names they accept for their tables,
-//! and how a lease row reads as a [`LockInfo`].
+//! how a lease row reads as a [`LockInfo`], how an attempt's outcome becomes a lease, how
+//! `status` and the last runs are put together from the rows read, and how a failure reads.
 
-use super::{Holder, LockInfo};
+use std::time::{Duration, Instant};
+
+use super::store::{Attempt, Busy};
+use super::{
+    now_ms, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, WaiterInfo,
+};
+use crate::error::Error;
 
 /// A table name dlock accepts: plain lower-case, so that it needs no quoting rules of its
 /// own in either dialect and leaves room for the `_waiters` suffix. The error completes
@@ -27,6 +34,15 @@ pub fn holder_of(json: Option<&str>) -> Holder {
         .unwrap_or_default()
 }
 
+/// `holder` as a row keeps it (JSON), acquired now: a grant's or a waiter's.
+pub fn holder_json(holder: &Holder) -> String {
+    serde_json::to_string(&Holder {
+        acquired_at_ms: now_ms(),
+        ..holder.clone()
+    })
+    .unwrap_or_default()
+}
+
 /// A live lease as `status` and a refusal show it.
 pub fn info(
     key: &str,
@@ -44,6 +60,114 @@ pub fn info(
         ttl_left_ms: Some(left_ms.max(0) as u64),
         depth: depth.max(0) as u32,
     }
+}
+
+/// What an attempt's transaction decided, before it is turned into a lease.
+pub enum Outcome {
+    Granted {
+        owner: String,
+        token: i64,
+        reentered: bool,
+    },
+    Busy(Busy),
+}
+
+impl Outcome {
+    /// The attempt as the waiting loop takes it: a granted lease counts from `sent_at`,
+    /// when the attempt was sent.
+    pub fn attempt(self, req: &AcquireRequest, sent_at: Instant) -> Attempt {
+        match self {
+            Outcome::Busy(busy) => Attempt::Busy(busy),
+            Outcome::Granted {
+                owner,
+                token,
+                reentered,
+            } => Attempt::Granted(Acquired {
+                lease: Lease::timed(
+                    &req.key,
+                    owner,
+                    token.max(0) as u64,
+                    req.ttl,
+                    reentered,
+                    sent_at,
+                ),
+                guard: None,
+            }),
+        }
+    }
+}
+
+/// A renewed lease: `token` as it stands, `left_ms` what the server says is left of it.
+pub fn renewed(
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    sent_at: Instant,
+    (token, left_ms): (i64, i64),
+) -> Lease {
+    let lease = Lease::timed(key, owner, token.max(0) as u64, ttl, false, sent_at);
+    lease.expiring_in(Duration::from_millis(left_ms.max(0) as u64))
+}
+
+/// A live lease row: key, owner, token, depth, holder, milliseconds left.
+pub type HeldRow = (String, String, i64, i32, Option<String>, i64);
+
+/// A live waiter row: key, waiter id, holder; in queue order.
+pub type WaitingRow = (String, String, Option<String>);
+
+/// The status of each of `names`, in order, from the live leases and waiters read for them.
+pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) -> Vec<KeyStatus> {
+    let statuses = names.into_iter().map(|key| {
+        let lock = held
+            .iter()
+            .find(|r| r.0 == key)
+            .map(|r| info(&key, &r.1, r.2, r.3, r.4.as_deref(), r.5));
+        let waiters = waiting
+            .iter()
+            .filter(|r| r.0 == key)
+            .map(|r| WaiterInfo {
+                id: r.1.clone(),
+                holder: holder_of(r.2.as_deref()),
+            })
+            .collect();
+        KeyStatus {
+            key,
+            lock,
+            waiters: Some(waiters),
+            servers: None,
+        }
+    });
+    statuses.collect()
+}
+
+/// The last run and last success kept in a key's row (none when the row has none, or
+/// when they have expired).
+pub fn last_runs(row: Option<(Option<String>, Option<String>)>) -> LastRuns {
+    let parse = |json: Option<String>| json.and_then(|j| serde_json::from_str(&j).ok());
+    match row {
+        Some((last, success)) => LastRuns {
+            last: parse(last),
+            last_success: parse(success),
+        },
+        None => LastRuns::default(),
+    }
+}
+
+/// `msg` on one line, with `secret` (the password) scrubbed as a last line of defence.
+pub fn one_line(msg: String, secret: Option<&str>) -> String {
+    let mut msg = msg.replace(['\r', '\n'], " ");
+    if let Some(secret) = secret.filter(|s| !s.is_empty()) {
+        msg = msg.replace(secret, "***");
+    }
+    msg
+}
+
+/// `what` on the server `name` got no answer within `limit`.
+pub fn no_answer(name: &str, what: &str, limit: Duration) -> Error {
+    Error::Unavailable(format!(
+        "{name}: {what}: no answer within {}",
+        humantime::format_duration(limit)
+    ))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, SslOpts};
 
 use super::url::Target;
+use crate::backend::sql;
 use crate::env;
 use crate::error::{Error, Result};
 
@@ -106,11 +107,7 @@ impl Server {
 
     /// One line naming what failed and the server, never the password.
     pub fn line(&self, msg: String) -> String {
-        let mut msg = msg.replace(['\r', '\n'], " ");
-        if let Some(secret) = self.target.secret.as_deref().filter(|s| !s.is_empty()) {
-            msg = msg.replace(secret, "***");
-        }
-        msg
+        sql::one_line(msg, self.target.secret.as_deref())
     }
 
     pub fn unavailable(&self, what: &str, e: &mysql_async::Error) -> Error {
@@ -132,11 +129,7 @@ impl Server {
     }
 
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        Error::Unavailable(format!(
-            "{}: {what}: no answer within {}",
-            self.target.name,
-            humantime::format_duration(limit)
-        ))
+        sql::no_answer(&self.target.name, what, limit)
     }
 }
 

@@ -14,9 +14,9 @@ use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::schema::Sql;
-use crate::backend::sql::info;
+use crate::backend::sql::{holder_json, info, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Acquired, Holder, Lease, ReleaseMode, Released};
+use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
 
 type MyResult<T> = std::result::Result<T, mysql_async::Error>;
@@ -68,16 +68,6 @@ struct Queue {
     queued: bool,
 }
 
-/// What an attempt decided, before it is turned into a lease.
-enum Outcome {
-    Granted {
-        owner: String,
-        token: i64,
-        reentered: bool,
-    },
-    Busy(Busy),
-}
-
 /// What a release found.
 enum Freed {
     Done(Released),
@@ -98,24 +88,7 @@ impl MysqlStore {
         let outcome = on_conn!(self, "cannot acquire", |c| {
             attempt_tx(c, &self.sql, req, w, enqueue, liveness).await
         })?;
-        Ok(match outcome {
-            Outcome::Busy(busy) => Attempt::Busy(busy),
-            Outcome::Granted {
-                owner,
-                token,
-                reentered,
-            } => Attempt::Granted(Acquired {
-                lease: Lease::timed(
-                    &req.key,
-                    owner,
-                    token.max(0) as u64,
-                    req.ttl,
-                    reentered,
-                    sent_at,
-                ),
-                guard: None,
-            }),
-        })
+        Ok(outcome.attempt(req, sent_at))
     }
 
     /// Extends `owner`'s lease: one statement (and a read of what it left).
@@ -132,11 +105,10 @@ impl MysqlStore {
                 }
             }
         })?;
-        let Some((token, left_ms)) = row else {
+        let Some(row) = row else {
             return Err(self.refusal("renew", key, owner).await);
         };
-        let lease = Lease::timed(key, owner, token.max(0) as u64, ttl, false, sent_at);
-        Ok(lease.expiring_in(Duration::from_millis(left_ms.max(0) as u64)))
+        Ok(renewed(key, owner, ttl, sent_at, row))
     }
 
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
@@ -235,9 +207,7 @@ async fn attempt_tx(
     };
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
     if !current.live() && (first || !req.fair) {
-        let mut holder = req.holder.clone();
-        holder.acquired_at_ms = now_ms();
-        let json = serde_json::to_string(&holder).unwrap_or_default();
+        let json = holder_json(&req.holder);
         tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
             .await?;
         if queue.queued {
@@ -253,11 +223,7 @@ async fn attempt_tx(
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
     if req.fair && enqueue {
-        let json = serde_json::to_string(&Holder {
-            acquired_at_ms: now_ms(),
-            ..req.holder.clone()
-        })
-        .unwrap_or_default();
+        let json = holder_json(&req.holder);
         let alive = ms(liveness);
         tx.exec_drop(sql.enqueue.as_str(), (key, &w.id, alive, json, alive))
             .await?;

@@ -5,12 +5,9 @@ use mysql_async::{Params, Value};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::schema::placeholders;
-use crate::backend::sql::{holder_of, info};
-use crate::backend::{KeyStatus, LastRuns, RunRecord, WaiterInfo, RUN_RECORD_TTL};
+use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
+use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
-
-/// A live lease: key, owner, token, depth, holder, milliseconds left.
-type Held = (String, String, i64, i32, Option<String>, i64);
 
 fn keys_params(keys: &[String]) -> Params {
     Params::Positional(keys.iter().map(|k| Value::from(k.as_str())).collect())
@@ -20,7 +17,7 @@ impl MysqlStore {
     /// The named keys in order, or every live lease by key.
     pub(super) async fn read_status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         let (held, waiting, names) = on_conn!(self, "cannot read status", |c| {
-            let held: Vec<Held> = match keys {
+            let held: Vec<HeldRow> = match keys {
                 [] => {
                     let text = format!("{} ORDER BY lock_key", self.sql.held);
                     c.exec(text.as_str(), ()).await?
@@ -38,7 +35,7 @@ impl MysqlStore {
                 [] => held.iter().map(|r| r.0.clone()).collect(),
                 named => named.to_vec(),
             };
-            let waiting: Vec<(String, String, Option<String>)> = match names.len() {
+            let waiting: Vec<WaitingRow> = match names.len() {
                 0 => Vec::new(),
                 n => {
                     let text = format!(
@@ -51,27 +48,7 @@ impl MysqlStore {
             };
             Ok((held, waiting, names))
         })?;
-        let statuses = names.into_iter().map(|key| {
-            let lock = held
-                .iter()
-                .find(|r| r.0 == key)
-                .map(|r| info(&key, &r.1, r.2, r.3, r.4.as_deref(), r.5));
-            let waiters = waiting
-                .iter()
-                .filter(|r| r.0 == key)
-                .map(|r| WaiterInfo {
-                    id: r.1.clone(),
-                    holder: holder_of(r.2.as_deref()),
-                })
-                .collect();
-            KeyStatus {
-                key,
-                lock,
-                waiters: Some(waiters),
-                servers: None,
-            }
-        });
-        Ok(statuses.collect())
+        Ok(statuses(names, &held, &waiting))
     }
 
     /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].
@@ -94,13 +71,6 @@ impl MysqlStore {
             )
             .await
         })?;
-        let parse = |json: Option<String>| json.and_then(|j| serde_json::from_str(&j).ok());
-        Ok(match row {
-            Some((last, success)) => LastRuns {
-                last: parse(last),
-                last_success: parse(success),
-            },
-            None => LastRuns::default(),
-        })
+        Ok(last_runs(row))
     }
 }

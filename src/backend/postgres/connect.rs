@@ -11,6 +11,7 @@ use tokio_postgres::{AsyncMessage, Client, Connection, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::url::Target;
+use crate::backend::sql;
 use crate::env;
 use crate::error::{Error, Result};
 
@@ -99,11 +100,7 @@ impl Server {
 
     /// One line naming what failed and the server, never the password.
     pub fn line(&self, msg: String) -> String {
-        let mut msg = msg.replace(['\r', '\n'], " ");
-        if let Some(secret) = self.target.secret.as_deref().filter(|s| !s.is_empty()) {
-            msg = msg.replace(secret, "***");
-        }
-        msg
+        sql::one_line(msg, self.target.secret.as_deref())
     }
 
     pub fn unavailable(&self, what: &str, e: &tokio_postgres::Error) -> Error {
@@ -121,11 +118,7 @@ impl Server {
     }
 
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        Error::Unavailable(format!(
-            "{}: {what}: no answer within {}",
-            self.target.name,
-            humantime::format_duration(limit)
-        ))
+        sql::no_answer(&self.target.name, what, limit)
     }
 }
 

@@ -12,8 +12,9 @@ use tokio_postgres::{Row, Transaction};
 
 use super::backend::{ms, Conn, PostgresStore};
 use super::schema::{payload, Names};
+use crate::backend::sql::{holder_json, info, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Acquired, Holder, Lease, ReleaseMode, Released};
+use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
 
 type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
@@ -54,18 +55,6 @@ struct Queue {
     head_left_ms: i64,
 }
 
-/// What an attempt decided, before it is turned into a lease.
-enum Outcome {
-    Granted {
-        owner: String,
-        token: i64,
-        reentered: bool,
-    },
-    Busy(Busy),
-}
-
-pub(super) use crate::backend::sql::{holder_of, info};
-
 impl PostgresStore {
     /// One attempt: take, re-enter or claim the key, or be refused (and queue).
     pub(super) async fn attempt_as(
@@ -83,24 +72,7 @@ impl PostgresStore {
         if outcome.is_err() {
             *guard = None;
         }
-        Ok(match outcome? {
-            Outcome::Busy(busy) => Attempt::Busy(busy),
-            Outcome::Granted {
-                owner,
-                token,
-                reentered,
-            } => Attempt::Granted(Acquired {
-                lease: Lease::timed(
-                    &req.key,
-                    owner,
-                    token.max(0) as u64,
-                    req.ttl,
-                    reentered,
-                    sent_at,
-                ),
-                guard: None,
-            }),
-        })
+        Ok(outcome?.attempt(req, sent_at))
     }
 
     /// Extends `owner`'s lease: one statement.
@@ -125,9 +97,7 @@ impl PostgresStore {
         let Some(row) = row else {
             return Err(self.refusal(c, "renew", key, owner).await);
         };
-        let (token, left_ms): (i64, i64) = (row.get(0), row.get(1));
-        let lease = Lease::timed(key, owner, token.max(0) as u64, ttl, false, sent_at);
-        Ok(lease.expiring_in(Duration::from_millis(left_ms.max(0) as u64)))
+        Ok(renewed(key, owner, ttl, sent_at, (row.get(0), row.get(1))))
     }
 
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
@@ -279,9 +249,7 @@ async fn attempt_tx(
     });
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
     if !current.live && (first || !req.fair) {
-        let mut holder = req.holder.clone();
-        holder.acquired_at_ms = now_ms();
-        let json = serde_json::to_string(&holder).unwrap_or_default();
+        let json = holder_json(&req.holder);
         let taken = payload('T', key);
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
             [key, &req.owner, &ttl, &json, &w.id, &names.channel, &taken];
@@ -315,11 +283,7 @@ async fn refused(
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
     if req.fair && enqueue {
-        let json = serde_json::to_string(&Holder {
-            acquired_at_ms: now_ms(),
-            ..req.holder.clone()
-        })
-        .unwrap_or_default();
+        let json = holder_json(&req.holder);
         tx.execute(&st.enqueue, &[key, &w.id, &ms(liveness), &json])
             .await?;
         if position.is_none() {

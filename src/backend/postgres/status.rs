@@ -1,8 +1,8 @@
 //! `status` (live leases and their waiters) and the last-run record.
 
 use super::backend::{ms, PostgresStore};
-use super::lease::info;
-use crate::backend::{KeyStatus, LastRuns, RunRecord, WaiterInfo, RUN_RECORD_TTL};
+use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
+use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
 
 impl PostgresStore {
@@ -29,27 +29,15 @@ impl PostgresStore {
                 return Err(e);
             }
         };
-        let statuses = names.into_iter().map(|key| {
-            let lock = held
-                .iter()
-                .find(|r| r.get::<_, &str>(0) == key)
-                .map(|r| info(&key, r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)));
-            let waiters = waiting
-                .iter()
-                .filter(|r| r.get::<_, &str>(0) == key)
-                .map(|r| WaiterInfo {
-                    id: r.get(1),
-                    holder: super::lease::holder_of(r.get(2)),
-                })
-                .collect();
-            KeyStatus {
-                key,
-                lock,
-                waiters: Some(waiters),
-                servers: None,
-            }
-        });
-        Ok(statuses.collect())
+        let held: Vec<HeldRow> = held
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+            .collect();
+        let waiting: Vec<WaitingRow> = waiting
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        Ok(statuses(names, &held, &waiting))
     }
 
     /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].
@@ -91,13 +79,6 @@ impl PostgresStore {
                 return Err(e);
             }
         };
-        let parse = |json: Option<String>| json.and_then(|j| serde_json::from_str(&j).ok());
-        Ok(match row {
-            Some(row) => LastRuns {
-                last: parse(row.get(0)),
-                last_success: parse(row.get(1)),
-            },
-            None => LastRuns::default(),
-        })
+        Ok(last_runs(row.map(|row| (row.get(0), row.get(1)))))
     }
 }
