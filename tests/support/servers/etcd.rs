@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::free_port;
 
@@ -136,21 +136,19 @@ impl EtcdServer {
     /// Waits until the member's log says it serves clients ("serving client traffic") and a request through Raft
     /// (`/health`) answers; false when it exited (a port was taken) or ran out of time.
     fn await_ready(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                return false;
+        let pause = Duration::from_millis(10);
+        let ready = super::poll(limit, pause, || {
+            if super::exited(&mut self.child) {
+                return Some(false);
             }
             let logged = std::fs::read_to_string(self.log())
                 .is_ok_and(|l| l.contains("serving client traffic"));
-            if logged && self.healthy() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        false
+            (logged && self.healthy()).then_some(true)
+        });
+        ready.unwrap_or_else(|| {
+            self.kill();
+            false
+        })
     }
 
     /// True when `GET /health` answers `"health":"true"` (over TLS: `etcdctl endpoint
@@ -209,15 +207,11 @@ impl EtcdServer {
     /// Starts the member again on the same ports with its data, and waits until it serves.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
+        let up = super::poll(Duration::from_secs(20), Duration::from_millis(100), || {
             self.spawn();
-            if self.await_ready(Duration::from_secs(10)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("could not restart etcd member {}", self.name);
+            self.await_ready(Duration::from_secs(10)).then_some(())
+        });
+        assert!(up.is_some(), "could not restart etcd member {}", self.name);
     }
 
     /// Freezes the member (SIGSTOP).

@@ -97,14 +97,16 @@ impl MemcachedServer {
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.try_spawn(|_| {}).unwrap_or_else(|e| panic!("{e}")) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("could not restart memcached on port {}", self.port);
+        let up = super::poll(Duration::from_secs(10), Duration::from_millis(50), || {
+            self.try_spawn(|_| {})
+                .unwrap_or_else(|e| panic!("{e}"))
+                .then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "could not restart memcached on port {}",
+            self.port
+        );
     }
 
     /// How many clients are connected: each `dlock` process keeps one connection while

@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Child;
+use std::time::{Duration, Instant};
 
 mod etcd;
 mod memcached;
@@ -38,6 +39,29 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Asks `check` every `pause` until it answers, for at most `limit` (then `None`): the
+/// start-up and restart loops of every server.
+fn poll<T>(limit: Duration, pause: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(answer) = check() {
+            return Some(answer);
+        }
+        std::thread::sleep(pause);
+    }
+    None
+}
+
+/// True, and the process forgotten, when a server's process has exited (on start-up: its
+/// port was taken).
+fn exited(child: &mut Option<Child>) -> bool {
+    let gone = matches!(child.as_mut().map(Child::try_wait), Some(Ok(Some(_))));
+    if gone {
+        *child = None;
+    }
+    gone
 }
 
 /// Kills a server's process (SIGKILL), if it runs, and reaps it; what it wrote stays.

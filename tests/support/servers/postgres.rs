@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::free_port;
 
@@ -184,21 +184,19 @@ impl PostgresServer {
     /// Ready when the log says so and a real query answers; false when it exited (its
     /// port was taken) or ran out of time.
     fn await_ready(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                return false;
+        let pause = Duration::from_millis(20);
+        let ready = super::poll(limit, pause, || {
+            if super::exited(&mut self.child) {
+                return Some(false);
             }
             let logged = std::fs::read_to_string(self.log())
                 .is_ok_and(|l| l.contains("ready to accept connections"));
-            if logged && self.try_psql("SELECT 1").is_ok_and(|o| o == "1") {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        false
+            (logged && self.try_psql("SELECT 1").is_ok_and(|o| o == "1")).then_some(true)
+        });
+        ready.unwrap_or_else(|| {
+            self.kill();
+            false
+        })
     }
 
     /// The last lines of the server's log.
@@ -258,15 +256,15 @@ impl PostgresServer {
     /// Starts the server again on the same port with its data (crash recovery).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
+        let up = super::poll(Duration::from_secs(30), Duration::from_millis(200), || {
             self.spawn();
-            if self.await_ready(Duration::from_secs(15)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("could not restart postgres: {}", self.log_tail());
+            self.await_ready(Duration::from_secs(15)).then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "could not restart postgres: {}",
+            self.log_tail()
+        );
     }
 
     /// Freezes every process of the server (SIGSTOP).

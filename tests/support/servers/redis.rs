@@ -155,14 +155,16 @@ impl RedisServer {
     /// Starts the server again on the same port (empty, as there is no persistence).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.try_spawn().unwrap_or_else(|e| panic!("{e}")) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("could not restart redis-server on port {}", self.port);
+        let up = super::poll(Duration::from_secs(10), Duration::from_millis(50), || {
+            self.try_spawn()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .then_some(())
+        });
+        assert!(
+            up.is_some(),
+            "could not restart redis-server on port {}",
+            self.port
+        );
     }
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing answers.

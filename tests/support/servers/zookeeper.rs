@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::free_port;
 
@@ -92,19 +92,17 @@ impl ZkServer {
     /// Waits until `srvr` says the server serves (standalone, leader or follower); false
     /// when it exited (a port was taken) or ran out of time.
     fn await_ready(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                return false;
+        let pause = Duration::from_millis(50);
+        let ready = super::poll(limit, pause, || {
+            if super::exited(&mut self.child) {
+                return Some(false);
             }
-            if self.mode().is_some() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.kill();
-        false
+            self.mode().is_some().then_some(true)
+        });
+        ready.unwrap_or_else(|| {
+            self.kill();
+            false
+        })
     }
 
     /// What `srvr` says the server is (`standalone`, `leader`, `follower`), when it serves.
