@@ -2,14 +2,15 @@
 //! memcached loses it (restart, eviction, a counter put back lower), and a server that
 //! is gone or never answers. The conformance suite and the CLI matrix run on it too.
 
-use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dlock::backend::{Backend, BackendSpec, ReleaseMode, RunRecord};
 use dlock::error::Error;
 
-use crate::support::{self, alive, free_port, no_wait, req, wait_exit, MemcachedServer, Silent};
+use crate::support::{
+    self, alive, free_port, no_wait, req, stderr_of, wait_exit, MemcachedServer, Silent,
+};
 
 fn dlock(server: &MemcachedServer) -> std::process::Command {
     let mut c = support::dlock();
@@ -30,11 +31,6 @@ fn token_of(server: &MemcachedServer, key: &str) -> Option<u64> {
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     v["fencing_token"].as_u64()
-}
-
-fn stderr_of(child: Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).to_string()
 }
 
 #[test]

@@ -6,30 +6,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, alive, free_port, text, wait_exit, wait_for, MysqlServer, Store, MY_PASSWORD,
+    self, alive, free_port, stderr_of, text, wait_exit, wait_for, MysqlServer, Store, MY_PASSWORD,
 };
-
-fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
-    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
-}
-
-fn stderr_of(child: std::process::Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-/// `dlock lock KEY --ttl TTL --json`'s owner and fencing token.
-fn lock_token(store: &Store, key: &str, ttl: &str) -> (String, u64) {
-    let out = store
-        .dlock()
-        .args(["lock", key, "--ttl", ttl, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let owner = v["owner"].as_str().unwrap().to_string();
-    (owner, v["fencing_token"].as_u64().unwrap())
-}
 
 /// Kills every connection of the test account but the one asking.
 fn kill_connections(server: &MysqlServer) {
@@ -46,7 +24,7 @@ fn kill_connections(server: &MysqlServer) {
 fn killed_connections_reconnect_and_the_lease_holds() {
     let mut store = Store::mysql();
     let dir = tempfile::tempdir().unwrap();
-    let (mut dlock, pid) = hold(&store, "held", "1500ms", dir.path());
+    let (mut dlock, pid) = store.hold("held", "1500ms", dir.path());
     // Every dlock connection is killed, again and again, for longer than the TTL.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
@@ -63,7 +41,7 @@ fn killed_connections_reconnect_and_the_lease_holds() {
 #[test]
 fn tokens_keep_increasing_across_a_restart() {
     let mut store = Store::mysql();
-    let (owner, first) = lock_token(&store, "t", "1m");
+    let (owner, first) = store.lock_token("t", "1m");
     let out = store
         .dlock()
         .args(["unlock", "t", "--owner", &owner])
@@ -71,7 +49,7 @@ fn tokens_keep_increasing_across_a_restart() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     store.my().restart();
-    let (_, second) = lock_token(&store, "t", "1m");
+    let (_, second) = store.lock_token("t", "1m");
     assert!(second > first, "{first} then {second}");
     // A lease taken before a crash is still there after it, on the server's clock.
     store.my().restart();
@@ -88,7 +66,7 @@ fn paused_server_kills_the_command_before_the_lease_expires() {
     let mut store = Store::mysql();
     let dir = tempfile::tempdir().unwrap();
     let ttl = Duration::from_millis(1500);
-    let (mut dlock, pid) = hold(&store, "paused", "1500ms", dir.path());
+    let (mut dlock, pid) = store.hold("paused", "1500ms", dir.path());
     store.my().pause();
     let paused_at = Instant::now();
     let status = wait_exit(&mut dlock, Duration::from_secs(15));
@@ -109,7 +87,7 @@ fn paused_server_kills_the_command_before_the_lease_expires() {
 #[test]
 fn killed_server_during_a_wait_is_exit_69_and_the_place_lapses() {
     let mut store = Store::mysql();
-    let (owner, _) = lock_token(&store, "w", "1m");
+    let (owner, _) = store.lock_token("w", "1m");
     let mut waiter = store
         .dlock()
         .args(["exec", "w", "--", "true"])

@@ -4,35 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{self, alive, free_port, text, wait_exit, wait_for, Store, PG_PASSWORD};
-
-fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
-    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
-}
-
-fn stderr_of(child: std::process::Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
-
-/// `dlock lock KEY --ttl TTL --json`'s fencing token.
-fn lock_token(store: &Store, key: &str, ttl: &str) -> (String, u64) {
-    let out = store
-        .dlock()
-        .args(["lock", key, "--ttl", ttl, "--json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let owner = v["owner"].as_str().unwrap().to_string();
-    (owner, v["fencing_token"].as_u64().unwrap())
-}
+use crate::support::{
+    self, alive, free_port, stderr_of, text, wait_exit, wait_for, Store, PG_PASSWORD,
+};
 
 #[test]
 fn terminated_connections_reconnect_and_the_lease_holds() {
     let mut store = Store::postgres();
     let dir = tempfile::tempdir().unwrap();
-    let (mut dlock, pid) = hold(&store, "held", "1500ms", dir.path());
+    let (mut dlock, pid) = store.hold("held", "1500ms", dir.path());
     // Every dlock session is cut, again and again, for longer than the TTL.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
@@ -52,7 +32,7 @@ fn terminated_connections_reconnect_and_the_lease_holds() {
 fn killed_and_restarted_server_during_a_hold_keeps_the_lease() {
     let mut store = Store::postgres();
     let dir = tempfile::tempdir().unwrap();
-    let (mut dlock, pid) = hold(&store, "kept", "6s", dir.path());
+    let (mut dlock, pid) = store.hold("kept", "6s", dir.path());
     store.pg().kill();
     store.pg().restart(); // its data survives: the lease is still in the table
                           // Renewals reconnect: the command runs on well past the TTL.
@@ -66,7 +46,7 @@ fn killed_and_restarted_server_during_a_hold_keeps_the_lease() {
 #[test]
 fn tokens_keep_increasing_across_a_restart() {
     let mut store = Store::postgres();
-    let (owner, first) = lock_token(&store, "t", "1m");
+    let (owner, first) = store.lock_token("t", "1m");
     let out = store
         .dlock()
         .args(["unlock", "t", "--owner", &owner])
@@ -74,14 +54,14 @@ fn tokens_keep_increasing_across_a_restart() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     store.pg().restart();
-    let (_, second) = lock_token(&store, "t", "1m");
+    let (_, second) = store.lock_token("t", "1m");
     assert!(second > first, "{first} then {second}");
 }
 
 #[test]
 fn killed_server_during_a_wait_is_exit_69_and_nothing_is_left() {
     let mut store = Store::postgres();
-    let (owner, _) = lock_token(&store, "w", "1m");
+    let (owner, _) = store.lock_token("w", "1m");
     let mut waiter = store
         .dlock()
         .args(["exec", "w", "--", "true"])
@@ -125,7 +105,7 @@ fn paused_server_kills_the_command_before_the_lease_expires() {
     let mut store = Store::postgres();
     let dir = tempfile::tempdir().unwrap();
     let ttl = Duration::from_millis(1500);
-    let (mut dlock, pid) = hold(&store, "paused", "1500ms", dir.path());
+    let (mut dlock, pid) = store.hold("paused", "1500ms", dir.path());
     store.pg().pause();
     let paused_at = Instant::now();
     let status = wait_exit(&mut dlock, Duration::from_secs(15));

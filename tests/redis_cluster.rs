@@ -4,7 +4,6 @@
 //! checks that the first one's is gone before it does anything.
 
 use std::path::Path;
-use std::process::Child;
 use std::time::Duration;
 
 use crate::support::{self, alive, send_signal, wait_exit, wait_for, Reaped, RedisCluster, Store};
@@ -17,11 +16,6 @@ fn cluster(store: &Store) -> &RedisCluster {
         Store::RedisCluster(c) => c,
         _ => unreachable!(),
     }
-}
-
-/// Holds `key` with `ttl`; returns dlock and the command's pid.
-fn hold(store: &Store, key: &str, ttl: &str, dir: &Path) -> (Child, u32) {
-    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
 }
 
 /// A second `exec` of `key` that waits for it and, once it runs, records whether the first
@@ -74,7 +68,7 @@ fn a_slot_migrated_while_held_keeps_the_lease() {
     let dir = tempfile::tempdir().unwrap();
     let key = "moving";
     let lease = format!("dlock:{{{key}}}:lease");
-    let (dlock, pid) = hold(&store, key, "1500ms", dir.path());
+    let (dlock, pid) = store.hold(key, "1500ms", dir.path());
     let mut dlock = Reaped(dlock);
     let owner = owner_of(&store, key).expect("held");
     let slot = c.nodes[0].cli(&["CLUSTER", "KEYSLOT", &lease]);
@@ -145,7 +139,7 @@ fn master_lost_while_exec_runs(ttl: &str, lose: impl FnOnce(&RedisCluster, usize
     let dir = tempfile::tempdir().unwrap();
     let key = "failover";
     let lease = format!("dlock:{{{key}}}:lease");
-    let (dlock, pid) = hold(&store, key, ttl, dir.path());
+    let (dlock, pid) = store.hold(key, ttl, dir.path());
     let dlock = Reaped(dlock);
     let master = c.master_of(&lease);
     // The lease is on the replica before the master goes.
@@ -250,7 +244,7 @@ fn status_lists_locks_on_every_master() {
     assert_eq!(keys.len(), 3, "keys on three masters: {keys:?}");
     let _holders: Vec<Reaped> = keys
         .iter()
-        .map(|(key, _)| Reaped(hold(&store, key, "30s", dir.path()).0))
+        .map(|(key, _)| Reaped(store.hold(key, "30s", dir.path()).0))
         .collect();
     let out = store.dlock().args(["status", "--json"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");

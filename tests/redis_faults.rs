@@ -4,24 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{self, alive, free_port, wait_exit, RedisServer, Store};
-
-/// Holds `key` with `ttl` on `store`; returns dlock and the command's pid.
-fn hold(store: &Store, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
-    support::hold_with(store.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
-}
-
-fn stderr_of(child: std::process::Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
+use crate::support::{self, alive, free_port, stderr_of, wait_exit, RedisServer, Store};
 
 #[test]
 fn paused_server_kills_the_command_before_the_lease_expires() {
     let mut store = Store::redis();
     let dir = tempfile::tempdir().unwrap();
     let ttl = Duration::from_millis(900);
-    let (mut dlock, pid) = hold(&store, "paused", "900ms", dir.path());
+    let (mut dlock, pid) = store.hold("paused", "900ms", dir.path());
     store.server().pause();
     // The last renewal was sent before the pause, so the lease expires at most one TTL from now.
     let paused_at = Instant::now();
@@ -45,7 +35,7 @@ fn paused_server_kills_the_command_before_the_lease_expires() {
 fn killed_server_kills_the_command() {
     let mut store = Store::redis();
     let dir = tempfile::tempdir().unwrap();
-    let (mut dlock, pid) = hold(&store, "dead", "600ms", dir.path());
+    let (mut dlock, pid) = store.hold("dead", "600ms", dir.path());
     let killed_at = Instant::now();
     store.server().kill();
     let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
@@ -58,7 +48,7 @@ fn killed_server_kills_the_command() {
 fn restarted_server_means_the_lease_is_lost() {
     let mut store = Store::redis();
     let dir = tempfile::tempdir().unwrap();
-    let (mut dlock, pid) = hold(&store, "restarted", "600ms", dir.path());
+    let (mut dlock, pid) = store.hold("restarted", "600ms", dir.path());
     store.server().restart(); // empty: the lease is gone, renewal says "not the owner"
     let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
     assert_eq!(status.code(), Some(79));

@@ -142,6 +142,24 @@ impl Store {
 }
 
 impl Store {
+    /// Holds `key` with `ttl` (`exec … sleep 60`); returns dlock and the command's pid.
+    pub fn hold(&self, key: &str, ttl: &str, dir: &std::path::Path) -> (std::process::Child, u32) {
+        super::hold_with(self.dlock(), key, &["--ttl", ttl], "exec sleep 60", dir)
+    }
+
+    /// `dlock lock KEY --ttl TTL --json`'s owner and fencing token.
+    pub fn lock_token(&self, key: &str, ttl: &str) -> (String, u64) {
+        let out = self
+            .dlock()
+            .args(["lock", key, "--ttl", ttl, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let owner = v["owner"].as_str().unwrap().to_string();
+        (owner, v["fencing_token"].as_u64().unwrap())
+    }
+
     /// The PostgreSQL server, for fault injection.
     pub fn pg(&mut self) -> &mut PostgresServer {
         match self {

@@ -80,6 +80,12 @@ pub fn read_when_ready(path: &std::path::Path, limit: Duration) -> String {
     text.trim().to_string()
 }
 
+/// What a finished child wrote to stderr.
+pub fn stderr_of(child: Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
 /// Starts `dlock exec KEY EXTRA… -- sh -c 'echo $$ > READY; SCRIPT'` from the `dlock`
 /// command given (its environment picks the store), with stdout and stderr piped, and waits
 /// until the command runs. Returns dlock and the command's pid.
