@@ -564,6 +564,8 @@ impl LockStore for EtcdStore {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             });
         }
         Ok(all)

@@ -439,6 +439,8 @@ impl Backend for LocalBackend {
                     lock: None,
                     waiters: Some(Vec::new()),
                     servers: None,
+                    holders: Vec::new(),
+                    sharing: crate::backend::Sharing::Exclusive,
                 },
             };
             out.push(st);

@@ -124,6 +124,8 @@ impl Session<'_> {
             lock,
             waiters,
             servers: None,
+            holders: Vec::new(),
+            sharing: crate::backend::Sharing::Exclusive,
         })
     }
 }

@@ -69,6 +69,8 @@ impl MysqlStore {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             }
         });
         Ok(statuses.collect())

@@ -47,6 +47,8 @@ impl PostgresStore {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             }
         });
         Ok(statuses.collect())
