@@ -252,6 +252,40 @@ pub struct AcquireOpts {
     /// with the conflict code (-E), with a note unless -q. There is no "run anyway".
     #[arg(long, value_name = "WHAT", default_value = "fail")]
     pub if_unavailable: IfUnavailable,
+
+    #[command(flatten)]
+    pub sharing: SharingOpts,
+}
+
+// How many may hold the key at once: shared by `exec`, `lock` and `wait` (plain comment:
+// see `Late`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SharingOpts {
+    /// A semaphore: up to N holders of KEY at once, each with its own owner id and fencing
+    /// token, served in arrival order (as consul lock -n N). Every caller of KEY must give
+    /// the same N: a different one, or a caller without --limit, is refused (exit 2) while
+    /// holders exist. 1 is the default exclusive lock. Local store and Redis only, so far.
+    #[arg(long, value_name = "N", conflicts_with = "shared",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+
+    /// Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller
+    /// without it (a writer) holds KEY alone. In arrival order: a waiting writer stops
+    /// later readers, so readers cannot starve it. Local store and Redis only, so far.
+    #[arg(short = 's', long)]
+    pub shared: bool,
+}
+
+impl SharingOpts {
+    /// What the options ask for.
+    pub fn sharing(&self) -> crate::backend::Sharing {
+        use crate::backend::Sharing;
+        match (self.shared, self.limit) {
+            (true, _) => Sharing::Shared,
+            (false, Some(n)) => Sharing::limit(n).unwrap_or_default(),
+            (false, None) => Sharing::Exclusive,
+        }
+    }
 }
 
 /// What `--if-unavailable` does.
@@ -414,6 +448,11 @@ pub struct WaitArgs {
     /// Give up after DUR (exit 75). Default: wait forever.
     #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+
+    /// Wait until a caller with these options could take KEY: with --shared, until no
+    /// exclusive holder is left; with --limit N, until fewer than N hold it.
+    #[command(flatten)]
+    pub sharing: SharingOpts,
 
     #[command(flatten)]
     pub late: Late,

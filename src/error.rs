@@ -66,6 +66,25 @@ impl Error {
         })
     }
 
+    /// A store that keeps only exclusive leases, asked for `--shared` or `--limit N`
+    /// (`asked`, as the user wrote it): exit 2, nothing touched.
+    pub fn sharing_unsupported(key: &str, backend: &str, asked: &str) -> Error {
+        Error::Usage(format!(
+            "lock '{key}': {asked} is not supported on {backend} yet (the local store and \
+             Redis support it)"
+        ))
+    }
+
+    /// A caller whose `--limit`/`--shared` (`asked`) does not fit how the holders of `key`
+    /// hold it (`held`): exit 2, never a silent change of N while holders exist.
+    pub fn sharing_conflict(key: &str, backend: &str, held: &str, asked: &str) -> Error {
+        Error::Usage(format!(
+            "lock '{key}' is held {held} on {backend}, and this caller asked for {asked}: \
+             every caller of one key must use the same --limit (exclusive and --shared \
+             callers may mix)"
+        ))
+    }
+
     /// `renew`/`release` by `owner` of a lease that no longer exists.
     pub fn lease_gone(verb: &str, key: &str, backend: &str) -> Error {
         Error::NotOwner(format!(

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::backend::{
-    now_ms, KeyStatus, LastRuns, Lease, LockInfo, ProgressFn, ServerView, WaitInfo, WaiterInfo,
+    now_ms, KeyStatus, LastRuns, Lease, LockInfo, ProgressFn, ServerView, Sharing, WaitInfo,
+    WaiterInfo,
 };
 use crate::cli::Global;
 
@@ -113,6 +114,13 @@ pub struct StatusJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_until: Option<String>,
     pub waiters: Option<Vec<WaiterJson<'a>>>,
+    /// Every holder of a key held shared or as a semaphore, the first one as above;
+    /// absent for an exclusive lock, whose JSON keeps its shape.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<&'a LockInfo>,
+    /// `"shared"` or `{"limit": N}`; absent for an exclusive lock.
+    #[serde(skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
     /// Redlock: each server's view (see [`ServerView`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servers: Option<&'a Vec<ServerView>>,
@@ -144,6 +152,8 @@ impl<'a> StatusJson<'a> {
                 .waiters
                 .as_ref()
                 .map(|ws| ws.iter().map(WaiterJson::new).collect()),
+            holders: s.holders.iter().collect(),
+            sharing: s.sharing,
             servers: s.servers.as_ref(),
             backend,
             last_run: None,
@@ -209,9 +219,9 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         "KEY", "OWNER", "TOKEN", "HOST", "PID", "USER", "HELD FOR", "TTL LEFT", "WAITERS",
         "COMMAND",
     ];
-    let rows: Vec<Vec<String>> = states.iter().map(status_row).collect();
+    let rows: Vec<Vec<Vec<String>>> = states.iter().map(status_rows).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
+    for row in rows.iter().flatten() {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -232,8 +242,8 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         padded.join("  ").trim_end().to_string()
     };
     out.push(line(header.iter().map(|s| s.to_string()).collect()));
-    for (i, (row, state)) in rows.into_iter().zip(states).enumerate() {
-        out.push(line(row));
+    for (i, (key_rows, state)) in rows.into_iter().zip(states).enumerate() {
+        out.extend(key_rows.into_iter().map(line));
         if let Some(servers) = &state.servers {
             out.extend(server_lines(servers, state.lock.is_some()));
         }
@@ -299,6 +309,29 @@ pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
         )
     });
     lines
+}
+
+/// One row per holder: one for an exclusive lock (or a free key), every holder of a shared
+/// or semaphore key, its key cell saying how many of how many (`sem (2 of 4)`).
+fn status_rows(s: &KeyStatus) -> Vec<Vec<String>> {
+    if s.holders.is_empty() {
+        return vec![status_row(s)];
+    }
+    let key = match s.sharing.capacity() {
+        Some(n) => format!("{} ({} of {n})", s.key, s.holders.len()),
+        None => format!("{} (shared by {})", s.key, s.holders.len()),
+    };
+    s.holders
+        .iter()
+        .map(|h| {
+            let mut row = status_row(&KeyStatus {
+                lock: Some(h.clone()),
+                ..s.clone()
+            });
+            row[0] = key.clone();
+            row
+        })
+        .collect()
 }
 
 fn status_row(s: &KeyStatus) -> Vec<String> {

@@ -174,6 +174,8 @@ impl KeyState {
             lock: self.info(key),
             waiters: Some(waiters.collect()),
             servers: None,
+            holders: Vec::new(),
+            sharing: crate::backend::Sharing::Exclusive,
         }
     }
 }

@@ -22,6 +22,7 @@ pub mod redis;
 pub mod redlock;
 pub mod registry;
 pub mod runs;
+pub mod sharing;
 mod spec;
 pub mod sql;
 pub mod store;
@@ -37,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub use self::runs::{LastRuns, RunRecord, RUN_RECORD_TTL};
+pub use self::sharing::Sharing;
 pub use self::spec::BackendSpec;
 
 use crate::error::Result;
@@ -74,6 +76,10 @@ pub struct AcquireRequest {
     pub detached: bool,
     /// Serve waiters in arrival order (default). False lets any waiter take a freed lock.
     pub fair: bool,
+    /// Alone (the default), beside other readers (`--shared`), or as one of at most N
+    /// (`--limit N`). A store that keeps only exclusive leases refuses the others
+    /// ([`store::LockStore::supports`]).
+    pub sharing: Sharing,
 }
 
 /// A callback told of a waiter's progress.
@@ -281,8 +287,16 @@ pub struct WaiterInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KeyStatus {
     pub key: String,
-    /// `None` when the key is free.
+    /// `None` when the key is free; the first holder when several hold it.
     pub lock: Option<LockInfo>,
+    /// Every holder, in the order they were granted, when the key is held shared or as a
+    /// semaphore; empty (and absent from JSON) for an exclusive lock.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<LockInfo>,
+    /// How the holders hold it; absent from JSON when exclusive, so that the JSON of an
+    /// exclusive lock keeps its shape.
+    #[serde(skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
     /// Waiters in queue order; `None` when the backend cannot tell.
     pub waiters: Option<Vec<WaiterInfo>>,
     /// What each server of a quorum backend (Redlock) sees; `None` for single stores.

@@ -135,6 +135,8 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
             lock,
             waiters: Some(waiters),
             servers: None,
+            holders: Vec::new(),
+            sharing: crate::backend::Sharing::Exclusive,
         }
     });
     statuses.collect()

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use super::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, LockInfo, ReleaseMode, Released,
-    RunRecord, WaitInfo,
+    RunRecord, Sharing, WaitInfo,
 };
 use crate::error::Result;
 
@@ -86,6 +86,12 @@ pub trait LockStore: Send + Sync {
 
     /// A short description for messages, e.g. `redis://127.0.0.1:6379` (never a password).
     fn describe(&self) -> String;
+
+    /// Whether the store can hold keys as `sharing` asks; the loop refuses the others with
+    /// one clear error before touching anything. By default, exclusive leases only.
+    fn supports(&self, sharing: Sharing) -> bool {
+        sharing.is_exclusive()
+    }
 
     /// The state of a new acquisition, before its first attempt.
     async fn begin(&self, req: &AcquireRequest) -> Result<Self::Waiter>;

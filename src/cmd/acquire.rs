@@ -36,6 +36,7 @@ pub fn request(
         holder: holder::current(command),
         detached,
         fair: !opts.no_fair,
+        sharing: opts.sharing.sharing(),
     })
 }
 

@@ -35,6 +35,8 @@ impl EtcdStore {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             });
         }
         Ok(all)

@@ -47,6 +47,8 @@ impl MemcachedStore {
                 lock,
                 waiters: None,
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             });
         }
         if listed {

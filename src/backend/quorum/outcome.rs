@@ -301,5 +301,7 @@ pub fn combine(key: &str, servers: &[String], views: &[View], quorum: usize) -> 
         lock: lock.flatten(),
         waiters: None,
         servers: Some(shown),
+        holders: Vec::new(),
+        sharing: crate::backend::Sharing::Exclusive,
     }
 }

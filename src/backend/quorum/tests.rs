@@ -226,6 +226,8 @@ mod outcomes {
             }),
             waiters: None,
             servers: None,
+            holders: Vec::new(),
+            sharing: crate::backend::Sharing::Exclusive,
         }
     }
 

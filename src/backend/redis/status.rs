@@ -38,6 +38,8 @@ impl RedisBackend {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             })
             .collect())
     }
@@ -244,6 +246,8 @@ impl RedisBackend {
             waiters: Some(waiters.remove(&lock.key).unwrap_or_default()),
             lock: Some(lock),
             servers: None,
+            holders: Vec::new(),
+            sharing: crate::backend::Sharing::Exclusive,
         });
         Ok(statuses.collect())
     }

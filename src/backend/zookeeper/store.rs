@@ -549,6 +549,8 @@ impl LockStore for ZkStore {
                 lock,
                 waiters: Some(waiters),
                 servers: None,
+                holders: Vec::new(),
+                sharing: crate::backend::Sharing::Exclusive,
             });
         }
         Ok(all)
