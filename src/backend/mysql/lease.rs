@@ -78,6 +78,15 @@ enum Outcome {
     Busy(Busy),
 }
 
+/// How many times an attempt InnoDB rolled back to break a deadlock runs again.
+const DEADLOCK_RETRIES: u32 = 3;
+
+/// InnoDB rolled the whole transaction back to break a deadlock (`ER_LOCK_DEADLOCK`):
+/// nothing of it was kept, and running it again is the answer, not exit 69.
+fn deadlock(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1213)
+}
+
 /// What a release found.
 enum Freed {
     Done(Released),
@@ -96,7 +105,13 @@ impl MysqlStore {
         let sent_at = Instant::now();
         let liveness = self.server.tuning.liveness;
         let outcome = on_conn!(self, "cannot acquire", |c| {
-            attempt_tx(c, &self.sql, req, w, enqueue, liveness).await
+            let mut again = DEADLOCK_RETRIES;
+            loop {
+                match attempt_tx(c, &self.sql, req, w, enqueue, liveness).await {
+                    Err(e) if again > 0 && deadlock(&e) => again -= 1,
+                    done => break done,
+                }
+            }
         })?;
         Ok(match outcome {
             Outcome::Busy(busy) => Attempt::Busy(busy),
