@@ -21,9 +21,34 @@ use crate::error::{Error, Result};
 
 type MyResult<T> = std::result::Result<T, mysql_async::Error>;
 
-/// One acquisition's place in line.
+/// One acquisition's place in line, and the lease it last saw.
 pub struct MyWaiter {
     pub(super) id: String,
+    /// The fencing token of the lease seen at the last look (`None`: none live).
+    pub(super) seen: Option<u64>,
+    /// How many looks in a row found that same lease.
+    pub(super) same: u32,
+}
+
+impl MyWaiter {
+    pub(super) fn new() -> MyWaiter {
+        MyWaiter {
+            id: crate::holder::new_owner_id(),
+            seen: None,
+            same: 0,
+        }
+    }
+
+    /// Counts the looks that found the lease `busy` names: 0 when it is a new one.
+    pub(super) fn saw(&mut self, busy: &Busy) -> u32 {
+        let token = busy.holder.as_ref().map(|h| h.fencing_token);
+        self.same = match token == self.seen {
+            true => self.same.saturating_add(1),
+            false => 0,
+        };
+        self.seen = token;
+        self.same
+    }
 }
 
 /// A key's row: owner, token, depth, holder, milliseconds left.
