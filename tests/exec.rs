@@ -159,18 +159,23 @@ fn timeout_gives_up_in_time(store: Store) {
 }
 
 fn concurrent_execs_never_overlap_and_tokens_increase(store: Store) {
+    execs_never_overlap(&store, 8, 4);
+}
+
+/// `procs` loops of `rounds` × `dlock exec contended` at once: every one succeeds (no exit
+/// 69 from a server that refuses connections), no two commands overlap, and tokens increase
+/// in the order of the runs.
+pub(crate) fn execs_never_overlap(store: &Store, procs: usize, rounds: usize) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let script = format!(
         "echo start $DLOCK_FENCING_TOKEN >> '{0}'; sleep 0.01; echo end $DLOCK_FENCING_TOKEN >> '{0}'",
         log.display()
     );
-    let procs = 8;
-    let rounds = 4;
     let children: Vec<_> = (0..procs)
         .map(|_| {
             let loop_script = format!(
-                "for i in $(seq {rounds}); do {} exec contended -- sh -c \"{}\" || exit 1; done",
+                "for i in $(seq {rounds}); do {} exec contended -- sh -c \"{}\" || exit $?; done",
                 support::dlock_bin().display(),
                 script.replace('"', "\\\"").replace('$', "\\$")
             );
@@ -178,7 +183,8 @@ fn concurrent_execs_never_overlap_and_tokens_increase(store: Store) {
         })
         .collect();
     for mut child in children {
-        assert!(child.wait().unwrap().success());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "a loop of {procs} failed: {status}");
     }
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();

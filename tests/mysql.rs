@@ -345,3 +345,11 @@ async fn waiters_are_served_in_arrival_order() {
     assert_eq!(order, (0..6).collect::<Vec<_>>());
     assert!(queued(0));
 }
+
+/// 32 processes contend for one key, each re-checking on its own schedule: none fails with
+/// exit 69 (a deadlock or a lock wait timeout), and no two commands overlap.
+#[test]
+fn thirty_two_contending_exec_loops_never_overlap() {
+    let store = Store::mysql();
+    crate::exec::execs_never_overlap(&store, 32, 3);
+}

@@ -242,3 +242,11 @@ fn a_role_without_ddl_works_on_tables_made_ahead_of_time() {
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
 }
+
+/// 32 processes contend for one key: each holds one connection (the harness's server
+/// allows 60), and none fails with exit 69.
+#[test]
+fn thirty_two_contending_exec_loops_never_overlap() {
+    let store = Store::postgres();
+    crate::exec::execs_never_overlap(&store, 32, 3);
+}

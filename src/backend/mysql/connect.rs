@@ -22,8 +22,11 @@ pub struct Tuning {
     pub heartbeat: Duration,
     /// A waiter that has not refreshed its place for this long is dropped from the queue.
     pub liveness: Duration,
-    /// How often the head of the queue looks again while the key is held (jittered from
-    /// half of it): there is no notification to wake it.
+    /// How soon the head of the queue looks again after it first saw a lease (jittered
+    /// from half of it), doubling per look that finds the same lease up to `head_recheck`:
+    /// there is no notification to wake it, and most holds are short.
+    pub head_first: Duration,
+    /// How often the head of the queue looks again while one lease lasts.
     pub head_recheck: Duration,
     /// The longest re-check of a waiter behind the head.
     pub tail_recheck: Duration,
@@ -36,6 +39,7 @@ impl Default for Tuning {
             op_timeout: Duration::from_secs(3),
             heartbeat: Duration::from_secs(1),
             liveness: Duration::from_secs(5),
+            head_first: Duration::from_millis(5),
             head_recheck: Duration::from_millis(40),
             tail_recheck: Duration::from_millis(250),
         }

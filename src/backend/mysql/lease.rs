@@ -21,9 +21,34 @@ use crate::error::{Error, Result};
 
 type MyResult<T> = std::result::Result<T, mysql_async::Error>;
 
-/// One acquisition's place in line.
+/// One acquisition's place in line, and the lease it last saw.
 pub struct MyWaiter {
     pub(super) id: String,
+    /// The fencing token of the lease seen at the last look (`None`: none live).
+    pub(super) seen: Option<u64>,
+    /// How many looks in a row found that same lease.
+    pub(super) same: u32,
+}
+
+impl MyWaiter {
+    pub(super) fn new() -> MyWaiter {
+        MyWaiter {
+            id: crate::holder::new_owner_id(),
+            seen: None,
+            same: 0,
+        }
+    }
+
+    /// Counts the looks that found the lease `busy` names: 0 when it is a new one.
+    pub(super) fn saw(&mut self, busy: &Busy) -> u32 {
+        let token = busy.holder.as_ref().map(|h| h.fencing_token);
+        self.same = match token == self.seen {
+            true => self.same.saturating_add(1),
+            false => 0,
+        };
+        self.seen = token;
+        self.same
+    }
 }
 
 /// A key's row: owner, token, depth, holder, milliseconds left.
@@ -68,6 +93,15 @@ struct Queue {
     queued: bool,
 }
 
+/// How many times an attempt InnoDB rolled back to break a deadlock runs again.
+const DEADLOCK_RETRIES: u32 = 3;
+
+/// InnoDB rolled the whole transaction back to break a deadlock (`ER_LOCK_DEADLOCK`):
+/// nothing of it was kept, and running it again is the answer, not exit 69.
+fn deadlock(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1213)
+}
+
 /// What a release found.
 enum Freed {
     Done(Released),
@@ -86,7 +120,13 @@ impl MysqlStore {
         let sent_at = Instant::now();
         let liveness = self.server.tuning.liveness;
         let outcome = on_conn!(self, "cannot acquire", |c| {
-            attempt_tx(c, &self.sql, req, w, enqueue, liveness).await
+            let mut again = DEADLOCK_RETRIES;
+            loop {
+                match attempt_tx(c, &self.sql, req, w, enqueue, liveness).await {
+                    Err(e) if again > 0 && deadlock(&e) => again -= 1,
+                    done => break done,
+                }
+            }
         })?;
         Ok(outcome.attempt(req, sent_at))
     }

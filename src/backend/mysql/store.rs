@@ -3,9 +3,13 @@
 //! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY (a waiter cannot be
 //! woken by a commit on another connection without holding a lock or a session open
 //! against the holder), so a waiter looks again on a schedule: the head of the queue,
-//! the only one that may take a freed key, every few tens of milliseconds; the others
-//! with a back-off that doubles up to a quarter second; each draw jittered so that
-//! waiters refused together do not come back together. Every look refreshes the waiter's
+//! the only one that may take a freed key, soon after a new lease began (most holds are
+//! short) and then less often, up to every few tens of milliseconds; each waiter
+//! behind it as often times the number of hand-offs ahead of it (up to a quarter second),
+//! so that it looks often by the time it is the head: a waiter still on a long back-off
+//! when the key is freed would leave it idle until its next look. A waiter outside the
+//! queue backs off doubling up to a quarter second. Each draw is jittered so that waiters
+//! refused together do not come back together. Every look refreshes the waiter's
 //! place, and a lease's expiry bounds every sleep.
 
 use std::time::Duration;
@@ -23,15 +27,22 @@ use crate::backend::{
 use crate::error::Result;
 
 /// How long a refused waiter sleeps before looking again: see the module's comment.
-pub(super) fn recheck(tuning: &Tuning, busy: &Busy, round: u32) -> Duration {
+/// `same`: how many looks in a row found the lease now held.
+pub(super) fn recheck(tuning: &Tuning, busy: &Busy, round: u32, same: u32) -> Duration {
     let cap = match busy.position {
-        Some(1) => tuning.head_recheck,
-        _ => Duration::from_millis(10)
-            .saturating_mul(1u32 << round.min(16))
-            .min(tuning.tail_recheck),
+        Some(1) => doubling(tuning.head_first, same).min(tuning.head_recheck),
+        Some(place) => {
+            let ahead = place.saturating_sub(1).clamp(1, 64) as u32;
+            tuning.head_recheck.saturating_mul(ahead)
+        }
+        None => doubling(Duration::from_millis(10), round),
     };
-    let ms = cap.as_millis().max(2) as u64;
-    Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
+    let us = cap.min(tuning.tail_recheck).as_micros().max(2000) as u64;
+    Duration::from_micros(rand::thread_rng().gen_range(us / 2..=us))
+}
+
+fn doubling(first: Duration, times: u32) -> Duration {
+    first.saturating_mul(1u32 << times.min(16))
 }
 
 #[async_trait]
@@ -43,9 +54,7 @@ impl LockStore for MysqlStore {
     }
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<MyWaiter> {
-        Ok(MyWaiter {
-            id: crate::holder::new_owner_id(),
-        })
+        Ok(MyWaiter::new())
     }
 
     async fn attempt(
@@ -60,12 +69,13 @@ impl LockStore for MysqlStore {
     async fn sleep(
         &self,
         _req: &AcquireRequest,
-        _w: &mut MyWaiter,
+        w: &mut MyWaiter,
         busy: &Busy,
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        let nap = recheck(&self.server.tuning, busy, round).min(pause);
+        let same = w.saw(busy);
+        let nap = recheck(&self.server.tuning, busy, round, same).min(pause);
         tokio::time::sleep(nap).await;
         Ok(Woken::Again)
     }
@@ -111,20 +121,34 @@ mod tests {
     #[test]
     fn rechecks_are_bounded_and_jittered() {
         let t = Tuning::default();
-        let head = Busy {
-            position: Some(1),
-            ..Busy::default()
-        };
-        let tail = Busy {
-            position: Some(3),
+        let at = |position| Busy {
+            position,
             ..Busy::default()
         };
         for round in [0, 1, 5, 40] {
-            let h = recheck(&t, &head, round);
+            let h = recheck(&t, &at(Some(1)), round, 40);
             assert!(h >= t.head_recheck / 2 && h <= t.head_recheck, "{h:?}");
-            let w = recheck(&t, &tail, round);
-            assert!(w <= t.tail_recheck, "{w:?}");
+            let h = recheck(&t, &at(Some(1)), round, 0);
+            assert!(h >= t.head_first / 2 && h <= t.head_first, "{h:?}");
+            let next = recheck(&t, &at(Some(2)), round, 0);
+            assert!(
+                next >= t.head_recheck / 2 && next <= t.head_recheck,
+                "{next:?}"
+            );
+            let third = recheck(&t, &at(Some(3)), round, 0);
+            assert!(
+                third >= t.head_recheck && third <= t.head_recheck * 2,
+                "{third:?}"
+            );
+            for place in [20, 1000] {
+                let far = recheck(&t, &at(Some(place)), round, 0);
+                assert!(
+                    far >= t.tail_recheck / 2 && far <= t.tail_recheck,
+                    "{far:?}"
+                );
+            }
+            assert!(recheck(&t, &at(None), round, 0) <= t.tail_recheck);
         }
-        assert!(recheck(&t, &tail, 0) <= Duration::from_millis(10));
+        assert!(recheck(&t, &at(None), 0, 0) <= Duration::from_millis(10));
     }
 }

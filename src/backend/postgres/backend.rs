@@ -1,5 +1,7 @@
-//! The store value: one connection for requests (reopened after any failure), and one
-//! that LISTENs to the table's channel for the whole process.
+//! The store value: one connection per process, reopened after any failure, for requests
+//! and, once a waiter or watcher needs it, to LISTEN to the table's channel. One, not two:
+//! every waiting process holds a server connection, and a server's `max_connections`
+//! bounds how many can wait at once.
 
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use tokio_postgres::Client;
@@ -17,6 +19,8 @@ const NOTE_BACKLOG: usize = 1024;
 pub(super) struct Conn {
     pub client: Client,
     pub st: Prepared,
+    /// True once this connection LISTENs (a reopened one does not yet).
+    pub listening: bool,
 }
 
 /// Locks in a PostgreSQL table.
@@ -26,8 +30,6 @@ pub struct PostgresStore {
     conn: Mutex<Option<Conn>>,
     /// Every notification of the table's channel, for waiters and watchers to subscribe.
     pub(super) notes: broadcast::Sender<Note>,
-    /// The connection that LISTENs; reopened when it broke.
-    listener: Mutex<Option<Client>>,
     /// `watch`'s subscription, kept between calls so that nothing between two is missed.
     pub(super) watcher: Mutex<Option<broadcast::Receiver<Note>>>,
 }
@@ -45,7 +47,6 @@ impl PostgresStore {
             names,
             conn: Mutex::new(None),
             notes: broadcast::channel(NOTE_BACKLOG).0,
-            listener: Mutex::new(None),
             watcher: Mutex::new(None),
         };
         drop(store.conn().await?);
@@ -59,7 +60,7 @@ impl PostgresStore {
             *guard = None;
         }
         if guard.is_none() {
-            let client = self.server.open(None).await?;
+            let client = self.server.open(Some(self.notes.clone())).await?;
             let names = &self.names;
             let ready = async {
                 ensure_tables(&client, names).await?;
@@ -69,32 +70,47 @@ impl PostgresStore {
                 .server
                 .within("cannot set up the lock table", ready)
                 .await?;
-            *guard = Some(Conn { client, st });
+            *guard = Some(Conn {
+                client,
+                st,
+                listening: false,
+            });
         }
         Ok(guard)
     }
 
-    /// Makes sure the listening connection is open and LISTENs; true when it had to be
-    /// (re)opened, so that whoever relies on it looks again at what it may have missed.
+    /// Makes sure the connection is open and LISTENs; true when it had to be told to (a
+    /// new or reopened connection), so that whoever relies on it looks again at what it may
+    /// have missed.
     pub(super) async fn listen(&self) -> Result<bool> {
-        let mut listener = self.listener.lock().await;
-        if listener.as_ref().is_some_and(|c| !c.is_closed()) {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        if c.listening {
             return Ok(false);
         }
-        *listener = None;
-        let client = self.server.open(Some(self.notes.clone())).await?;
         let sql = format!("LISTEN \"{}\"", self.names.channel);
-        self.server
-            .within("cannot listen for releases", client.batch_execute(&sql))
-            .await?;
-        *listener = Some(client);
-        Ok(true)
+        let listened = self
+            .server
+            .within("cannot listen for releases", c.client.batch_execute(&sql))
+            .await;
+        match listened {
+            Ok(()) => {
+                c.listening = true;
+                Ok(true)
+            }
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
     }
 
-    /// True while the listening connection is open.
+    /// True while the connection is open and LISTENs.
     pub(super) async fn listening(&self) -> bool {
-        let listener = self.listener.lock().await;
-        listener.as_ref().is_some_and(|c| !c.is_closed())
+        let guard = self.conn.lock().await;
+        guard
+            .as_ref()
+            .is_some_and(|c| c.listening && !c.client.is_closed())
     }
 
     /// The tuning in force.

@@ -55,6 +55,19 @@ struct Queue {
     head_left_ms: i64,
 }
 
+/// How many times an attempt the server rolled back as [`transient`] runs again.
+const TRANSIENT_RETRIES: u32 = 3;
+
+/// A transaction the server rolled back to break a deadlock (a waiter leaving locks its
+/// queue row before the key's, an attempt the other way round) or a serialization
+/// conflict: nothing of it was kept, and running it again is the answer, not exit 69.
+fn transient(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
 impl PostgresStore {
     /// One attempt: take, re-enter or claim the key, or be refused (and queue).
     pub(super) async fn attempt_as(
@@ -67,7 +80,15 @@ impl PostgresStore {
         let mut guard = self.conn().await?;
         let conn = guard.as_mut().expect("opened by conn()");
         let tuning = self.server.tuning;
-        let attempt = attempt_tx(conn, &self.names, req, w, enqueue, tuning.liveness);
+        let attempt = async {
+            let mut again = TRANSIENT_RETRIES;
+            loop {
+                match attempt_tx(conn, &self.names, req, w, enqueue, tuning.liveness).await {
+                    Err(e) if again > 0 && transient(&e) => again -= 1,
+                    done => return done,
+                }
+            }
+        };
         let outcome = self.server.within("cannot acquire", attempt).await;
         if outcome.is_err() {
             *guard = None;

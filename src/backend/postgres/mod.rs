@@ -6,7 +6,7 @@
 //! * `url.rs`: `postgres://` URLs: server, database, table, schema, TLS, password.
 //! * `connect.rs`: connections (plain or rustls), timeouts, one-line errors.
 //! * `schema.rs`: the tables and every statement.
-//! * `backend.rs`: the store value, its request connection and its listening one.
+//! * `backend.rs`: the store value and its one connection (requests, and LISTEN).
 //! * `lease.rs`: one attempt, renew, release, leaving the queue.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,

@@ -61,7 +61,7 @@ impl LockStore for PostgresStore {
     }
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<PgWaiter> {
-        // Without the listening connection, a waiter still looks again every heartbeat.
+        // Not listening (the server is failing), a waiter still looks again every heartbeat.
         let listening = self.listen().await.is_ok();
         Ok(PgWaiter {
             id: crate::holder::new_owner_id(),
@@ -132,7 +132,7 @@ impl LockStore for PostgresStore {
 
     /// Returns on a release or grant of one of `keys`, or after `pause` (at most a
     /// heartbeat: an expiry is not notified). The subscription is kept between calls; the
-    /// first call (or one after the listening connection was reopened) returns at once.
+    /// first call (or one after the connection was reopened) returns at once.
     async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
         let mut watcher = self.watcher.lock().await;
         if watcher.is_none() || !self.listening().await {
