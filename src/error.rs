@@ -99,6 +99,28 @@ impl Error {
         ))
     }
 
+    /// Fewer replicas than `?min_replicas` acknowledged a grant (given back) or a
+    /// renewal (counted as failed) within `within`.
+    pub fn not_replicated(
+        verb: &str,
+        key: &str,
+        backend: &str,
+        acked: u64,
+        wanted: u32,
+        within: Duration,
+    ) -> Error {
+        let (what, after) = if verb == "acquire" {
+            ("the lease", "; it was given back")
+        } else {
+            ("the renewal", "")
+        };
+        let within = humantime::format_duration(within);
+        Error::Unavailable(format!(
+            "cannot {verb} lock '{key}' on {backend}: {acked} of {wanted} replica(s) \
+             acknowledged {what} within {within} (min_replicas={wanted}){after}"
+        ))
+    }
+
     /// A wait was cancelled; the caller, who knows the signal, fills in its number.
     pub fn cancelled(key: &str, backend: &str) -> Error {
         Error::Cancelled(

@@ -20,7 +20,8 @@
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
 //! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
 //!   replica promoted) while `exec` runs; `redis_sentinel`: a Sentinel failover (1 master,
-//!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues.
+//!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues;
+//!   `redis_replicas`: `?min_replicas` (`WAIT`) with a master and a replica paused or killed.
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
@@ -67,6 +68,7 @@ mod mysql;
 mod postgres;
 mod redis_cluster;
 mod redis_faults;
+mod redis_replicas;
 mod redis_sentinel;
 mod unanswered;
 mod zookeeper;

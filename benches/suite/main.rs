@@ -33,7 +33,7 @@ use dlock::backend::BackendSpec;
 use crate::opts::Opts;
 use crate::procs::{handle_signals, interrupted, ROOT};
 use crate::report::{Report, Section};
-use crate::servers::{Cluster, EtcdServer, Memcached, Redis};
+use crate::servers::{Cluster, EtcdServer, Memcached, Redis, Replicated};
 
 /// Where a `dlock` command or the library keeps its locks.
 #[derive(Clone)]
@@ -90,6 +90,8 @@ pub struct Ctx {
     pub rt: tokio::runtime::Runtime,
     redis: Option<Result<Redis, String>>,
     redis_cluster: Option<Result<Cluster, String>>,
+    /// A master and its replica, for `?min_replicas=1`.
+    redis_replicated: Option<Result<Replicated, String>>,
     etcd: Option<Result<EtcdServer, String>>,
     memcached: Option<Result<Memcached, String>>,
     /// Three Redis servers (Redlock) and three memcached servers (a memcached quorum).
@@ -114,6 +116,15 @@ impl Ctx {
         let c = self.redis_cluster.get_or_insert_with(Cluster::start);
         c.as_ref()
             .map(|c| Store::RedisCluster(c.url()))
+            .map_err(Clone::clone)
+    }
+
+    /// A master with one replica, its URL asking for `?min_replicas=1` (started on first
+    /// use).
+    pub fn redis_replicated(&mut self) -> Result<Store, String> {
+        let r = self.redis_replicated.get_or_insert_with(Replicated::start);
+        r.as_ref()
+            .map(|r| Store::Redis(r.url()))
             .map_err(Clone::clone)
     }
 
@@ -328,6 +339,7 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         rt,
         redis: None,
         redis_cluster: None,
+        redis_replicated: None,
         etcd: None,
         memcached: None,
         redlock: None,

@@ -17,11 +17,16 @@ pub struct Redis(RedisServer);
 
 impl Redis {
     pub fn start() -> Result<Redis, String> {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Result<Redis, String> {
         if which("redis-server").is_none() {
             return Err("redis-server is not installed (apt-get install redis-server)".into());
         }
         let parent = ROOT.get().cloned().unwrap_or_else(std::env::temp_dir);
-        let server = RedisServer::try_start_in(&[], &parent, |c| {
+        let server = RedisServer::try_start_in(extra, &parent, |c| {
             die_with_parent(c);
         })?;
         server_started(server.pid().unwrap_or_default());
@@ -46,6 +51,40 @@ impl Drop for Redis {
         if let Some(pid) = self.0.pid() {
             server_stopped(pid);
         }
+    }
+}
+
+/// A master and one replica in sync with it, for `?min_replicas=1`; both killed on drop.
+pub struct Replicated {
+    master: Redis,
+    _replica: Redis,
+}
+
+impl Replicated {
+    pub fn start() -> Result<Replicated, String> {
+        let master = Redis::start()?;
+        let port = master.port().to_string();
+        let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &port])?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !replica
+            .0
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            if Instant::now() > deadline {
+                return Err("the replica never synced with its master".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(Replicated {
+            master,
+            _replica: replica,
+        })
+    }
+
+    /// The master's URL with `?min_replicas=1`.
+    pub fn url(&self) -> String {
+        format!("{}?min_replicas=1", self.master.url())
     }
 }
 

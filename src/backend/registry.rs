@@ -43,10 +43,10 @@ static QUORUMS: &[(&str, &str, QuorumFn)] = &[
 pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis://", "rediss://"],
-        help: "redis://[user:password@]host[:port][/db], rediss:// (TLS)",
+        help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS)",
         host_list: false,
         family: "redis",
-        check: no_check,
+        check: check_redis,
         open: open_redis,
     },
     Scheme {
@@ -54,7 +54,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "redis+unix:///PATH (a Unix socket)",
         host_list: false,
         family: "redis",
-        check: no_check,
+        check: check_redis,
         open: open_redis,
     },
     Scheme {
@@ -196,6 +196,11 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
         }
     }
     let (_, name, open) = quorum.expect("checked above");
+    if family == "redis" {
+        for u in urls {
+            redis::refuse_min_replicas(u, "in a Redlock quorum")?;
+        }
+    }
     Ok((name, *open))
 }
 
@@ -204,7 +209,12 @@ fn no_check(_: &str) -> Result<()> {
 }
 
 fn check_sentinel(url: &str) -> Result<()> {
-    parse_sentinel_url(url).map(drop)
+    parse_sentinel_url(url)?;
+    check_redis(url)
+}
+
+fn check_redis(url: &str) -> Result<()> {
+    redis::min_replicas(url).map(drop)
 }
 
 fn check_redis_cluster(url: &str) -> Result<()> {

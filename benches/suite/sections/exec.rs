@@ -1,7 +1,8 @@
 //! Section 1, exec overhead: the wall time of one `dlock exec KEY -- true` (local store,
-//! Redis, a Redis Cluster, memcached, Redlock and a memcached quorum of three servers each,
-//! ZooKeeper, etcd), next to flock(1), `etcdctl lock` (on the same etcd),
-//! `redis-cli PING` and the spawn of `true` alone.
+//! Redis, Redis with `?min_replicas=1` (a master and its replica), a Redis Cluster,
+//! memcached, Redlock and a memcached quorum of three servers each, ZooKeeper, etcd), next
+//! to flock(1), `etcdctl lock` (on the same etcd), `redis-cli PING` and the spawn of `true`
+//! alone.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -153,9 +154,11 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let redlock = ctx.redlock();
     let memcached_quorum = ctx.memcached_quorum();
     let cluster = ctx.redis_cluster();
+    let replicated = ctx.redis_replicated();
     for (label, store, with_metrics) in [
         ("local", Ok(local.clone()), false),
         ("redis", redis.clone(), false),
+        ("redis, min_replicas=1", replicated, false),
         ("redis-cluster", cluster, false),
         ("memcached", memcached, false),
         ("redlock, 3 servers", redlock, false),

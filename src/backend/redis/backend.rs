@@ -10,6 +10,7 @@ use redis::{Client, Cmd, Value};
 use super::conn::Conn;
 use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
+use super::replicas::{self, MinReplicas};
 use super::scripts::{run_script, Lua};
 use crate::config::redact_url;
 use crate::error::{Error, Result};
@@ -20,6 +21,8 @@ pub struct RedisBackend {
     /// The shared multiplexed connection; `None` after it broke, reopened on next use.
     conn: Mutex<Option<Conn>>,
     pub(super) server: Server,
+    /// `?min_replicas`: replicas that must acknowledge each grant and renewal.
+    pub(super) min_replicas: Option<MinReplicas>,
 }
 
 impl RedisBackend {
@@ -32,6 +35,7 @@ impl RedisBackend {
     /// reached or refuses our credentials.
     pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
         install_crypto_provider();
+        let min_replicas = replicas::parse(url)?;
         let (endpoint, secrets) = Endpoint::new(
             url,
             std::env::var(crate::env::REDIS_AUTH).ok(),
@@ -47,6 +51,7 @@ impl RedisBackend {
             endpoint,
             conn: Mutex::new(Some(conn)),
             server,
+            min_replicas,
         };
         // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
         // A wrong password already failed in `open` (AUTH is part of the handshake), a
@@ -129,6 +134,16 @@ impl RedisBackend {
         request: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
         let limit = self.server.tuning.op_timeout;
+        self.call_limited(limit, what, request).await
+    }
+
+    /// [`Self::call_with`] within `limit` instead of the operation timeout (a `WAIT`).
+    pub(super) async fn call_limited<T>(
+        &self,
+        limit: std::time::Duration,
+        what: impl FnOnce() -> String,
+        request: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
         match tokio::time::timeout(limit, request).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {

@@ -47,6 +47,7 @@ pub(crate) fn check(url: &str) -> Result<()> {
 
 fn parse(url: &str, env_password: Option<String>) -> Result<ClusterUrl> {
     let bad = |why: &str| Error::Usage(format!("invalid Cluster URL {}: {why}", redact_url(url)));
+    super::replicas::refuse(url, "on a Cluster (redis+cluster://)")?;
     let tls = url.starts_with("rediss+cluster://");
     let hosts = parse_host_list(url, REDIS_PORT, "Cluster").map_err(|why| bad(&why))?;
     if !matches!(hosts.path.trim_matches('/'), "" | "0") {

@@ -16,7 +16,7 @@ use redis::{Cmd, Value};
 
 use super::keys::{lease_key, Keys};
 use super::reply::{holder_json, lock_info, Reply};
-use super::scripts::{evalsha, millis, SCRIPTS};
+use super::scripts::{evalsha, millis, run_script, SCRIPTS};
 use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released};
@@ -170,13 +170,19 @@ impl RedisBackend {
         cmd.arg(owner).arg(millis(ttl));
         let what = || format!("cannot renew lock '{key}'");
         let sent_at = Instant::now();
-        let reply = self.eval(what, script, &cmd).await?;
+        let mut conn = self.conn().await?;
+        let reply = self
+            .call_with(what, run_script(&mut conn, script, &cmd))
+            .await?;
         let mut r = Reply::new(reply, &self.server.url)?;
         match r.next::<i64>()? {
             1 => {
                 let fencing_token: u64 = r.next()?;
                 let now_ms: u64 = r.next()?;
                 let pttl: u64 = r.next()?;
+                // `?min_replicas`: unacknowledged, the renewal failed (the lease is
+                // extended on the master all the same; the holder's retry waits again).
+                self.replicated(&mut conn, "renew", key, ttl).await?;
                 let lease = Lease::timed(key, owner, fencing_token, ttl, false, sent_at);
                 Ok(lease.expiring_at(now_ms + pttl))
             }

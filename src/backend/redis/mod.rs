@@ -14,6 +14,7 @@
 //! * `reply.rs`: reading replies, lease fields and holders.
 //! * `lease.rs`: one attempt (also Redlock's), renew, release.
 //! * `queue.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
+//! * `replicas.rs`: `?min_replicas`, a `WAIT` after each grant and renewal.
 //! * `linger.rs`: a lease left to expire by itself (`--hold-at-least`), and watching for
 //!   a release (`dlock wait`).
 //! * `status.rs`: leases and waiters for `status`, and listing by `SCAN`.
@@ -28,6 +29,7 @@ mod keys;
 mod lease;
 mod linger;
 mod queue;
+mod replicas;
 mod reply;
 mod runs;
 mod scripts;
@@ -38,3 +40,4 @@ pub use self::backend::RedisBackend;
 pub(crate) use self::cluster::check as check_cluster_url;
 pub use self::connect::{connection_info, tls_certificates, Tuning};
 pub(crate) use self::lease::{Attempt, Busy};
+pub(crate) use self::replicas::{parse as min_replicas, refuse as refuse_min_replicas};

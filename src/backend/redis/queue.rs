@@ -62,6 +62,8 @@ pub struct Waiter {
     conn: Conn,
     /// The connection this waiter blocks on when the backend is not exclusive.
     blocking: Option<Conn>,
+    /// The connection the last grant came on: `?min_replicas` waits on it.
+    granted_on: Option<Conn>,
     /// The pub/sub connection of an unfair waiter, once subscribed (in a mutex only so
     /// that the waiter is `Sync`; one task uses it).
     wakeups: Mutex<Option<PubSub>>,
@@ -233,6 +235,7 @@ impl RedisBackend {
             queued: false,
             conn,
             blocking: None,
+            granted_on: None,
             wakeups: Mutex::new(None),
             failed: false,
             failing_since: None,
@@ -293,6 +296,7 @@ impl RedisBackend {
         match attempt {
             Ok(Attempt::Granted(lease)) => {
                 waiter.queued = false; // the script took us off the queue
+                waiter.granted_on = Some(waiter.conn.clone());
                 Ok(granted(lease))
             }
             Ok(Attempt::Busy(busy)) => Ok(store::Attempt::Busy(busy)),
@@ -372,6 +376,7 @@ impl RedisBackend {
             Attempt::Granted(_) if sent_at.elapsed() > req.ttl / 10 => Woken::Again,
             Attempt::Granted(lease) => {
                 waiter.queued = false;
+                waiter.granted_on = Some(conn);
                 Woken::Answered(Box::new(granted(lease)))
             }
             Attempt::Busy(busy) => Woken::Answered(Box::new(store::Attempt::Busy(busy))),
@@ -432,6 +437,40 @@ impl RedisBackend {
             }
         }
         waiter.leave_unanswered().await;
+    }
+
+    /// With `?min_replicas`, makes `attempt` count only once enough replicas acknowledged
+    /// its grant (on the connection that wrote it); a grant they did not acknowledge is
+    /// given back, and the error says how many did. While the replicas are awaited, the
+    /// waiter counts as queued: a cancel then, or a drop, leaves and so releases the grant.
+    pub(super) async fn acknowledged(
+        &self,
+        req: &AcquireRequest,
+        waiter: &mut Waiter,
+        attempt: store::Attempt,
+    ) -> Result<store::Attempt> {
+        let conn = waiter.granted_on.take();
+        let store::Attempt::Granted(acquired) = &attempt else {
+            return Ok(attempt);
+        };
+        if self.min_replicas.is_none() {
+            return Ok(attempt);
+        }
+        let mut conn = conn.unwrap_or_else(|| waiter.conn.clone());
+        let lease = &acquired.lease;
+        waiter.queued = !lease.reentered;
+        let acked = self
+            .replicated(&mut conn, "acquire", &req.key, req.ttl)
+            .await;
+        waiter.queued = false;
+        if let Err(e) = acked {
+            let mode = crate::backend::ReleaseMode::One;
+            let _ = self
+                .release_with(&lease.key, &lease.owner, mode, true)
+                .await;
+            return Err(e);
+        }
+        Ok(attempt)
     }
 
     /// Leaves the queue after a wait that ended without a lease and without a cancel.

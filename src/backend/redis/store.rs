@@ -30,7 +30,8 @@ impl LockStore for RedisBackend {
         waiter: &mut Waiter,
         enqueue: bool,
     ) -> Result<Attempt> {
-        self.attempt_as(req, waiter, enqueue).await
+        let attempt = self.attempt_as(req, waiter, enqueue).await?;
+        self.acknowledged(req, waiter, attempt).await
     }
 
     async fn sleep(
@@ -41,7 +42,13 @@ impl LockStore for RedisBackend {
         pause: Duration,
         _round: u32,
     ) -> Result<Woken> {
-        self.sleep_as(req, waiter, pause).await
+        match self.sleep_as(req, waiter, pause).await? {
+            Woken::Answered(attempt) => {
+                let attempt = self.acknowledged(req, waiter, *attempt).await?;
+                Ok(Woken::Answered(Box::new(attempt)))
+            }
+            woken => Ok(woken),
+        }
     }
 
     async fn leave(&self, _req: &AcquireRequest, waiter: Waiter) {

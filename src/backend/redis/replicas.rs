@@ -1,0 +1,225 @@
+//! `?min_replicas=N[&min_replicas_timeout=MS]` on `redis://`, `rediss://`, `redis+unix://`
+//! and `redis+sentinel://` URLs: after a grant and after each renewal, `WAIT N timeout` on
+//! the connection that wrote the lease. Fewer than N acknowledgements and the grant is given
+//! back (acquire fails, exit 69), or the renewal counts as failed (`exec` retries it, and
+//! kills the command before the lease could expire if none succeeds).
+//!
+//! `WAIT` counts replicas that received the connection's writes: it narrows the window in
+//! which a failover loses a fresh lease, it does not close it (a replica that acknowledged
+//! may not be the one promoted; nothing is on disk because of it).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::conn::Conn;
+use super::scripts::millis;
+use super::RedisBackend;
+use crate::config::redact_url;
+use crate::error::{Error, Result};
+
+/// More replicas than this is a typo, not a topology.
+const MAX_REPLICAS: u32 = 100;
+/// A longer explicit `WAIT` would outlast any renewal schedule worth having.
+const MAX_TIMEOUT_MS: u64 = 60_000;
+/// Without `min_replicas_timeout`, `WAIT` waits a tenth of the TTL, within these bounds
+/// (milliseconds): a renewal must leave room for retries before the command is killed.
+const DEFAULT_TIMEOUT_MS: (u64, u64) = (10, 1_000);
+
+/// How many replicas must acknowledge, and for how long `WAIT` may wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MinReplicas {
+    pub(crate) count: u32,
+    /// `None`: a tenth of the TTL (see [`DEFAULT_TIMEOUT_MS`]).
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl MinReplicas {
+    /// How long `WAIT` waits for a lease of `ttl`.
+    pub(crate) fn timeout_for(&self, ttl: Duration) -> Duration {
+        self.timeout.unwrap_or_else(|| {
+            let (lo, hi) = DEFAULT_TIMEOUT_MS;
+            (ttl / 10).clamp(Duration::from_millis(lo), Duration::from_millis(hi))
+        })
+    }
+}
+
+/// The query of `url` (after the credentials, which may hold a `?` of their own), without
+/// its fragment.
+fn query(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let creds_end = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
+    let rest = &rest[creds_end..];
+    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
+    rest.split_once('?').map_or("", |(_, q)| q)
+}
+
+/// True when `url` names `min_replicas` or `min_replicas_timeout` at all.
+pub(crate) fn named(url: &str) -> bool {
+    query(url).split('&').any(|pair| {
+        matches!(
+            pair.split('=').next(),
+            Some("min_replicas" | "min_replicas_timeout")
+        )
+    })
+}
+
+/// The `min_replicas` of `url`: `None` when absent or 0 (off). Bad values are exit 2.
+pub(crate) fn parse(url: &str) -> Result<Option<MinReplicas>> {
+    let bad = |why: String| Error::Usage(format!("invalid Redis URL {}: {why}", redact_url(url)));
+    let (mut count, mut timeout) = (None, None);
+    for pair in query(url).split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = |max: u64| {
+            value
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{name}={value}: expected a whole number from 0 to {max}"
+                    ))
+                })
+        };
+        match name {
+            "min_replicas" => count = Some(number(MAX_REPLICAS.into())? as u32),
+            "min_replicas_timeout" => match number(MAX_TIMEOUT_MS)? {
+                0 => return Err(bad(format!("{name}=0: WAIT would block forever; give milliseconds from 1 to {MAX_TIMEOUT_MS}"))),
+                ms => timeout = Some(Duration::from_millis(ms)),
+            },
+            _ => {}
+        }
+    }
+    match (count, timeout) {
+        (None, Some(_)) => Err(bad("min_replicas_timeout needs min_replicas=N".into())),
+        (None | Some(0), _) => Ok(None),
+        (Some(count), timeout) => Ok(Some(MinReplicas { count, timeout })),
+    }
+}
+
+/// Refuses `min_replicas` where it is not implemented (a Cluster, a Redlock quorum).
+pub(crate) fn refuse(url: &str, where_: &str) -> Result<()> {
+    if named(url) {
+        return Err(Error::Usage(format!(
+            "invalid Redis URL {}: min_replicas is not supported {where_} yet",
+            redact_url(url)
+        )));
+    }
+    Ok(())
+}
+
+impl RedisBackend {
+    /// With `min_replicas`, waits for that many replicas to acknowledge what `conn` wrote
+    /// last (the lease just granted or renewed); fewer is `Unavailable`. `verb` names the
+    /// operation in the message.
+    pub(super) async fn replicated(
+        &self,
+        conn: &mut Conn,
+        verb: &str,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<()> {
+        let Some(min) = self.min_replicas else {
+            return Ok(());
+        };
+        let within = min.timeout_for(ttl);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(min.count).arg(millis(within));
+        let limit = within + self.server.tuning.op_timeout;
+        let what = || format!("cannot {verb} lock '{key}': waiting for replicas");
+        let reply: Value = self
+            .call_limited(limit, what, cmd.query_async(conn))
+            .await?;
+        let acked = redis::from_redis_value::<i64>(reply).map_err(|e| {
+            Error::Internal(format!("unexpected reply from {}: {e}", self.server.url))
+        })?;
+        if acked >= i64::from(min.count) {
+            return Ok(());
+        }
+        Err(Error::not_replicated(
+            verb,
+            key,
+            &self.server.url,
+            acked.max(0) as u64,
+            min.count,
+            within,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(url: &str) -> Option<MinReplicas> {
+        parse(url).unwrap_or_else(|e| panic!("{url}: {e}"))
+    }
+
+    #[test]
+    fn min_replicas_is_read_from_the_query() {
+        assert_eq!(ok("redis://h:1"), None);
+        assert_eq!(ok("redis://h:1?min_replicas=0"), None);
+        let one = ok("redis://:p?w@h:1/2?db=2&min_replicas=1").unwrap();
+        assert_eq!((one.count, one.timeout), (1, None));
+        let two = ok("redis+sentinel://a,b/m?min_replicas=2&min_replicas_timeout=250#x").unwrap();
+        assert_eq!(two.count, 2);
+        assert_eq!(two.timeout, Some(Duration::from_millis(250)));
+        assert_eq!(
+            ok("redis+unix:///tmp/r.sock?db=1&min_replicas=1")
+                .unwrap()
+                .count,
+            1
+        );
+        // A '?' in the password is not the query.
+        assert_eq!(ok("redis://:a?min_replicas=1@h:1"), None);
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_without_the_password() {
+        for q in [
+            "min_replicas=-1",
+            "min_replicas=x",
+            "min_replicas=",
+            "min_replicas=101",
+            "min_replicas=99999999999999999999",
+            "min_replicas=1&min_replicas_timeout=0",
+            "min_replicas=1&min_replicas_timeout=60001",
+            "min_replicas=1&min_replicas_timeout=1.5",
+            "min_replicas_timeout=100",
+        ] {
+            let url = format!("redis://:secret@h:1?{q}");
+            let e = parse(&url).expect_err(q);
+            assert_eq!(e.exit_code(), crate::exit::USAGE, "{q}");
+            let text = e.to_string();
+            assert!(
+                !text.contains("secret") && !text.contains('\n'),
+                "{q}: {text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_default_timeout_is_a_tenth_of_the_ttl_within_bounds() {
+        let min = MinReplicas {
+            count: 1,
+            timeout: None,
+        };
+        let ms = |t: u64| min.timeout_for(Duration::from_millis(t)).as_millis();
+        assert_eq!(ms(50), 10);
+        assert_eq!(ms(3_000), 300);
+        assert_eq!(ms(60_000), 1_000);
+        let set = MinReplicas {
+            timeout: Some(Duration::from_millis(7)),
+            ..min
+        };
+        assert_eq!(set.timeout_for(Duration::from_secs(60)).as_millis(), 7);
+    }
+
+    #[test]
+    fn refused_where_not_supported() {
+        assert!(refuse("redis+cluster://a:1,b:2?min_replicas=1", "on a Cluster").is_err());
+        assert!(refuse("redis+cluster://a:1,b:2?min_replicas=0", "on a Cluster").is_err());
+        assert!(refuse("redis+cluster://a:1,b:2", "on a Cluster").is_ok());
+    }
+}
