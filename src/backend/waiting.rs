@@ -95,7 +95,11 @@ pub async fn acquire<S: LockStore + ?Sized>(
 ) -> Result<Acquired> {
     if !store.supports(req.sharing) {
         let asked = req.sharing.describe();
-        return Err(Error::sharing_unsupported(&req.key, &store.describe(), &asked));
+        return Err(Error::sharing_unsupported(
+            &req.key,
+            &store.describe(),
+            &asked,
+        ));
     }
     let started = Instant::now();
     let mut waiter = match unless_cancelled(&wait.cancel, store.begin(req)).await {

@@ -50,6 +50,7 @@ pub fn req_ttl(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
         },
         detached: true,
         fair: true,
+        sharing: Default::default(),
     }
 }
 

@@ -142,6 +142,7 @@ pub fn request(holder: &Holder, key: &str, ttl: Duration, detached: bool) -> Acq
         holder,
         detached,
         fair: true,
+        sharing: Default::default(),
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use futures_util::StreamExt;
 
-use super::keys::{lease_key, Keys};
+use super::keys::Keys;
 use super::reply::Reply;
 use super::scripts::{evalsha, millis, SCRIPTS};
 use super::RedisBackend;
@@ -26,9 +26,9 @@ const MARKER_AT_LEAST: Duration = Duration::from_secs(60);
 impl RedisBackend {
     /// Leaves `owner`'s lease on `key` to expire `left` from now, marked for `status`.
     pub(crate) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
-        let lease = lease_key(key);
+        let k = Keys::new(key);
         let script = &SCRIPTS.linger;
-        let mut cmd = evalsha(script, &[&lease], 2);
+        let mut cmd = evalsha(script, &[&k.lease, &k.group, &k.ends], 2);
         cmd.arg(owner).arg(millis(left));
         let what = || format!("cannot leave lock '{key}' held (--hold-at-least)");
         let reply = self.eval(what, script, &cmd).await?;
@@ -64,7 +64,7 @@ impl RedisBackend {
                 .arg("PX")
                 .arg(marker_ms)
                 .ignore();
-            pipe.cmd("EXISTS").arg(&k.lease);
+            pipe.cmd("EXISTS").arg(&k.lease).arg(&k.group);
             let mut conn = conn.clone();
             async move { pipe.query_async::<(i64,)>(&mut conn).await }
         });

@@ -149,7 +149,11 @@ impl Backend for RedlockBackend {
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         if !req.sharing.is_exclusive() {
             let asked = req.sharing.describe();
-            return Err(Error::sharing_unsupported(&req.key, &self.describe(), &asked));
+            return Err(Error::sharing_unsupported(
+                &req.key,
+                &self.describe(),
+                &asked,
+            ));
         }
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));

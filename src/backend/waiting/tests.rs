@@ -25,6 +25,7 @@ fn req(key: &str, owner: &str) -> AcquireRequest {
         holder: Holder::default(),
         detached: true,
         fair: true,
+        sharing: Default::default(),
     }
 }
 
