@@ -223,11 +223,18 @@ impl RedisBackend {
     pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let k = Keys::new(key);
         let script = &SCRIPTS.renew;
-        let mut cmd = evalsha(script, &[&k.lease, &k.group, &k.ends], 2);
-        cmd.arg(owner).arg(millis(ttl));
         let what = || format!("cannot renew lock '{key}'");
         let sent_at = Instant::now();
-        let reply = self.eval(what, script, &cmd).await?;
+        let mut reply = Value::Nil;
+        // The lease alone first; a holder without one may hold a place in the group.
+        for keys in [&[&*k.lease][..], &[&*k.lease, &*k.group, &*k.ends]] {
+            let mut cmd = evalsha(script, keys, 2);
+            cmd.arg(owner).arg(millis(ttl));
+            reply = self.eval(what, script, &cmd).await?;
+            if !is_gone(&reply) {
+                break;
+            }
+        }
         let mut r = Reply::new(reply, &self.server.url)?;
         match r.next::<i64>()? {
             1 => {
@@ -310,6 +317,11 @@ impl RedisBackend {
 /// key has shared or semaphore holders), having changed nothing.
 pub(super) fn for_share(reply: &Value) -> bool {
     matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(3))))
+}
+
+/// True for `{0}`: the lease is gone (renew and linger ask again with the group's keys).
+pub(super) fn is_gone(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.as_slice(), [Value::Int(0)]))
 }
 
 /// A caller's sharing as the scripts take it: `x`, `s`, or N.

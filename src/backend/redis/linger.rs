@@ -14,7 +14,10 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use futures_util::StreamExt;
 
+use redis::Value;
+
 use super::keys::Keys;
+use super::lease::is_gone;
 use super::reply::Reply;
 use super::scripts::{evalsha, millis, SCRIPTS};
 use super::RedisBackend;
@@ -28,10 +31,17 @@ impl RedisBackend {
     pub(crate) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
         let k = Keys::new(key);
         let script = &SCRIPTS.linger;
-        let mut cmd = evalsha(script, &[&k.lease, &k.group, &k.ends], 2);
-        cmd.arg(owner).arg(millis(left));
         let what = || format!("cannot leave lock '{key}' held (--hold-at-least)");
-        let reply = self.eval(what, script, &cmd).await?;
+        let mut reply = Value::Nil;
+        // The lease alone first; a holder without one may hold a place in the group.
+        for keys in [&[&*k.lease][..], &[&*k.lease, &*k.group, &*k.ends]] {
+            let mut cmd = evalsha(script, keys, 2);
+            cmd.arg(owner).arg(millis(left));
+            reply = self.eval(what, script, &cmd).await?;
+            if !is_gone(&reply) {
+                break;
+            }
+        }
         match Reply::new(reply, &self.server.url)?.next::<i64>()? {
             1 => Ok(()),
             0 => Err(Error::lease_gone("hold", key, &self.server.url)),
