@@ -7,7 +7,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::backend::{
-    now_ms, KeyStatus, LastRuns, Lease, LockInfo, ProgressFn, ServerView, WaitInfo, WaiterInfo,
+    now_ms, KeyStatus, LastRuns, Lease, LockInfo, ProgressFn, ServerView, Sharing, WaitInfo,
+    WaiterInfo,
 };
 use crate::cli::Global;
 
@@ -113,6 +114,12 @@ pub struct StatusJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_until: Option<String>,
     pub waiters: Option<Vec<WaiterJson<'a>>>,
+    /// Every holder of a key held shared or as a semaphore (the first is `lock`'s).
+    #[serde(skip_serializing_if = "<[LockInfo]>::is_empty")]
+    pub holders: &'a [LockInfo],
+    /// How they hold it: absent for an exclusive lock.
+    #[serde(skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
     /// Redlock: each server's view (see [`ServerView`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub servers: Option<&'a Vec<ServerView>>,
@@ -144,6 +151,8 @@ impl<'a> StatusJson<'a> {
                 .waiters
                 .as_ref()
                 .map(|ws| ws.iter().map(WaiterJson::new).collect()),
+            holders: &s.holders,
+            sharing: s.sharing,
             servers: s.servers.as_ref(),
             backend,
             last_run: None,
@@ -209,9 +218,9 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         "KEY", "OWNER", "TOKEN", "HOST", "PID", "USER", "HELD FOR", "TTL LEFT", "WAITERS",
         "COMMAND",
     ];
-    let rows: Vec<Vec<String>> = states.iter().map(status_row).collect();
+    let rows: Vec<Vec<Vec<String>>> = states.iter().map(status_rows).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &rows {
+    for row in rows.iter().flatten() {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
@@ -232,8 +241,8 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         padded.join("  ").trim_end().to_string()
     };
     out.push(line(header.iter().map(|s| s.to_string()).collect()));
-    for (i, (row, state)) in rows.into_iter().zip(states).enumerate() {
-        out.push(line(row));
+    for (i, (key_rows, state)) in rows.into_iter().zip(states).enumerate() {
+        out.extend(key_rows.into_iter().map(&line));
         if let Some(servers) = &state.servers {
             out.extend(server_lines(servers, state.lock.is_some()));
         }
@@ -299,6 +308,23 @@ pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
         )
     });
     lines
+}
+
+/// One row per holder of a key held shared or as a semaphore, else [`status_row`]'s.
+fn status_rows(s: &KeyStatus) -> Vec<Vec<String>> {
+    if s.holders.len() < 2 {
+        return vec![status_row(s)];
+    }
+    s.holders
+        .iter()
+        .map(|h| {
+            status_row(&KeyStatus {
+                lock: Some(h.clone()),
+                holders: Vec::new(),
+                ..s.clone()
+            })
+        })
+        .collect()
 }
 
 fn status_row(s: &KeyStatus) -> Vec<String> {

@@ -342,3 +342,35 @@ fn a_holder_killed_with_sigkill_frees_its_place_at_its_ttl() {
         "freed at its TTL: {waited:?}"
     );
 }
+
+#[tokio::test]
+async fn status_shows_every_holder_in_text_and_json() {
+    let server = RedisServer::start();
+    let b = connect(&server).await;
+    for owner in ["o1", "o2"] {
+        let got = b
+            .acquire(&as_(Sharing::Limit(2), "st", owner), &no_wait())
+            .await;
+        got.unwrap();
+    }
+    let status = |json: bool| {
+        let mut c = dlock();
+        c.args(["-u", &server.url(), "status", "st"]);
+        if json {
+            c.arg("--json");
+        }
+        support::text(&c.output().unwrap().stdout)
+    };
+    let text = status(false);
+    let rows: Vec<_> = text.lines().filter(|l| l.starts_with("st ")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[0].contains("o1") && rows[1].contains("o2"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&status(true)).unwrap();
+    assert_eq!(
+        json["owner"], "o1",
+        "the first holder keeps the exclusive shape"
+    );
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(json["holders"][1]["owner"], "o2");
+    assert_eq!(json["sharing"], serde_json::json!({"limit": 2}));
+}
