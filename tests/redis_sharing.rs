@@ -374,3 +374,41 @@ async fn status_shows_every_holder_in_text_and_json() {
     assert_eq!(json["holders"][1]["owner"], "o2");
     assert_eq!(json["sharing"], serde_json::json!({"limit": 2}));
 }
+
+/// On a Cluster the group keys share the lock's slot: the same scripts, and `status`
+/// with no key finds the holders by one SCAN per master.
+#[test]
+fn a_semaphore_on_a_cluster() {
+    let store = support::Store::redis_cluster();
+    let run = |args: &[&str]| store.dlock().args(args).output().unwrap();
+    for _ in 0..2 {
+        let got = run(&["lock", "--limit", "2", "--no-wait", "cl"]);
+        assert!(got.status.success(), "{}", support::text(&got.stderr));
+    }
+    let full = run(&["lock", "--limit", "2", "--no-wait", "cl"]);
+    assert_eq!(
+        full.status.code(),
+        Some(75),
+        "{}",
+        support::text(&full.stderr)
+    );
+    let other = run(&["lock", "--shared", "--no-wait", "cl"]);
+    assert_eq!(
+        other.status.code(),
+        Some(2),
+        "{}",
+        support::text(&other.stderr)
+    );
+    let listed = support::text(&run(&["status", "--json"]).stdout);
+    let json: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(json["key"], "cl", "{listed}");
+    assert_eq!(
+        json["holders"].as_array().map(Vec::len),
+        Some(2),
+        "{listed}"
+    );
+    let freed = run(&["unlock", "--force", "cl"]);
+    assert!(freed.status.success(), "{}", support::text(&freed.stderr));
+    let after = support::text(&run(&["status", "cl"]).stdout);
+    assert!(after.contains("(free)"), "{after}");
+}
