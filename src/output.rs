@@ -114,10 +114,11 @@ pub struct StatusJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_until: Option<String>,
     pub waiters: Option<Vec<WaiterJson<'a>>>,
-    /// Every holder of a key held shared or as a semaphore (the first is `lock`'s).
-    #[serde(skip_serializing_if = "<[LockInfo]>::is_empty")]
-    pub holders: &'a [LockInfo],
-    /// How they hold it: absent for an exclusive lock.
+    /// Every holder of a key held shared or as a semaphore, the first one as above;
+    /// absent for an exclusive lock, whose JSON keeps its shape.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<&'a LockInfo>,
+    /// `"shared"` or `{"limit": N}`; absent for an exclusive lock.
     #[serde(skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
     /// Redlock: each server's view (see [`ServerView`]).
@@ -151,7 +152,7 @@ impl<'a> StatusJson<'a> {
                 .waiters
                 .as_ref()
                 .map(|ws| ws.iter().map(WaiterJson::new).collect()),
-            holders: &s.holders,
+            holders: s.holders.iter().collect(),
             sharing: s.sharing,
             servers: s.servers.as_ref(),
             backend,
@@ -242,7 +243,7 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
     };
     out.push(line(header.iter().map(|s| s.to_string()).collect()));
     for (i, (key_rows, state)) in rows.into_iter().zip(states).enumerate() {
-        out.extend(key_rows.into_iter().map(&line));
+        out.extend(key_rows.into_iter().map(line));
         if let Some(servers) = &state.servers {
             out.extend(server_lines(servers, state.lock.is_some()));
         }
@@ -310,19 +311,25 @@ pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
     lines
 }
 
-/// One row per holder of a key held shared or as a semaphore, else [`status_row`]'s.
+/// One row per holder: one for an exclusive lock (or a free key), every holder of a shared
+/// or semaphore key, its key cell saying how many of how many (`sem (2 of 4)`).
 fn status_rows(s: &KeyStatus) -> Vec<Vec<String>> {
-    if s.holders.len() < 2 {
+    if s.holders.is_empty() {
         return vec![status_row(s)];
     }
+    let key = match s.sharing.capacity() {
+        Some(n) => format!("{} ({} of {n})", s.key, s.holders.len()),
+        None => format!("{} (shared by {})", s.key, s.holders.len()),
+    };
     s.holders
         .iter()
         .map(|h| {
-            status_row(&KeyStatus {
+            let mut row = status_row(&KeyStatus {
                 lock: Some(h.clone()),
-                holders: Vec::new(),
                 ..s.clone()
-            })
+            });
+            row[0] = key.clone();
+            row
         })
         .collect()
 }

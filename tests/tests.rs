@@ -14,7 +14,8 @@
 //!
 //! The `dlock` binary on every CLI backend:
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
-//!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`.
+//!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
+//!   (`--limit N`, `--shared`).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
@@ -56,6 +57,7 @@ mod job_control;
 mod last_run;
 mod lease_clock;
 mod scripts;
+mod sharing;
 
 mod connections;
 mod etcd;

@@ -62,10 +62,11 @@ impl Sharing {
         }
     }
 
-    /// How a user asks for it, for messages: `exclusive`, `--shared`, `--limit 4`.
+    /// How a user asks for it, for messages: `an exclusive lock (no --limit)`, `--shared`,
+    /// `--limit 4`.
     pub fn describe(&self) -> String {
         match self {
-            Sharing::Exclusive => "exclusive".to_string(),
+            Sharing::Exclusive => "an exclusive lock (no --limit)".to_string(),
             Sharing::Shared => "--shared".to_string(),
             Sharing::Limit(n) => format!("--limit {n}"),
         }
@@ -106,7 +107,7 @@ impl Sharing {
         }
         // Waiters ahead count as holders already: first come, first served.
         let before = ahead.iter().filter(|w| self.compatible(**w));
-        let (mut count, mut exclusive) = (holders, held == Some(Sharing::Exclusive));
+        let (mut count, mut exclusive) = (holders, holders > 0 && held == Some(Sharing::Exclusive));
         for w in before {
             count += 1;
             exclusive |= *w == Sharing::Exclusive;
@@ -134,6 +135,10 @@ mod tests {
     fn a_free_key_admits_anyone() {
         for me in [Exclusive, Shared, Limit(3)] {
             assert_eq!(me.admit(None, 0, &[]), Admit, "{me:?}");
+            // How the last holders held it no longer matters.
+            for last in [Exclusive, Shared, Limit(2)] {
+                assert_eq!(me.admit(Some(last), 0, &[]), Admit, "{me:?} after {last:?}");
+            }
         }
     }
 

@@ -1,4 +1,6 @@
-//! `dlock wait KEY [--timeout DUR]`: block until KEY is free, without taking it.
+//! `dlock wait KEY [--timeout DUR] [--shared | --limit N]`: block until KEY is free (for
+//! a caller with the same options: no exclusive holder left, fewer than N holders), without
+//! taking it.
 //!
 //! Looks at the key, then sleeps in the backend's [`Backend::watch`] (a notification of a
 //! release where the store has one) for at most what is left of the holder's lease: a
@@ -9,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::backend::{Backend, LockInfo};
+use crate::backend::sharing::Admission;
+use crate::backend::{Backend, KeyStatus, LockInfo, Sharing};
 use crate::cli::{Global, WaitArgs};
 use crate::error::{Error, Result};
 use crate::supervisor::Signals;
@@ -20,6 +23,8 @@ use crate::{exit, output};
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
 /// The shortest sleep, for a lease about to expire.
 const MIN_PAUSE: Duration = Duration::from_millis(5);
+/// The longest sleep while several hold the key: any of them may go without a word.
+const LOOK_AGAIN_MANY: Duration = Duration::from_millis(250);
 
 /// `wait --json`: one object when the wait ends.
 #[derive(Serialize)]
@@ -45,7 +50,7 @@ pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
     };
     let name = backend.describe();
     let outcome = tokio::select! {
-        held = until_free(&*backend, key, deadline) => held.map_err(|e| about(key, e))?,
+        held = until_free(&*backend, key, args.sharing.sharing(), deadline) => held.map_err(|e| about(key, e))?,
         sig = signals.recv() => {
             return Err(Error::Cancelled(format!("waiting for '{key}' to be free on {name} cancelled by {sig}"), sig as i32));
         }
@@ -84,17 +89,36 @@ fn about(key: &str, e: Error) -> Error {
     }
 }
 
+/// The first holder of `state` when a caller asking for `sharing` would have to wait;
+/// `None` when it could take the key now.
+fn blocking(state: KeyStatus, sharing: Sharing, backend: &str) -> Result<Option<LockInfo>> {
+    let Some(first) = state.lock else {
+        return Ok(None);
+    };
+    let holders = state.holders.len().max(1) as u32;
+    match sharing.admit(Some(state.sharing), holders, &[]) {
+        Admission::Admit => Ok(None),
+        Admission::Wait => Ok(Some(first)),
+        Admission::Conflict(held) => Err(sharing.conflict(&state.key, backend, held)),
+    }
+}
+
 /// Returns `None` once `key` is free, or the holder when `deadline` came first.
 async fn until_free(
     backend: &dyn Backend,
     key: &str,
+    sharing: Sharing,
     deadline: Option<Instant>,
 ) -> Result<Option<LockInfo>> {
     let keys = [key.to_string()];
+    let name = backend.describe();
     let mut told = false;
     loop {
-        let state = backend.status(&keys).await?.into_iter().next();
-        let Some(holder) = state.and_then(|s| s.lock) else {
+        let Some(state) = backend.status(&keys).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        let many = state.holders.len() > 1;
+        let Some(holder) = blocking(state, sharing, &name)? else {
             return Ok(None);
         };
         if !std::mem::replace(&mut told, true) {
@@ -108,7 +132,8 @@ async fn until_free(
             return Ok(Some(holder));
         }
         let expiry = holder.ttl_left_ms.map(Duration::from_millis);
-        let pause = [Some(LOOK_AGAIN), expiry, left]
+        let most = if many { LOOK_AGAIN_MANY } else { LOOK_AGAIN };
+        let pause = [Some(most), expiry, left]
             .into_iter()
             .flatten()
             .min()

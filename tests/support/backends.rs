@@ -114,6 +114,15 @@ impl Store {
         sh
     }
 
+    /// Whether the store keeps shared and semaphore leases (`--shared`, `--limit N`); the
+    /// others refuse them.
+    pub fn keeps_sharing(&self) -> bool {
+        matches!(
+            self,
+            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_)
+        )
+    }
+
     /// Whether `key` is held, as `dlock status KEY` says (exit 0).
     pub fn held(&self, key: &str) -> bool {
         let out = self.dlock().args(["status", key]).output().unwrap();

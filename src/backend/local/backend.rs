@@ -113,7 +113,7 @@ use super::names;
 use super::store::{self, Attempt, Step};
 use super::wait::{self, Abort, Outcome};
 use super::waiter::{HoldGuard, Waiting, Wake};
-use super::{linger, runs, watch};
+use super::{holders, linger, runs, watch};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, Listing, LockInfo, ReleaseMode, Released,
     WaitOptions,
@@ -318,6 +318,7 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
+        holders::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
         let started = Instant::now();
         let nowait = wait.deadline.is_some_and(|d| d <= started);
         let kf = self
@@ -343,6 +344,7 @@ impl Backend for LocalBackend {
                         Box::new(HoldGuard {
                             kf: kf.clone(),
                             ticket,
+                            alone: req.sharing.is_exclusive(),
                         }) as Box<dyn std::any::Any + Send + Sync>
                     });
                     let acquired = Acquired { lease, guard };
@@ -410,9 +412,14 @@ impl Backend for LocalBackend {
     /// and the kernel wakes the next waiter at once. The record still names us until the
     /// next writer finds the lease stale and clears it (readers already see it free), as
     /// after a crash; skipping our own read-modify-write takes it off the hand-off's path.
+    /// A key held by several is released in the record too: its waiters sleep on the file.
     async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
         let Acquired { lease, guard } = acquired;
-        if guard.is_some() && mode == ReleaseMode::All {
+        let alone = guard
+            .as_ref()
+            .and_then(|g| g.downcast_ref::<HoldGuard>())
+            .is_some_and(|g| g.alone);
+        if alone && mode == ReleaseMode::All {
             drop(guard);
             return Ok(());
         }

@@ -13,8 +13,10 @@ use crate::error::{Error, Result};
 
 impl Session<'_> {
     /// Releases as `mode` says; `NotOwner` (and no change) when `owner` does not hold it.
+    /// `Force` frees every holder.
     pub fn release(&mut self, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        let Some(l) = self.live_lease()? else {
+        let mut holders = self.live_holders()?;
+        let Some(first) = holders.first().cloned() else {
             self.commit()?;
             return match mode {
                 ReleaseMode::Force => Ok(Released {
@@ -24,43 +26,49 @@ impl Session<'_> {
                 _ => Err(self.not_owner("release", owner, None)),
             };
         };
-        if mode != ReleaseMode::Force && l.owner != owner {
-            return Err(self.not_owner("release", owner, Some(&l)));
-        }
-        let still_held = mode == ReleaseMode::One && l.depth > 1;
-        if still_held {
-            if let Some(cur) = self.st.lease.as_mut() {
-                cur.depth -= 1;
+        let (previous, still_held) = match holders.iter().position(|l| l.owner == owner) {
+            _ if mode == ReleaseMode::Force => (holders.drain(..).next(), false),
+            None => return Err(self.not_owner("release", owner, Some(&first))),
+            Some(i) if mode == ReleaseMode::One && holders[i].depth > 1 => {
+                holders[i].depth -= 1;
+                (Some(holders[i].clone()), true)
             }
-        } else {
-            self.st.lease = None;
+            Some(i) => (Some(holders.remove(i)), false),
+        };
+        if holders.is_empty() {
             self.st.freed_boot_ms = boot_ms();
         }
-        self.dirty = true;
+        self.set_holders(holders);
         self.commit()?;
         Ok(Released {
-            previous_owner: Some(l.owner),
+            previous_owner: previous.map(|l| l.owner),
             still_held,
         })
+    }
+
+    /// `owner`'s live lease, or why it is not there (nothing written but the pruning).
+    fn owned(&mut self, verb: &str, owner: &str) -> Result<LeaseRecord> {
+        let holders = self.live_holders()?;
+        match holders.iter().find(|l| l.owner == owner) {
+            Some(l) => Ok(l.clone()),
+            None => {
+                self.commit()?;
+                Err(self.not_owner(verb, owner, holders.first()))
+            }
+        }
     }
 
     /// Extends `owner`'s lease to `ttl` from now. A bound lease lives as long as its
     /// holder process, so there is nothing to write; the check alone tells the caller the
     /// lease is still there.
     pub fn renew(&mut self, owner: &str, ttl: Duration, sent_at: Instant) -> Result<Lease> {
-        let live = self.live_lease()?;
-        let l = match live {
-            Some(l) if l.owner == owner => l,
-            other => {
-                self.commit()?;
-                return Err(self.not_owner("renew", owner, other.as_ref()));
-            }
-        };
+        let l = self.owned("renew", owner)?;
         if l.bound {
+            self.commit()?;
             return Ok(self.lease_of(&l, ttl, false, sent_at));
         }
         let ttl_ms = ttl.as_millis() as u64;
-        let cur = self.st.lease.as_mut().expect("live lease");
+        let cur = self.holder_mut(owner).expect("live lease");
         cur.ttl_ms = ttl_ms;
         cur.expires_boot_ms = boot_ms() + ttl_ms;
         cur.expires_wall_ms = now_ms() + ttl_ms;
@@ -73,15 +81,9 @@ impl Session<'_> {
     /// Turns `owner`'s lease into a detached one that expires `left` from now, marked for
     /// `status` (`exec --hold-at-least`): a bound lease would end with its process.
     pub fn detach(&mut self, owner: &str, left: Duration) -> Result<()> {
-        match self.live_lease()? {
-            Some(l) if l.owner == owner => {}
-            other => {
-                self.commit()?;
-                return Err(self.not_owner("hold", owner, other.as_ref()));
-            }
-        }
+        self.owned("hold", owner)?;
         let ttl_ms = left.as_millis() as u64;
-        let cur = self.st.lease.as_mut().expect("live lease");
+        let cur = self.holder_mut(owner).expect("live lease");
         cur.bound = false;
         cur.ttl_ms = ttl_ms;
         cur.expires_boot_ms = boot_ms() + ttl_ms;
@@ -102,7 +104,14 @@ impl Session<'_> {
     /// The state of this key for `status`. Read-only: stale leases are shown as free but
     /// left for the next writer to clear.
     pub fn status(&mut self) -> Result<KeyStatus> {
-        let lock = self.live_lease()?.map(|l| self.lock_info(&l));
+        let live = self.live_holders()?;
+        let lock = live.first().map(|l| self.lock_info(l));
+        let alone = self.st.sharing.is_exclusive() && live.len() <= 1;
+        let holders = if alone {
+            Vec::new()
+        } else {
+            live.iter().map(|l| self.lock_info(l)).collect()
+        };
         let waiters = match self.live_waiters(None)? {
             Some(list) if list.iter().any(|w| w.ticket == UNLISTED) => None,
             Some(list) => Some(
@@ -124,8 +133,12 @@ impl Session<'_> {
             lock,
             waiters,
             servers: None,
-            holders: Vec::new(),
-            sharing: crate::backend::Sharing::Exclusive,
+            holders,
+            sharing: if live.is_empty() {
+                Default::default()
+            } else {
+                self.st.sharing
+            },
         })
     }
 }

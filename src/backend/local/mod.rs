@@ -8,6 +8,7 @@
 //! * `wait.rs`: running a transition under the state mutex; kernel-lock and file waits.
 //! * `store.rs`: the transitions of a key's state, in a session under its mutex.
 //! * `held.rs`: those of a held key (release, renew, detach) and its status.
+//! * `holders.rs`: keys held by several at once (`--shared`, `--limit N`).
 //! * `queue.rs`: the waiter list shown by `status`.
 //! * `file.rs`: opening and creating key files; the boot id and the boot clock.
 //! * `record.rs`: the record's two slots and the waiter list, encoded.
@@ -20,6 +21,7 @@
 mod backend;
 mod file;
 mod held;
+mod holders;
 mod linger;
 mod locks;
 mod names;

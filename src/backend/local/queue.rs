@@ -26,6 +26,7 @@ impl Session<'_> {
                 ticket: t,
                 owner: req.owner.clone(),
                 holder: req.holder.clone(),
+                sharing: req.sharing,
             });
         } else if list.iter().all(|w| w.ticket != UNLISTED) {
             // Too many to list (each join and leave rewrites the list): from now on the
@@ -34,6 +35,7 @@ impl Session<'_> {
                 ticket: UNLISTED,
                 owner: String::new(),
                 holder: Default::default(),
+                sharing: Default::default(),
             });
         }
         match self.write_waiters(list) {

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::names::fnv1a;
-use crate::backend::Holder;
+use crate::backend::{Holder, Sharing};
 
 /// Size of one slot: a page, so that a write of one slot never spans two pages.
 pub const SLOT: usize = 4096;
@@ -44,6 +44,13 @@ pub struct State {
     pub next_ticket: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseRecord>,
+    /// The holders after the first (`lease`) of a key held shared or as a semaphore, in
+    /// the order they were granted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more: Vec<LeaseRecord>,
+    /// How the holders hold the key (see [`Sharing`]).
+    #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
     /// When the last lease ended (CLOCK_BOOTTIME ms): tells a stuck queue from a hand-off.
     #[serde(default)]
     pub freed_boot_ms: u64,
@@ -59,6 +66,8 @@ impl State {
             boot_id: boot_id.to_string(),
             next_ticket: 0,
             lease: None,
+            more: Vec::new(),
+            sharing: Sharing::Exclusive,
             freed_boot_ms: 0,
         }
     }
@@ -95,6 +104,9 @@ pub struct WaiterRecord {
     pub ticket: u64,
     pub owner: String,
     pub holder: Holder,
+    /// How it asks to hold the key: a shared or semaphore caller reads those ahead of it.
+    #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
 }
 
 /// What a slot held.

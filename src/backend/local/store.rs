@@ -137,8 +137,11 @@ impl<'a> Session<'a> {
         if self.st.boot_id != self.ctx.boot_id || self.ctx.boot_id.is_empty() {
             // Boot clocks restart at boot: carry a detached lease over by wall clock.
             // (Bound leases need nothing: their holders' locks died with the old boot.)
-            if let Some(l) = self.st.lease.as_mut().filter(|l| !l.bound) {
-                l.expires_boot_ms = boot_ms() + l.expires_wall_ms.saturating_sub(now_ms());
+            let st = &mut self.st;
+            for l in st.lease.iter_mut().chain(st.more.iter_mut()) {
+                if !l.bound {
+                    l.expires_boot_ms = boot_ms() + l.expires_wall_ms.saturating_sub(now_ms());
+                }
             }
             self.st.freed_boot_ms = 0;
             self.st.boot_id = self.ctx.boot_id.clone();
@@ -190,7 +193,8 @@ impl<'a> Session<'a> {
             Some(b) => b,
             None => {
                 // Too big: the command line is only informational, shorten it.
-                if let Some(l) = self.st.lease.as_mut() {
+                let st = &mut self.st;
+                for l in st.lease.iter_mut().chain(st.more.iter_mut()) {
                     for s in [
                         &mut l.holder.command,
                         &mut l.holder.host,
@@ -255,7 +259,7 @@ impl<'a> Session<'a> {
 
     /// True when `l` still holds: a bound lease while its holder's lock is held, a
     /// detached lease until it expires.
-    fn alive(&self, l: &LeaseRecord) -> Result<bool> {
+    pub(super) fn alive(&self, l: &LeaseRecord) -> Result<bool> {
         if l.bound {
             locks::is_held(self.file(), hold_lock(l.ticket)).map_err(|e| self.io("cannot probe", e))
         } else {
@@ -263,8 +267,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// The lease if it still holds; a stale one is dropped (written at the next commit).
+    /// The (first) lease if it still holds; a stale one is dropped (written at the next
+    /// commit).
     pub fn live_lease(&mut self) -> Result<Option<LeaseRecord>> {
+        if !self.st.more.is_empty() {
+            return Ok(self.live_holders()?.into_iter().next());
+        }
         let Some(l) = self.st.lease.clone() else {
             return Ok(None);
         };
@@ -278,6 +286,7 @@ impl<'a> Session<'a> {
             l.expires_boot_ms
         };
         self.st.lease = None;
+        self.st.sharing = crate::backend::Sharing::Exclusive;
         self.dirty = true;
         Ok(None)
     }
@@ -323,12 +332,16 @@ impl<'a> Session<'a> {
 
     /// One acquisition attempt: re-enter, take the key, fail (`nowait`), or queue.
     pub fn attempt(&mut self, a: &Attempt) -> Result<Step> {
-        let live = self.live_lease()?;
-        if let Some(l) = &live {
-            if a.req.reenter.contains(&l.owner) {
-                return self.reenter(a);
-            }
+        let holders = self.live_holders()?;
+        if let Some(l) = holders.iter().find(|l| a.req.reenter.contains(&l.owner)) {
+            let owner = l.owner.clone();
+            return self.reenter(a, &owner);
         }
+        if !holders.is_empty() && !a.req.sharing.compatible(self.st.sharing) {
+            self.commit()?;
+            return Err(self.conflict(a.req.sharing));
+        }
+        let live = holders.first().cloned();
         let probe_err = |e| io_err("cannot probe", &self.kf.path, e);
         let waiter_ahead = match a.me {
             Some(n) => locks::any_waiter_before(self.file(), n).map_err(probe_err)?,
@@ -342,7 +355,12 @@ impl<'a> Session<'a> {
         let stuck = live.is_none()
             && waiter_ahead
             && boot_ms().saturating_sub(self.st.freed_boot_ms) >= STUCK_AFTER_MS;
-        if live.is_none() && (!waiter_ahead || stuck) {
+        let admit = if a.req.sharing.is_exclusive() {
+            live.is_none() && (!waiter_ahead || stuck)
+        } else {
+            self.admits(a, holders.len(), waiter_ahead)?
+        };
+        if admit {
             return self.grant(a);
         }
         let holder = live.as_ref().map(|l| self.lock_info(l));
@@ -364,6 +382,7 @@ impl<'a> Session<'a> {
                 at: wait_lock(p),
                 head: false,
             },
+            (None, Some(_)) if self.held_by_many() => Target::Expiry(self.next_change()),
             (None, Some(l)) if l.bound => Target::Lock {
                 at: hold_lock(l.ticket),
                 head: true,
@@ -424,7 +443,7 @@ impl<'a> Session<'a> {
             expires_boot_ms: boot + ttl_ms,
             holder,
         };
-        self.st.lease = Some(l.clone());
+        self.add_holder(l.clone(), a.req.sharing);
         if let Err(e) = self.commit() {
             if let Some(t) = hold {
                 let _ = locks::unlock(self.file(), hold_lock(t));
@@ -442,9 +461,9 @@ impl<'a> Session<'a> {
 
     /// Re-enters the live lease of one of `a.req.reenter`: one level deeper, same token.
     /// A detached lease is extended to at least `ttl` from now.
-    fn reenter(&mut self, a: &Attempt) -> Result<Step> {
+    fn reenter(&mut self, a: &Attempt, owner: &str) -> Result<Step> {
         let key = self.st.key.clone();
-        let l = self.st.lease.as_mut().expect("live lease");
+        let l = self.holder_mut(owner).expect("live lease");
         l.depth = l
             .depth
             .checked_add(1)
@@ -471,20 +490,19 @@ impl<'a> Session<'a> {
         if let Some(t) = hold {
             let _ = locks::unlock(self.file(), hold_lock(t));
         }
-        let Some(cur) = self
-            .st
-            .lease
-            .as_mut()
-            .filter(|l| l.token == lease.fencing_token)
-        else {
+        let mut all: Vec<LeaseRecord> = self.all_holders().cloned().collect();
+        let Some(i) = all.iter().position(|l| l.token == lease.fencing_token) else {
             return;
         };
-        if lease.reentered && cur.depth > 1 {
-            cur.depth -= 1;
+        if lease.reentered && all[i].depth > 1 {
+            all[i].depth -= 1;
         } else {
-            self.st.lease = None;
-            self.st.freed_boot_ms = boot_ms();
+            all.remove(i);
+            if all.is_empty() {
+                self.st.freed_boot_ms = boot_ms();
+            }
         }
+        self.set_holders(all);
         self.dirty = true;
         let _ = self.commit();
     }

@@ -21,6 +21,9 @@ const RECHECK: Duration = Duration::from_secs(1);
 pub(super) struct HoldGuard {
     pub(super) kf: Arc<KeyFile>,
     pub(super) ticket: u64,
+    /// The lease is exclusive: dropping the guard alone releases it (see
+    /// `LocalBackend::release_acquired`).
+    pub(super) alone: bool,
 }
 
 impl Drop for HoldGuard {

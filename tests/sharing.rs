@@ -1,0 +1,335 @@
+//! Semaphores (`--limit N`) and shared locks (`-s, --shared`) on every backend. Where a store
+//! keeps them ([`Store::keeps_sharing`]): never more than N holders, never a writer beside
+//! anyone, first come first served, tokens never handed out twice, callers that disagree on
+//! N refused. Elsewhere: one line naming the key and the store, exit 2, nothing held.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::support::{dlock_bin, read_when_ready, send_signal, text, wait_exit, wait_for, Store};
+
+on_every_backend!(
+    a_semaphore_admits_n_and_queues_the_next,
+    callers_that_disagree_on_the_limit_are_refused,
+    readers_share_and_a_queued_writer_stops_later_readers,
+    a_killed_holder_frees_its_slot,
+    contending_semaphore_loops_never_exceed_the_limit,
+    contending_readers_and_writers_never_overlap,
+);
+
+/// On a store that keeps only exclusive leases: `exec` with `flag` is refused with one
+/// line naming the key and the store, exit 2, and nothing is held. True there.
+fn refused_here(store: &Store, flag: &[&str]) -> bool {
+    if store.keeps_sharing() {
+        return false;
+    }
+    let out = store
+        .dlock()
+        .args(["exec", "sem"])
+        .args(flag)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("'sem'") && err.contains("not supported on"),
+        "{err}"
+    );
+    assert!(!store.held("sem"), "a refused request left the key held");
+    true
+}
+
+/// Starts `dlock exec KEY FLAGS… -- sh -c SCRIPT` and waits until the command runs;
+/// returns dlock and the command's pid. `tag` tells holders of one key apart.
+fn hold(
+    store: &Store,
+    key: &str,
+    flags: &[&str],
+    script: &str,
+    dir: &Path,
+    tag: &str,
+) -> (Child, u32) {
+    let ready = dir.join(format!("ready-{tag}"));
+    let child = store
+        .dlock()
+        .args(["exec", key])
+        .args(flags)
+        .args(["--", "sh", "-c"])
+        .arg(format!("echo $$ > '{}'; {script}", ready.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = read_when_ready(&ready, Duration::from_secs(20))
+        .parse()
+        .unwrap();
+    (child, pid)
+}
+
+/// A script that waits until `go` exists.
+fn until(go: &Path) -> String {
+    format!("while [ ! -e '{}' ]; do sleep 0.02; done", go.display())
+}
+
+/// `dlock --json status KEY`, parsed.
+fn status(store: &Store, key: &str) -> serde_json::Value {
+    let out = store
+        .dlock()
+        .args(["--json", "status", key])
+        .output()
+        .unwrap();
+    let line = text(&out.stdout);
+    serde_json::from_str(line.lines().next().unwrap_or("null"))
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+fn waiters(store: &Store, key: &str) -> usize {
+    status(store, key)["waiters"].as_array().map_or(0, Vec::len)
+}
+
+fn code(store: &Store, args: &[&str]) -> (Option<i32>, String) {
+    let out = store.dlock().args(args).output().unwrap();
+    (out.status.code(), text(&out.stderr))
+}
+
+fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
+    if refused_here(&store, &["--limit", "2"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let limit = ["--limit", "2"];
+    let (mut a, _) = hold(&store, "sem", &limit, &until(&go), dir.path(), "a");
+    let (mut b, _) = hold(&store, "sem", &limit, &until(&go), dir.path(), "b");
+    let (c, err) = code(&store, &["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    assert_eq!(c, Some(75), "a third holder of a semaphore of 2: {err}");
+    let st = status(&store, "sem");
+    let holders = st["holders"].as_array().expect("holders listed").clone();
+    assert_eq!(holders.len(), 2, "{st}");
+    assert_eq!(st["sharing"], serde_json::json!({"limit": 2}), "{st}");
+    assert_eq!(
+        st["owner"], holders[0]["owner"],
+        "the first holder on top: {st}"
+    );
+    let tokens: Vec<u64> = holders
+        .iter()
+        .map(|h| h["fencing_token"].as_u64().unwrap())
+        .collect();
+    assert_ne!(tokens[0], tokens[1], "{st}");
+    let text_status = text(
+        &store
+            .dlock()
+            .args(["status", "sem"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(text_status.contains("sem (2 of 2)"), "{text_status}");
+    // A third waits in line, and runs once the holders leave, with a newer token.
+    let third = store
+        .dlock()
+        .args(["exec", "--limit", "2", "sem", "--timeout", "30s", "--"])
+        .args(["sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || waiters(&store, "sem") == 1),
+        "never queued"
+    );
+    std::fs::write(&go, "").unwrap();
+    for holder in [&mut a, &mut b] {
+        let status = wait_exit(holder, Duration::from_secs(20)).expect("a holder hung");
+        assert!(status.success(), "{status:?}");
+    }
+    let out = third.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let token: u64 = text(&out.stdout).parse().unwrap();
+    assert!(token > tokens[0].max(tokens[1]), "{token} after {tokens:?}");
+    assert!(!store.held("sem"));
+}
+
+fn callers_that_disagree_on_the_limit_are_refused(store: Store) {
+    if refused_here(&store, &["-s"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let (mut a, _) = hold(
+        &store,
+        "sem",
+        &["--limit", "2"],
+        &until(&go),
+        dir.path(),
+        "a",
+    );
+    for other in [&["--limit", "3"][..], &[], &["--shared"]] {
+        let mut args = vec!["exec", "-w", "5s", "sem"];
+        args.extend(other);
+        args.extend(["--", "true"]);
+        let (c, err) = code(&store, &args);
+        assert_eq!(c, Some(2), "{other:?} beside --limit 2: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("'sem'") && err.contains("semaphore of 2"),
+            "{err}"
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut a, Duration::from_secs(20))
+        .unwrap()
+        .success());
+    // An exclusive holder is not joined by a semaphore either.
+    let go2 = dir.path().join("go2");
+    let (mut x, _) = hold(&store, "sem", &[], &until(&go2), dir.path(), "x");
+    let (c, err) = code(&store, &["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("held exclusively"), "{err}");
+    std::fs::write(&go2, "").unwrap();
+    assert!(wait_exit(&mut x, Duration::from_secs(20))
+        .unwrap()
+        .success());
+    // With no holder left, a new N may start.
+    let (c, err) = code(&store, &["exec", "-n", "--limit", "3", "sem", "--", "true"]);
+    assert_eq!(c, Some(0), "{err}");
+}
+
+fn readers_share_and_a_queued_writer_stops_later_readers(store: Store) {
+    if refused_here(&store, &["--shared"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let (mut r1, _) = hold(&store, "rw", &["-s"], &until(&go), dir.path(), "r1");
+    let (mut r2, _) = hold(&store, "rw", &["--shared"], &until(&go), dir.path(), "r2");
+    let st = status(&store, "rw");
+    assert_eq!(st["sharing"], "shared", "{st}");
+    assert_eq!(st["holders"].as_array().map(Vec::len), Some(2), "{st}");
+    let (c, err) = code(&store, &["exec", "-n", "rw", "--", "true"]);
+    assert_eq!(c, Some(75), "a writer beside readers: {err}");
+    let wrote = dir.path().join("wrote");
+    let writer = store
+        .dlock()
+        .args(["exec", "rw", "--timeout", "30s", "--", "touch"])
+        .arg(&wrote)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || waiters(&store, "rw") == 1),
+        "writer never queued"
+    );
+    // A reader arriving after the queued writer does not overtake it.
+    let (c, err) = code(&store, &["exec", "-n", "-s", "rw", "--", "true"]);
+    assert_eq!(c, Some(75), "a reader overtook a queued writer: {err}");
+    assert!(!wrote.exists(), "the writer ran beside readers");
+    std::fs::write(&go, "").unwrap();
+    for r in [&mut r1, &mut r2] {
+        assert!(wait_exit(r, Duration::from_secs(20)).unwrap().success());
+    }
+    let out = writer.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(wrote.exists());
+}
+
+fn a_killed_holder_frees_its_slot(store: Store) {
+    if refused_here(&store, &["--limit", "2"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let ttl = format!("{}ms", 1500 * store.slowdown(Duration::from_millis(1500)));
+    let flags = ["--limit", "2", "--ttl", &ttl];
+    let (mut a, a_cmd) = hold(&store, "sem", &flags, &until(&go), dir.path(), "a");
+    let (mut b, _) = hold(&store, "sem", &flags, &until(&go), dir.path(), "b");
+    send_signal(a.id(), "KILL");
+    send_signal(a_cmd, "KILL");
+    let _ = a.wait();
+    // The slot comes back (at once on the local store, at the TTL elsewhere), and only one.
+    let (c, err) = code(
+        &store,
+        &["exec", "-w", "30s", "--limit", "2", "sem", "--", "true"],
+    );
+    assert_eq!(c, Some(0), "{err}");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut b, Duration::from_secs(20))
+        .unwrap()
+        .success());
+}
+
+/// Runs one shell loop per `(role, flags)` of `rounds` `dlock exec -q FLAGS sem` each, each
+/// run `script` with `$ROLE`, `$IN` (a directory shared by the runs) and `$OUT` (a file for
+/// what they saw; a failed run writes `FAILED`). Returns what they saw.
+fn contend(store: &Store, dir: &Path, loops: &[(&str, &str)], rounds: u32, script: &str) -> String {
+    let (inside, out) = (dir.join("in"), dir.join("out"));
+    std::fs::create_dir(&inside).unwrap();
+    let mut children = Vec::new();
+    for (role, flags) in loops {
+        let run = format!(
+            "for i in $(seq {rounds}); do '{}' exec -q -w 120s {flags} sem -- sh -c \"$SCRIPT\" \
+             || echo FAILED $? >> \"$OUT\"; done",
+            dlock_bin().display(),
+        );
+        let mut sh: Command = store.shell(&run);
+        sh.env("SCRIPT", script)
+            .env("IN", &inside)
+            .env("OUT", &out)
+            .env("ROLE", role);
+        children.push(sh.spawn().unwrap());
+    }
+    for mut c in children {
+        assert!(
+            wait_exit(&mut c, Duration::from_secs(240)).is_some(),
+            "a loop hung"
+        );
+    }
+    std::fs::read_to_string(out).unwrap()
+}
+
+fn contending_semaphore_loops_never_exceed_the_limit(store: Store) {
+    if refused_here(&store, &["--limit", "3"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"touch "$IN/$$"; echo "n $(ls "$IN" | wc -l) $DLOCK_FENCING_TOKEN" >> "$OUT"; sleep 0.02; rm "$IN/$$""#;
+    let seen = contend(&store, dir.path(), &[("s", "--limit 3"); 6], 6, script);
+    assert!(!seen.contains("FAILED"), "{seen}");
+    let runs: Vec<(usize, u64)> = seen
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(runs.len(), 36, "{seen}");
+    assert!(
+        runs.iter().all(|(n, _)| *n <= 3),
+        "more than 3 at once: {seen}"
+    );
+    let mut tokens: Vec<u64> = runs.iter().map(|r| r.1).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 36, "a token handed out twice: {seen}");
+}
+
+/// Readers mark themselves `r`, writers `w`, in a shared directory, and look at who else is
+/// inside: a writer must be alone, a reader must see no writer.
+fn contending_readers_and_writers_never_overlap(store: Store) {
+    if refused_here(&store, &["--shared"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"touch "$IN/$ROLE$$"
+if [ "$ROLE" = w ]; then [ "$(ls "$IN" | wc -l)" -eq 1 ] || echo BAD writer beside $(ls "$IN") >> "$OUT"
+else ls "$IN" | grep -q '^w' && echo BAD reader beside $(ls "$IN") >> "$OUT"; fi
+echo ran >> "$OUT"; sleep 0.01; rm "$IN/$ROLE$$""#;
+    let loops = [("r", "-s"), ("r", "-s"), ("r", "-s"), ("w", ""), ("w", "")];
+    let seen = contend(&store, dir.path(), &loops, 6, script);
+    assert!(!seen.contains("BAD") && !seen.contains("FAILED"), "{seen}");
+    assert_eq!(seen.lines().count(), 30, "{seen}");
+}
