@@ -412,3 +412,61 @@ fn a_semaphore_on_a_cluster() {
     let after = support::text(&run(&["status", "cl"]).stdout);
     assert!(after.contains("(free)"), "{after}");
 }
+
+/// The scripts' port of the admission rule (`admit` in `common.lua`) answers as
+/// `Sharing::admit` does, case by case.
+#[test]
+fn the_lua_admission_rule_is_sharing_admit() {
+    use dlock::backend::sharing::Admission;
+    let server = RedisServer::start();
+    let common = std::fs::read_to_string("src/backend/redis/common.lua").unwrap();
+    let script = format!(
+        "{common}\nlocal held = ARGV[2] ~= '' and ARGV[2] or nil\n\
+         return admit(ARGV[1], held, tonumber(ARGV[3]), {{unpack(ARGV, 4)}})"
+    );
+    let code = |s: Sharing| match s {
+        Sharing::Exclusive => "x".to_string(),
+        Sharing::Shared => "s".to_string(),
+        Sharing::Limit(n) => n.to_string(),
+    };
+    let modes = [
+        Sharing::Exclusive,
+        Sharing::Shared,
+        Sharing::Limit(2),
+        Sharing::Limit(3),
+    ];
+    let aheads: Vec<Vec<Sharing>> = vec![
+        vec![],
+        vec![Sharing::Exclusive],
+        vec![Sharing::Shared, Sharing::Shared],
+        vec![Sharing::Limit(2)],
+        vec![Sharing::Shared, Sharing::Exclusive, Sharing::Limit(3)],
+    ];
+    let mut cases = 0;
+    for me in modes {
+        for held in std::iter::once(None).chain(modes.map(Some)) {
+            for holders in [0u32, 1, 2, 5] {
+                for ahead in &aheads {
+                    let want = match me.admit(held, holders, ahead) {
+                        Admission::Admit => "admit",
+                        Admission::Wait => "wait",
+                        Admission::Conflict(_) => "conflict",
+                    };
+                    let mut args = vec!["EVAL".to_string(), script.clone(), "0".into()];
+                    args.push(code(me));
+                    args.push(held.map(code).unwrap_or_default());
+                    args.push(holders.to_string());
+                    args.extend(ahead.iter().map(|w| code(*w)));
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let got = server.cli(&args);
+                    assert_eq!(
+                        got, want,
+                        "{me:?} held {held:?} by {holders}, ahead {ahead:?}"
+                    );
+                    cases += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 4 * 5 * 4 * 5);
+}

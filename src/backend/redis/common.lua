@@ -142,7 +142,7 @@ end
 -- Sharing::admit (src/backend/sharing.rs), the one rule: 'admit', 'wait' or 'conflict'.
 local function admit(me, held, holders, ahead)
   if held and holders > 0 and not compatible(me, held) then return 'conflict' end
-  local count, excl = holders, held == 'x'
+  local count, excl = holders, holders > 0 and held == 'x'
   for _, w in ipairs(ahead) do
     if compatible(me, w) then
       count = count + 1
