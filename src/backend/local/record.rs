@@ -231,6 +231,7 @@ mod tests {
                 ticket: 3,
                 owner: "o".into(),
                 holder: Holder::default(),
+                sharing: Sharing::Shared,
             }],
         };
         let bytes = encode_waiters(&w);
