@@ -15,7 +15,9 @@ fn main() {
         fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
     let common = read("common.lua");
-    for name in ["acquire", "renew", "release", "leave", "fence", "linger"] {
+    for name in [
+        "acquire", "renew", "release", "leave", "fence", "linger", "share",
+    ] {
         let body = format!("{common}\n{}", read(&format!("{name}.lua")));
         let sha = sha1_smol::Sha1::from(body).digest().to_string();
         println!(

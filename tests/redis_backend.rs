@@ -861,9 +861,10 @@ fn leaving_releases_an_unread_grant_and_wakes_the_next() {
     server.cli(&["ZADD", &k("queue"), "1", "next"]);
     server.cli(&["ZADD", &k("alive"), "99999999999999", "next"]);
     let (queue, alive, info, lease) = (k("queue"), k("alive"), k("info"), k("lease"));
+    let (group, ends) = (k("group"), k("ends"));
     let wake = k("wake:");
     let args = [
-        "EVAL", &script, "4", &queue, &alive, &info, &lease, "w-me", &wake, "me",
+        "EVAL", &script, "6", &queue, &alive, &info, &lease, &group, &ends, "w-me", &wake, "me",
     ];
     assert_eq!(server.cli(&args), "0", "it had left the queue already");
     assert_eq!(server.cli(&["EXISTS", &lease]), "0");
@@ -893,9 +894,10 @@ fn a_pipelined_attempt_of_a_waiter_that_left_does_nothing() {
         k("alive"),
         k("info"),
         k("unfair"),
+        k("group"),
     ];
     let attempt = |enqueue: &str| {
-        let mut args = vec!["EVAL", &script, "6"];
+        let mut args = vec!["EVAL", &script, "7"];
         args.extend(keys.iter().map(String::as_str));
         let wake = k("wake:");
         let argv = [

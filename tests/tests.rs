@@ -10,6 +10,7 @@
 //! Library API:
 //! - `conformance`: the behaviour every backend shares, run on every backend.
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
+//! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
@@ -47,6 +48,7 @@ mod support;
 mod conformance;
 mod local_backend;
 mod redis_backend;
+mod redis_sharing;
 mod redlock;
 
 mod cli_edges;

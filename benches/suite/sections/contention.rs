@@ -181,6 +181,65 @@ fn etcd_peers(ctx: &mut Ctx) -> Peers {
     .collect()
 }
 
+/// `flock -s` first (the sharing rows are compared with it), then `dlock exec --limit 4`
+/// and `dlock exec --shared` on Redis: 8 processes, one key, several holders at once.
+fn redis_sharing_peers(ctx: &mut Ctx) -> Peers {
+    let lockfile = ctx.file("contention-shared.flock");
+    let mut peers: Peers = vec![(
+        "flock -s FILE true".into(),
+        Ok(Box::new(move || {
+            let mut c = Command::new("flock");
+            c.arg("-s").arg(&lockfile).arg("true");
+            c
+        })),
+    )];
+    let redis = ctx.redis();
+    for (label, how) in [
+        ("--limit 4", &["--limit", "4"][..]),
+        ("--shared", &["--shared"][..]),
+    ] {
+        let bin = ctx.dlock.clone();
+        let make = redis.clone().map(|store| -> MakeCmd {
+            Box::new(move || {
+                let mut c = dlock_cmd(&bin, &store);
+                c.arg("exec")
+                    .args(how)
+                    .args(["bench-sharing", "--", "true"]);
+                c
+            })
+        });
+        let make = make.and_then(|f| run_checked(&mut f(), Duration::from_secs(30)).map(|_| f));
+        peers.push((format!("dlock exec {label} (redis)"), make));
+    }
+    peers
+}
+
+/// The sharing table: 8 processes on one key, each holder beside others.
+fn sharing_rows(ctx: &mut Ctx, rounds: usize) -> Rows {
+    let peers = redis_sharing_peers(ctx);
+    let table = Table::new(&[
+        "N × M",
+        "command",
+        "cycles/s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "vs flock -s",
+        "rounds vs flock -s",
+    ])
+    .text_cols(2);
+    let mut rows = Rows {
+        table,
+        out: Vec::new(),
+        at8: BTreeMap::new(),
+    };
+    let n = 8;
+    let m = ctx.o.cycles.div_ceil(n).max(1);
+    let runs = rounds_of(&peers, n, m, rounds);
+    rows.add(&peers, n, m, runs);
+    rows
+}
+
 /// What the rows add up to: the table, the JSON's runs, and each peer's ratio to flock
 /// with 8 processes (the target).
 struct Rows {
@@ -218,6 +277,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         rows.add(&peers, n, m, runs);
     }
     let etcd = etcd_rows(ctx, rounds);
+    let sharing = sharing_rows(ctx, rounds);
     let mut section = Section::default();
     section.table(
         "2. contention: N processes each running M × `CMD` in sequence on one key \
@@ -230,7 +290,14 @@ pub fn measure(ctx: &mut Ctx) -> Section {
          ratios to the `etcdctl lock` run beside them, and their range)",
         etcd.table,
     );
-    section.json = Some(json!({ "runs": rows.out, "etcd_runs": etcd.out }));
+    section.table(
+        "2c. several holders at once: 8 processes, one key, `--limit 4` and `--shared` \
+         (vs flock -s: median of the rounds' ratios to the `flock -s` run beside them)",
+        sharing.table,
+    );
+    section.json = Some(json!({
+        "runs": rows.out, "etcd_runs": etcd.out, "sharing_runs": sharing.out,
+    }));
     let v = etcd
         .at8
         .get("dlock exec (etcd)")

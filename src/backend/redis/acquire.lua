@@ -1,5 +1,5 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
--- KEYS: lease, fence, queue, alive, info, unfair
+-- KEYS: lease, fence, queue, alive, info, unfair, group
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1/2), liveness_ms, wake_prefix,
 --       holder (JSON: host, pid, user, command), floor, client_ms, reenter owners...
 -- client_ms: the caller's wall clock, stored as the time of acquisition (shown by status
@@ -11,9 +11,10 @@
 -- at all unless the waiter is still queued, and returns {2}.
 -- Returns {1, owner, token, depth, reentered, client_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms, held_until}
--- (lease fields nil when the lock is free but reserved for the queue head).
-local lease, fence, queue, alive, info, unfair =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- (lease fields nil when the lock is free but reserved for the queue head), or {3} when
+-- the key has shared or semaphore holders: share.lua decides (nothing changed here).
+local lease, fence, queue, alive, info, unfair, group =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6])
 local wake_prefix, holder = ARGV[7], ARGV[8]
@@ -24,11 +25,15 @@ if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
   return {2}
 end
 -- The common case, a key nobody holds or waits for, costs one call to find out.
-local found = redis.call('EXISTS', lease, queue)
+local found = redis.call('EXISTS', lease, queue, group)
 local busy = found > 0
 local current = busy and redis.call('HGET', lease, 'owner') or nil
--- The queue exists when the count is not all the lease's (a lease always has an owner).
+-- The queue exists when the count is not all the lease's (a lease always has an owner),
+-- or the group does (never beside a lease): then several may hold it, share.lua's case.
 local queued = found > (current and 1 or 0)
+if queued and not current and redis.call('EXISTS', group) == 1 then
+  return {3}
+end
 local now = busy and now_ms() or client_ms
 
 -- Our own lease: an earlier attempt of this very request was granted, but its reply was

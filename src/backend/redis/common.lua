@@ -7,6 +7,13 @@
 --   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)
 --   info   HASH  waiter id -> holder JSON, for `status`
 --   wake:<waiter id>  LIST  a pending wake-up for that waiter (see wake)
+--   group  HASH  shared (--shared) or semaphore (--limit N) holders: owner ->
+--          "token|depth|acquired_ms|held_until|holder JSON", and '=' -> how they hold it
+--          ('s' or N); PEXPIRE = the latest holder's end. Never beside a lease.
+--   ends   ZSET  holder owner -> end of its lease (server ms): a dead holder frees its
+--          place at its TTL (see prune_group)
+-- A waiter's info entry starts with 's|' or 'N|' when it asks to share the key (none: an
+-- exclusive waiter), so the line knows what each waiter needs without another key.
 
 -- Server time in milliseconds: one clock for every client. Scripts may read TIME because
 -- Redis (5+, and only this way in 7) replicates their effects, not the scripts.
@@ -75,5 +82,101 @@ local function wake(wake_prefix, head)
       redis.call('LTRIM', k, 0, 0)
     end
     redis.call('PEXPIRE', k, WAKE_TTL_MS)
+  end
+end
+
+-- How the key is shared: 'x' (exclusive), 's' (--shared) or N (--limit N), as a string.
+local MODE = '='
+
+-- Drops holders whose lease ended; returns how many hold now (the keys go with the last).
+local function prune_group(group, ends, now)
+  local dead = redis.call('ZRANGEBYSCORE', ends, '-inf', now, 'LIMIT', 0, 500)
+  if #dead > 0 then
+    redis.call('HDEL', group, unpack(dead))
+    redis.call('ZREM', ends, unpack(dead))
+  end
+  local n = redis.call('ZCARD', ends)
+  if n == 0 then
+    redis.call('DEL', group, ends)
+  end
+  return n
+end
+
+-- One holder of a group, or nil.
+local function member_get(group, owner)
+  local v = redis.call('HGET', group, owner)
+  if not v then return nil end
+  local token, depth, acquired, held_until, holder =
+    string.match(v, '^(%d+)|(%d+)|(%d*)|(%d*)|(.*)$')
+  return {token = token, depth = tonumber(depth), acquired = acquired,
+    held_until = held_until, holder = holder}
+end
+
+local function member_put(group, owner, m)
+  redis.call('HSET', group, owner, table.concat({m.token, string.format('%d', m.depth),
+    m.acquired, m.held_until, m.holder}, '|'))
+end
+
+-- The group's keys live at least ttl_ms more (the last holder's end).
+local function group_expire(group, ends, ttl)
+  for _, k in ipairs({group, ends}) do
+    if redis.call('PTTL', k) < ttl then
+      redis.call('PEXPIRE', k, ttl)
+    end
+  end
+end
+
+-- What a waiter asks for, from its info entry (see the header).
+local function wants(entry)
+  if not entry then return 'x' end
+  return string.match(entry, '^([^|%[]+)|') or 'x'
+end
+
+-- Sharing::compatible: readers and writers meet, a semaphore only meets its own N.
+local function compatible(a, b)
+  local ra, rb = a == 'x' or a == 's', b == 'x' or b == 's'
+  if ra or rb then return ra and rb end
+  return a == b
+end
+
+-- Sharing::admit (src/backend/sharing.rs), the one rule: 'admit', 'wait' or 'conflict'.
+local function admit(me, held, holders, ahead)
+  if held and holders > 0 and not compatible(me, held) then return 'conflict' end
+  local count, excl = holders, holders > 0 and held == 'x'
+  for _, w in ipairs(ahead) do
+    if compatible(me, w) then
+      count = count + 1
+      excl = excl or w == 'x'
+    end
+  end
+  local room
+  if me == 'x' then
+    room = count == 0
+  elseif me == 's' then
+    room = not excl
+  else
+    room = count < tonumber(me)
+  end
+  return room and 'admit' or 'wait'
+end
+
+-- How the key is held now: its mode and how many hold it (nil, 0 when free).
+local function held_by(lease, group, ends, now)
+  if redis.call('EXISTS', lease) == 1 then return 'x', 1 end
+  local n = prune_group(group, ends, now)
+  if n == 0 then return nil, 0 end
+  return redis.call('HGET', group, MODE), n
+end
+
+-- Wakes the head waiter when it may be admitted now (or must learn that it conflicts):
+-- after a shared holder leaves, and after each admission to a group, so that readers
+-- queued together come in together, one wake-up after another (no herd).
+local function wake_if_fits(queue, alive, info, lease, group, ends, now, wake_prefix)
+  if wake_prefix == '' or redis.call('EXISTS', queue) == 0 then return end
+  local head = prune(queue, alive, info, now, wake_prefix)
+  if not head then return end
+  local held, n = held_by(lease, group, ends, now)
+  if admit(wants(redis.call('HGET', info, head)), held, n, {}) ~= 'wait' then
+    wake(wake_prefix, head)
   end
 end

@@ -9,7 +9,9 @@
 //! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
 //! | `dlock:{K}:queue` | ZSET | waiter id → arrival ticket (last ticket + 1): the FIFO line |
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
-//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status` |
+//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status`; prefixed `s\|` or `N\|` when the waiter asks for `--shared` or `--limit N`, so that admission knows what each waiter ahead needs |
+//! | `dlock:{K}:group` | HASH | shared (`--shared`) or semaphore (`--limit N`) holders: owner → `token\|depth\|acquired_ms\|held_until\|holder JSON`, and `=` → how they hold the key (`s`, or N); `PEXPIRE` = the latest holder's end. Never beside a lease: an exclusive holder always has the lease |
+//! | `dlock:{K}:ends` | ZSET | group holder owner → end of its lease (server ms): a dead holder's place is dropped there by the next script that looks |
 //! | `dlock:{K}:lastrun` | STRING | the last run's [`RunRecord`](crate::backend::RunRecord) as JSON; `PX` = `RUN_RECORD_TTL` from its write |
 //! | `dlock:{K}:lastok` | STRING | the last successful run's, the same way |
 //!
@@ -20,9 +22,9 @@
 //! vanish on their own when every waiter has died. The channel `dlock:{K}:released` wakes
 //! unfair waiters.
 
-/// One SCAN finds both `dlock:{K}:lease` and `dlock:{K}:queue`, and no other key of ours,
-/// so listing walks the keyspace once.
-pub(super) const SCAN_PATTERN: &str = "dlock:*:[lq][eu][ae][su]e";
+/// One SCAN finds `dlock:{K}:lease`, `dlock:{K}:queue` and `dlock:{K}:group`, and no
+/// other key of ours, so listing walks the keyspace once.
+pub(super) const SCAN_PATTERN: &str = "dlock:*:[lqg][eur][aeo][su][ep]";
 
 /// The Redis names of one lock's keys and channels.
 #[derive(Debug, Clone)]
@@ -35,6 +37,8 @@ pub(super) struct Keys {
     pub(super) wake_prefix: String,
     pub(super) released: String,
     pub(super) unfair: String,
+    pub(super) group: String,
+    pub(super) ends: String,
 }
 
 impl Keys {
@@ -48,6 +52,8 @@ impl Keys {
             wake_prefix: key_name(key, ":wake:"),
             released: key_name(key, ":released"),
             unfair: key_name(key, ":unfair"),
+            group: key_name(key, ":group"),
+            ends: key_name(key, ":ends"),
         }
     }
 
@@ -95,7 +101,9 @@ mod tests {
     #[test]
     fn keys_share_a_hash_tag() {
         let k = Keys::new("deploy/prod");
-        for name in [&k.lease, &k.fence, &k.queue, &k.alive, &k.info] {
+        for name in [
+            &k.lease, &k.fence, &k.queue, &k.alive, &k.info, &k.group, &k.ends,
+        ] {
             assert!(name.starts_with("dlock:{deploy/prod}:"), "{name}");
         }
     }

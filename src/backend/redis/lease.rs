@@ -9,17 +9,20 @@
 //! * renew only extends (`PEXPIRE max(PTTL, ttl)`): a nested holder with a shorter TTL
 //!   must not cut short the lease its parent's renewal schedule relies on.
 //! * release deletes at depth 0 (or at once with `All`/`Force`) and wakes the head.
+//! * `--shared` and `--limit N` go to the share script, which keeps several holders in the
+//!   group (see `keys.rs`); an exclusive attempt goes there too when acquire finds a group.
+//!   Renew, release and linger find a holder in the group when it is not the lease's.
 
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
-use super::keys::{lease_key, Keys};
+use super::keys::Keys;
 use super::reply::{holder_json, lock_info, Reply};
 use super::scripts::{evalsha, millis, run_script, SCRIPTS};
 use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
-use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released};
+use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
 
 /// The outcome of one acquire attempt on one server.
@@ -95,11 +98,52 @@ impl RedisBackend {
         queue: QueueArgs<'_>,
         floor: u64,
     ) -> Result<Attempt> {
-        let cmd = self.acquire_cmd(req, k, queue, floor);
         let what = || format!("cannot acquire lock '{}'", req.key);
         let sent_at = Instant::now();
-        let reply = self.eval(what, &SCRIPTS.acquire, &cmd).await?;
+        if req.sharing.is_exclusive() {
+            let cmd = self.acquire_cmd(req, k, &queue, floor);
+            let reply = self.eval(what, &SCRIPTS.acquire, &cmd).await?;
+            if !for_share(&reply) {
+                return self.parse_attempt(req, sent_at, reply);
+            }
+        }
+        let cmd = self.share_cmd(req, k, &queue);
+        let reply = self.eval(what, &SCRIPTS.share, &cmd).await?;
         self.parse_attempt(req, sent_at, reply)
+    }
+
+    /// The attempt as the caller's sharing asks: the acquire script for an exclusive
+    /// caller, else the share script.
+    pub(super) fn attempt_cmd(&self, req: &AcquireRequest, k: &Keys, queue: &QueueArgs<'_>) -> Cmd {
+        if req.sharing.is_exclusive() {
+            self.acquire_cmd(req, k, queue, 0)
+        } else {
+            self.share_cmd(req, k, queue)
+        }
+    }
+
+    /// The `EVALSHA` of the share script (see `redis/share.lua` for the arguments).
+    fn share_cmd(&self, req: &AcquireRequest, k: &Keys, queue: &QueueArgs<'_>) -> Cmd {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let script = &SCRIPTS.share;
+        let keys = [
+            &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group, &*k.ends,
+        ];
+        let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
+        cmd.arg(&req.owner)
+            .arg(millis(req.ttl))
+            .arg(queue.waiter)
+            .arg(flag(queue.fair))
+            .arg(queue.join.arg())
+            .arg(millis(self.server.tuning.liveness))
+            .arg(&k.wake_prefix)
+            .arg(queue.json)
+            .arg(sharing_arg(req.sharing))
+            .arg(crate::backend::now_ms());
+        for owner in &req.reenter {
+            cmd.arg(owner);
+        }
+        cmd
     }
 
     /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
@@ -107,13 +151,13 @@ impl RedisBackend {
         &self,
         req: &AcquireRequest,
         k: &Keys,
-        queue: QueueArgs<'_>,
+        queue: &QueueArgs<'_>,
         floor: u64,
     ) -> Cmd {
         let flag = |b: bool| if b { "1" } else { "0" };
         let script = &SCRIPTS.acquire;
         let keys = [
-            &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair,
+            &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group,
         ];
         let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
         cmd.arg(&req.owner)
@@ -139,7 +183,12 @@ impl RedisBackend {
         reply: Value,
     ) -> Result<Attempt> {
         let mut r = Reply::new(reply, &self.server.url)?;
-        if r.next::<i64>()? == 1 {
+        let code = r.next::<i64>()?;
+        if code == -3 {
+            let held = parse_sharing(&r.next::<String>()?);
+            return Err(req.sharing.conflict(&req.key, &self.server.url, held));
+        }
+        if code == 1 {
             let owner: String = r.next()?;
             let fencing_token: u64 = r.next()?;
             let _depth: u64 = r.next()?;
@@ -164,16 +213,23 @@ impl RedisBackend {
 
     /// Extends the lease of `owner` on `key` to at least `ttl` from now.
     pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let lease = lease_key(key);
+        let k = Keys::new(key);
         let script = &SCRIPTS.renew;
-        let mut cmd = evalsha(script, &[&lease], 2);
-        cmd.arg(owner).arg(millis(ttl));
         let what = || format!("cannot renew lock '{key}'");
         let sent_at = Instant::now();
         let mut conn = self.conn().await?;
-        let reply = self
-            .call_with(what, run_script(&mut conn, script, &cmd))
-            .await?;
+        let mut reply = Value::Nil;
+        // The lease alone first; a holder without one may hold a place in the group.
+        for keys in [&[&*k.lease][..], &[&*k.lease, &*k.group, &*k.ends]] {
+            let mut cmd = evalsha(script, keys, 2);
+            cmd.arg(owner).arg(millis(ttl));
+            reply = self
+                .call_with(what, run_script(&mut conn, script, &cmd))
+                .await?;
+            if !is_gone(&reply) {
+                break;
+            }
+        }
         let mut r = Reply::new(reply, &self.server.url)?;
         match r.next::<i64>()? {
             1 => {
@@ -220,7 +276,9 @@ impl RedisBackend {
             ("", "")
         };
         let script = &SCRIPTS.release;
-        let keys = [&*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair];
+        let keys = [
+            &*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group, &*k.ends,
+        ];
         let mut cmd = evalsha(script, &keys, 4);
         cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
         let what = || format!("cannot release lock '{key}'");
@@ -242,5 +300,55 @@ impl RedisBackend {
     /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
     pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
         self.release_with(key, owner, mode, false).await.map(|_| ())
+    }
+}
+
+/// True when the acquire script handed the attempt over to the share script (`{3}`: the
+/// key has shared or semaphore holders), having changed nothing.
+pub(super) fn for_share(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(3))))
+}
+
+/// True for `{0}`: the lease is gone (renew and linger ask again with the group's keys).
+pub(super) fn is_gone(reply: &Value) -> bool {
+    matches!(reply, Value::Array(items) if matches!(items.as_slice(), [Value::Int(0)]))
+}
+
+/// A caller's sharing as the scripts take it: `x`, `s`, or N.
+fn sharing_arg(sharing: Sharing) -> String {
+    match sharing {
+        Sharing::Exclusive => "x".to_string(),
+        Sharing::Shared => "s".to_string(),
+        Sharing::Limit(n) => n.to_string(),
+    }
+}
+
+/// Reads [`sharing_arg`] back (a group's mode, a conflict's reply).
+pub(super) fn parse_sharing(s: &str) -> Sharing {
+    match s {
+        "s" => Sharing::Shared,
+        n => n
+            .parse()
+            .ok()
+            .and_then(Sharing::limit)
+            .unwrap_or(Sharing::Exclusive),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharing_travels_to_the_scripts_and_back() {
+        for s in [Sharing::Exclusive, Sharing::Shared, Sharing::Limit(3)] {
+            assert_eq!(parse_sharing(&sharing_arg(s)), s);
+        }
+    }
+
+    #[test]
+    fn only_a_three_hands_over() {
+        assert!(for_share(&Value::Array(vec![Value::Int(3)])));
+        assert!(!for_share(&Value::Array(vec![Value::Int(2)])));
     }
 }

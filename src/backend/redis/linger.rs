@@ -14,7 +14,10 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use futures_util::StreamExt;
 
-use super::keys::{lease_key, Keys};
+use redis::Value;
+
+use super::keys::Keys;
+use super::lease::is_gone;
 use super::reply::Reply;
 use super::scripts::{evalsha, millis, SCRIPTS};
 use super::RedisBackend;
@@ -26,12 +29,19 @@ const MARKER_AT_LEAST: Duration = Duration::from_secs(60);
 impl RedisBackend {
     /// Leaves `owner`'s lease on `key` to expire `left` from now, marked for `status`.
     pub(crate) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
-        let lease = lease_key(key);
+        let k = Keys::new(key);
         let script = &SCRIPTS.linger;
-        let mut cmd = evalsha(script, &[&lease], 2);
-        cmd.arg(owner).arg(millis(left));
         let what = || format!("cannot leave lock '{key}' held (--hold-at-least)");
-        let reply = self.eval(what, script, &cmd).await?;
+        let mut reply = Value::Nil;
+        // The lease alone first; a holder without one may hold a place in the group.
+        for keys in [&[&*k.lease][..], &[&*k.lease, &*k.group, &*k.ends]] {
+            let mut cmd = evalsha(script, keys, 2);
+            cmd.arg(owner).arg(millis(left));
+            reply = self.eval(what, script, &cmd).await?;
+            if !is_gone(&reply) {
+                break;
+            }
+        }
         match Reply::new(reply, &self.server.url)?.next::<i64>()? {
             1 => Ok(()),
             0 => Err(Error::lease_gone("hold", key, &self.server.url)),
@@ -64,7 +74,7 @@ impl RedisBackend {
                 .arg("PX")
                 .arg(marker_ms)
                 .ignore();
-            pipe.cmd("EXISTS").arg(&k.lease);
+            pipe.cmd("EXISTS").arg(&k.lease).arg(&k.group);
             let mut conn = conn.clone();
             async move { pipe.query_async::<(i64,)>(&mut conn).await }
         });

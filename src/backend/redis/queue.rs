@@ -27,7 +27,7 @@ use redis::{Cmd, Value};
 
 use super::conn::Conn;
 use super::keys::Keys;
-use super::lease::{Attempt, Join, QueueArgs};
+use super::lease::{for_share, Attempt, Join, QueueArgs};
 use super::reply::holder_json;
 use super::scripts::{run_script, SCRIPTS};
 use super::RedisBackend;
@@ -160,11 +160,13 @@ async fn leave_queue(
 
 /// The keys and arguments of the leave script, after its body or hash.
 fn add_leave_args(cmd: &mut Cmd, keys: &Keys, id: &str, owner: &str) {
-    cmd.arg(4)
+    cmd.arg(6)
         .arg(&keys.queue)
         .arg(&keys.alive)
         .arg(&keys.info)
-        .arg(&keys.lease);
+        .arg(&keys.lease)
+        .arg(&keys.group)
+        .arg(&keys.ends);
     cmd.arg(id).arg(&keys.wake_prefix).arg(owner);
 }
 
@@ -362,7 +364,8 @@ impl RedisBackend {
             // Late, or failed (e.g. NOSCRIPT: the next plain attempt loads the script).
             _ => return Ok(Woken::Again),
         };
-        if left_queue(&reply) {
+        // Handed over to the share script: the next attempt goes there.
+        if left_queue(&reply) || for_share(&reply) {
             waiter.blocking = blocked.answered();
             return Ok(Woken::Again);
         }
@@ -394,7 +397,7 @@ impl RedisBackend {
         let queue = waiter.queue_args(true, Join::IfStillQueued);
         let mut pipe = redis::pipe();
         pipe.add_command(blpop)
-            .add_command(self.acquire_cmd(req, &waiter.keys, queue, 0));
+            .add_command(self.attempt_cmd(req, &waiter.keys, &queue));
         pipe
     }
 

@@ -3,7 +3,10 @@
 
 use redis::{FromRedisValue, Value};
 
-use crate::backend::{Holder, LockInfo};
+use std::collections::HashMap;
+
+use super::lease::parse_sharing;
+use crate::backend::{Holder, LockInfo, Sharing};
 use crate::error::{Error, Result};
 
 /// The lease hash fields read back, in this order (see [`lock_info`]). The holder's host,
@@ -70,6 +73,43 @@ pub(super) fn lock_info(key: &str, fields: Vec<Option<String>>, pttl: i64) -> Op
     })
 }
 
+/// The holders of a group (see `keys.rs`), from its hash and its ends (owner, server ms),
+/// at server time `now_ms`, in the order they were granted (by token), with how they hold
+/// it; `None` when none is left.
+pub(super) fn group_holders(
+    key: &str,
+    mut entries: HashMap<String, String>,
+    ends: Vec<(String, f64)>,
+    now_ms: f64,
+) -> Option<(Sharing, Vec<LockInfo>)> {
+    let sharing = parse_sharing(&entries.remove("=")?);
+    let mut holders: Vec<LockInfo> = ends
+        .into_iter()
+        .filter(|(_, end)| *end > now_ms)
+        .filter_map(|(owner, end)| {
+            let entry = entries.remove(&owner)?;
+            let mut f = entry.splitn(5, '|');
+            let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
+            let (token, depth, acquired, until) = (num(), num(), num(), num());
+            let holder = f.next().and_then(parse_holder).unwrap_or_default();
+            Some(LockInfo {
+                key: key.to_string(),
+                owner,
+                fencing_token: token?,
+                depth: depth.unwrap_or(1) as u32,
+                holder: Holder {
+                    acquired_at_ms: acquired.unwrap_or(0),
+                    held_until_ms: until,
+                    ..holder
+                },
+                ttl_left_ms: Some((end - now_ms) as u64),
+            })
+        })
+        .collect();
+    holders.sort_by_key(|h| h.fencing_token);
+    (!holders.is_empty()).then_some((sharing, holders))
+}
+
 /// The holder as stored in the lease and queue hashes: a JSON array `[host, pid, user,
 /// command, since_ms]`, short enough that a small lease hash keeps Redis's compact
 /// encoding (values up to 64 bytes).
@@ -80,6 +120,11 @@ pub(super) fn holder_json(h: &Holder) -> String {
 
 /// Reads [`holder_json`] back.
 pub(super) fn parse_holder(json: &str) -> Option<Holder> {
+    // A waiter asking for --shared or --limit N has its sharing in front (`s|[...]`).
+    let json = match json.split_once('|') {
+        Some((_, rest)) if !json.starts_with('[') => rest,
+        _ => json,
+    };
     let (host, pid, user, command, acquired_at_ms) = serde_json::from_str(json).ok()?;
     Some(Holder {
         host,
@@ -120,5 +165,48 @@ mod tests {
         assert_eq!(info.holder.acquired_at_ms, 1000);
         assert_eq!(info.holder.held_until_ms, Some(2000));
         assert!(lock_info("k", vec![None; 6], -2).is_none());
+    }
+
+    #[test]
+    fn group_holders_are_read_in_grant_order_and_the_dead_left_out() {
+        let h = holder_json(&Holder {
+            host: "h".into(),
+            pid: 7,
+            ..Holder::default()
+        });
+        let entries: HashMap<String, String> = [
+            ("=", "3".to_string()),
+            ("b", format!("12|1|1000||{h}")),
+            ("a", format!("15|2|1001|5000|{h}")),
+            ("dead", format!("9|1|1000||{h}")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let ends = vec![
+            ("dead".to_string(), 900.0),
+            ("a".to_string(), 3000.0),
+            ("b".to_string(), 4000.0),
+        ];
+        let (sharing, holders) = group_holders("k", entries, ends, 1000.0).unwrap();
+        assert_eq!(sharing, Sharing::Limit(3));
+        let owners: Vec<_> = holders.iter().map(|h| h.owner.as_str()).collect();
+        assert_eq!(owners, ["b", "a"]);
+        assert_eq!(holders[1].depth, 2);
+        assert_eq!(holders[1].holder.held_until_ms, Some(5000));
+        assert_eq!(holders[0].holder.held_until_ms, None);
+        assert_eq!(holders[0].ttl_left_ms, Some(3000));
+        assert_eq!(holders[0].holder.pid, 7);
+    }
+
+    #[test]
+    fn a_waiter_that_shares_is_read_without_its_sharing() {
+        let h = holder_json(&Holder {
+            pid: 9,
+            ..Holder::default()
+        });
+        assert_eq!(parse_holder(&format!("s|{h}")).unwrap().pid, 9);
+        assert_eq!(parse_holder(&format!("4|{h}")).unwrap().pid, 9);
+        assert_eq!(parse_holder(&h).unwrap().pid, 9);
     }
 }

@@ -1,7 +1,7 @@
 //! The Lua scripts (`*.lua` beside this file), sent by hash (`EVALSHA`) and in full only
 //! when a server does not know them yet.
 //!
-//! acquire, renew, release, leave and fence are each one script: each call is one round
+//! acquire, renew, release, leave, fence, linger and share are each one script: each call is one round
 //! trip, and connecting sends nothing but the handshake. The scripts read the server's
 //! `TIME`, so all clients share one clock.
 
@@ -45,6 +45,7 @@ pub(super) struct Scripts {
     pub(super) leave: Lua,
     pub(super) fence: Lua,
     pub(super) linger: Lua,
+    pub(super) share: Lua,
 }
 
 /// Text and hash are both fixed at build time: one static serves every connection.
@@ -55,6 +56,7 @@ pub(super) static SCRIPTS: Scripts = Scripts {
     leave: lua!("leave.lua", "DLOCK_LUA_SHA_LEAVE"),
     fence: lua!("fence.lua", "DLOCK_LUA_SHA_FENCE"),
     linger: lua!("linger.lua", "DLOCK_LUA_SHA_LINGER"),
+    share: lua!("share.lua", "DLOCK_LUA_SHA_SHARE"),
 };
 
 /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
@@ -98,7 +100,7 @@ mod tests {
     fn build_time_hashes_match_the_scripts() {
         let s = &SCRIPTS;
         for lua in [
-            &s.acquire, &s.renew, &s.release, &s.leave, &s.fence, &s.linger,
+            &s.acquire, &s.renew, &s.release, &s.leave, &s.fence, &s.linger, &s.share,
         ] {
             assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
         }

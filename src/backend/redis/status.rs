@@ -11,9 +11,9 @@ use redis::Value;
 use super::cluster::masters;
 use super::conn::Conn;
 use super::keys::{lease_key, lock_name, Keys, SCAN_PATTERN};
-use super::reply::{lock_info, parse_holder, Reply, LEASE_FIELDS};
+use super::reply::{group_holders, lock_info, parse_holder, Reply, LEASE_FIELDS};
 use super::RedisBackend;
-use crate::backend::{KeyStatus, LockInfo, WaiterInfo};
+use crate::backend::{KeyStatus, LockInfo, Sharing, WaiterInfo};
 use crate::error::{Error, Result};
 
 /// Keys asked per SCAN call: large, so 100,000 locks take few round trips.
@@ -29,19 +29,64 @@ impl RedisBackend {
         if keys.is_empty() {
             return self.list_held().await;
         }
-        let locks = self.read_leases(keys).await?;
-        let waiters = self.read_waiters(keys).await?;
-        let statuses = keys.iter().zip(locks).zip(waiters);
+        let (locks, groups, waiters) = tokio::try_join!(
+            self.read_leases(keys),
+            self.read_groups(keys),
+            self.read_waiters(keys)
+        )?;
+        let statuses = keys.iter().zip(locks).zip(groups).zip(waiters);
         Ok(statuses
-            .map(|((key, lock), waiters)| KeyStatus {
-                key: key.clone(),
-                lock,
-                waiters: Some(waiters),
-                servers: None,
-                holders: Vec::new(),
-                sharing: crate::backend::Sharing::Exclusive,
+            .map(|(((key, lock), group), waiters)| {
+                let mut status = held_status(key, lock, group);
+                status.waiters = Some(waiters);
+                status
             })
             .collect())
+    }
+
+    /// The shared or semaphore holders of each key (`None` when it has none), read in
+    /// pipelines with the server's time (their ends are in server ms).
+    async fn read_groups(&self, keys: &[String]) -> Result<Vec<Option<Group>>> {
+        let conn = self.conn().await?;
+        let (chunk, parallel) = Self::grouping(&conn);
+        let reads: Vec<_> = keys
+            .chunks(chunk)
+            .map(|chunk| self.read_group_chunk(conn.clone(), chunk))
+            .collect();
+        let reads = stream::iter(reads).buffered(parallel);
+        let chunks: Vec<Vec<Option<Group>>> = reads.try_collect().await?;
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
+    async fn read_group_chunk(
+        &self,
+        mut conn: Conn,
+        chunk: &[String],
+    ) -> Result<Vec<Option<Group>>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for key in chunk {
+            let k = Keys::new(key);
+            pipe.cmd("HGETALL").arg(&k.group);
+            pipe.cmd("ZRANGE")
+                .arg(&k.ends)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
+        }
+        let reply: Value = self
+            .call("cannot read lock status", pipe.query_async(&mut conn))
+            .await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
+        let (secs, micros): (u64, u64) = r.next()?;
+        let now_ms = (secs * 1000 + micros / 1000) as f64;
+        let mut groups = Vec::with_capacity(chunk.len());
+        for key in chunk {
+            let entries: HashMap<String, String> = r.next()?;
+            let ends: Vec<(String, f64)> = r.next()?;
+            groups.push(group_holders(key, entries, ends, now_ms));
+        }
+        Ok(groups)
     }
 
     /// How keys are grouped in pipelines: many per pipeline on one server; on a Cluster one
@@ -164,13 +209,8 @@ impl RedisBackend {
         Ok(masters(reply).into_iter().map(Some).collect())
     }
 
-    /// One SCAN step on `node`: the next cursor, the locks with a lease, the locks with a
-    /// queue.
-    async fn scan_step(
-        &self,
-        node: Option<&(String, u16)>,
-        cursor: u64,
-    ) -> Result<(u64, Vec<String>, Vec<String>)> {
+    /// One SCAN step on `node`: the next cursor, and the locks it found.
+    async fn scan_step(&self, node: Option<&(String, u16)>, cursor: u64) -> Result<(u64, Found)> {
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
         scan.arg("COUNT").arg(SCAN_COUNT);
@@ -181,32 +221,35 @@ impl RedisBackend {
         let (next, batch): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply).map_err(|e| {
             Error::Internal(format!("unexpected reply from {}: {e}", self.server.url))
         })?;
-        let (mut held, mut queued) = (Vec::new(), Vec::new());
+        let mut found = Found::default();
         for name in batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok()) {
             if let Some(key) = lock_name(name, ":lease") {
-                held.push(key.to_string());
+                found.held.push(key.to_string());
             } else if let Some(key) = lock_name(name, ":queue") {
-                queued.push(key.to_string());
+                found.queued.push(key.to_string());
+            } else if let Some(key) = lock_name(name, ":group") {
+                found.shared.push(key.to_string());
             }
         }
-        Ok((next, held, queued))
+        Ok((next, found))
     }
 
     /// Every held lock, and the names of locks with a queue, by one SCAN of the keyspace
     /// (of each master, on a Cluster). Scanning and reading the leases run side by side:
     /// while the server answers one, we read the replies of the other.
-    async fn scan_locks(&self) -> Result<(Vec<LockInfo>, HashSet<String>)> {
+    async fn scan_locks(&self) -> Result<(Vec<LockInfo>, HashSet<String>, Vec<String>)> {
         let nodes = self.scan_nodes().await?;
         let (found, mut batches) = tokio::sync::mpsc::channel::<Vec<String>>(2);
         let scanning = async move {
-            let mut queued = HashSet::new();
+            let (mut queued, mut shared) = (HashSet::new(), Vec::new());
             for node in &nodes {
                 let mut cursor = 0;
                 loop {
-                    let (next, held, with_queue) = self.scan_step(node.as_ref(), cursor).await?;
-                    queued.extend(with_queue);
-                    if found.send(held).await.is_err() {
-                        return Ok::<_, Error>(queued);
+                    let (next, step) = self.scan_step(node.as_ref(), cursor).await?;
+                    queued.extend(step.queued);
+                    shared.extend(step.shared);
+                    if found.send(step.held).await.is_err() {
+                        return Ok::<_, Error>((queued, shared));
                     }
                     if next == 0 {
                         break;
@@ -214,7 +257,7 @@ impl RedisBackend {
                     cursor = next;
                 }
             }
-            Ok(queued)
+            Ok((queued, shared))
         };
         let reading = async {
             let mut locks = Vec::new();
@@ -223,32 +266,66 @@ impl RedisBackend {
             }
             Ok(locks)
         };
-        let (queued, locks) = tokio::try_join!(scanning, reading)?;
-        Ok((locks, queued))
+        let ((queued, shared), locks) = tokio::try_join!(scanning, reading)?;
+        Ok((locks, queued, shared))
     }
 
     /// `status` with no key: every held lock, sorted by key; waiters only where a queue is.
     async fn list_held(&self) -> Result<Vec<KeyStatus>> {
-        let (mut held, queued) = self.scan_locks().await?;
-        held.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        held.dedup_by(|a, b| a.key == b.key); // SCAN may return a key twice
-        let with_queue: Vec<String> = held
+        let (held, queued, mut shared) = self.scan_locks().await?;
+        shared.sort_unstable();
+        shared.dedup(); // SCAN may return a key twice
+        let groups = self.read_groups(&shared).await?;
+        let mut statuses: Vec<KeyStatus> = held
+            .into_iter()
+            .map(|lock| held_status(&lock.key.clone(), Some(lock), None))
+            .chain(
+                (shared.iter().zip(groups))
+                    .filter(|(_, group)| group.is_some())
+                    .map(|(key, group)| held_status(key, None, group)),
+            )
+            .collect();
+        statuses.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        statuses.dedup_by(|a, b| a.key == b.key);
+        let with_queue: Vec<String> = statuses
             .iter()
-            .map(|lock| &lock.key)
+            .map(|s| &s.key)
             .filter(|key| queued.contains(*key))
             .cloned()
             .collect();
         let waiters = self.read_waiters(&with_queue).await?;
         let mut waiters: HashMap<String, Vec<WaiterInfo>> =
             with_queue.into_iter().zip(waiters).collect();
-        let statuses = held.into_iter().map(|lock| KeyStatus {
-            key: lock.key.clone(),
-            waiters: Some(waiters.remove(&lock.key).unwrap_or_default()),
-            lock: Some(lock),
-            servers: None,
-            holders: Vec::new(),
-            sharing: crate::backend::Sharing::Exclusive,
-        });
-        Ok(statuses.collect())
+        for status in &mut statuses {
+            status.waiters = Some(waiters.remove(&status.key).unwrap_or_default());
+        }
+        Ok(statuses)
+    }
+}
+
+/// What one SCAN step found: locks with a lease, with a queue, with shared holders.
+#[derive(Default)]
+struct Found {
+    held: Vec<String>,
+    queued: Vec<String>,
+    shared: Vec<String>,
+}
+
+/// The holders of a group and how they hold the key (see [`group_holders`]).
+type Group = (Sharing, Vec<LockInfo>);
+
+/// A key's status from its lease or its group (never both); waiters are the caller's.
+fn held_status(key: &str, lock: Option<LockInfo>, group: Option<Group>) -> KeyStatus {
+    let (sharing, holders) = match (&lock, group) {
+        (None, Some(group)) => group,
+        _ => (Sharing::Exclusive, Vec::new()),
+    };
+    KeyStatus {
+        key: key.to_string(),
+        lock: lock.or_else(|| holders.first().cloned()),
+        holders,
+        sharing,
+        waiters: None,
+        servers: None,
     }
 }

@@ -19,6 +19,11 @@ impl LockStore for RedisBackend {
         self.server.url.clone()
     }
 
+    /// Exclusive leases, `--shared` and `--limit N` alike (see `share.lua`).
+    fn supports(&self, _sharing: crate::backend::Sharing) -> bool {
+        true
+    }
+
     async fn begin(&self, req: &AcquireRequest) -> Result<Waiter> {
         let conn = self.conn().await?;
         Ok(self.waiter(req, conn))
