@@ -123,7 +123,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__exec)
-            opts="-w -n -E -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --command --max-runtime --metrics-file --hold-at-least --kill-after --url --json --quiet --verbose --log-format --help"
+            opts="-w -n -E -s -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --limit --shared --command --max-runtime --metrics-file --hold-at-least --kill-after --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -151,6 +151,10 @@ _dlock() {
                     ;;
                 --if-unavailable)
                     COMPREPLY=($(compgen -W "fail skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --command)
@@ -323,7 +327,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__lock)
-            opts="-w -n -E -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --export --url --json --quiet --verbose --log-format --help"
+            opts="-w -n -E -s -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --limit --shared --export --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -351,6 +355,10 @@ _dlock() {
                     ;;
                 --if-unavailable)
                     COMPREPLY=($(compgen -W "fail skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --url)
@@ -463,7 +471,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__wait)
-            opts="-w -u -q -v -h --timeout --url --json --quiet --verbose --log-format --help"
+            opts="-w -s -u -q -v -h --timeout --limit --shared --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -474,6 +482,10 @@ _dlock() {
                     return 0
                     ;;
                 -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

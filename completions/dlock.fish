@@ -45,6 +45,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -s w -l timeout -d 'Gi
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -l limit -d 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. Local store and Redis only, so far' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s c -l command -d 'Run STRING with `sh -c` instead of CMD, as flock(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l max-runtime -d 'Terminate CMD\'s process group (SIGTERM) once it has run DUR, release the lock, and exit 124, as timeout(1) does' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l metrics-file -d 'Write node_exporter textfile metrics for KEY to PATH when the run ends (last start, end and success times, duration, wait, exit code, lease lost); with $DLOCK_METRICS_DIR, one file per key there' -r -F
@@ -55,6 +56,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The 
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it. Local store and Redis only, so far'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
@@ -64,11 +66,13 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l timeout -d 'Gi
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -l limit -d 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. Local store and Redis only, so far' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it. Local store and Redis only, so far'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l export -d 'Print `export DLOCK_KEY=… DLOCK_OWNER=… DLOCK_FENCING_TOKEN=…` for `eval` (--json wins when both are given)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
@@ -101,9 +105,11 @@ complete -c dlock -n "__fish_dlock_using_subcommand status" -s q -l quiet -d 'Sa
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s w -l timeout -d 'Give up after DUR (exit 75). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -l limit -d 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. Local store and Redis only, so far' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
+complete -c dlock -n "__fish_dlock_using_subcommand wait" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it. Local store and Redis only, so far'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
