@@ -182,8 +182,9 @@ fn etcd_peers(ctx: &mut Ctx) -> Peers {
 }
 
 /// `flock -s` first (the sharing rows are compared with it), then `dlock exec --limit 4`
-/// and `dlock exec --shared` on Redis: 8 processes, one key, several holders at once.
-fn redis_sharing_peers(ctx: &mut Ctx) -> Peers {
+/// and `dlock exec --shared` on the local store and Redis: 8 processes, one key, several
+/// holders at once.
+fn sharing_peers(ctx: &mut Ctx) -> Peers {
     let lockfile = ctx.file("contention-shared.flock");
     let mut peers: Peers = vec![(
         "flock -s FILE true".into(),
@@ -193,13 +194,20 @@ fn redis_sharing_peers(ctx: &mut Ctx) -> Peers {
             c
         })),
     )];
+    let local = ctx.local("contention-sharing");
     let redis = ctx.redis();
-    for (label, how) in [
+    let stores = [("local", Ok(local)), ("redis", redis)];
+    let modes = [
         ("--limit 4", &["--limit", "4"][..]),
         ("--shared", &["--shared"][..]),
-    ] {
+    ];
+    for ((name, store), (label, how)) in stores
+        .iter()
+        .flat_map(|s| modes.iter().map(move |m| (s, m)))
+    {
+        let how: &'static [&'static str] = how;
         let bin = ctx.dlock.clone();
-        let make = redis.clone().map(|store| -> MakeCmd {
+        let make = store.clone().map(|store| -> MakeCmd {
             Box::new(move || {
                 let mut c = dlock_cmd(&bin, &store);
                 c.arg("exec")
@@ -209,14 +217,14 @@ fn redis_sharing_peers(ctx: &mut Ctx) -> Peers {
             })
         });
         let make = make.and_then(|f| run_checked(&mut f(), Duration::from_secs(30)).map(|_| f));
-        peers.push((format!("dlock exec {label} (redis)"), make));
+        peers.push((format!("dlock exec {label} ({name})"), make));
     }
     peers
 }
 
 /// The sharing table: 8 processes on one key, each holder beside others.
 fn sharing_rows(ctx: &mut Ctx, rounds: usize) -> Rows {
-    let peers = redis_sharing_peers(ctx);
+    let peers = sharing_peers(ctx);
     let table = Table::new(&[
         "N × M",
         "command",
