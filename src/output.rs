@@ -415,7 +415,9 @@ impl WaitLine {
 
     /// Starts the line for `key` while connecting to `backend`, or returns `None` under `-q`.
     pub fn start(global: &Global, key: &str, backend: &str) -> Option<WaitLine> {
-        if global.quiet {
+        // With `--log-format json`, stderr is one JSON object per line: the wait is told
+        // by its events there, never by a line of text.
+        if global.quiet || global.log_format == crate::events::LogFormat::Json {
             return None;
         }
         let tty = std::io::stderr().is_terminal();

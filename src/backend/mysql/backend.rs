@@ -27,15 +27,46 @@ pub(super) type ConnGuard<'a> = MutexGuard<'a, Option<Conn>>;
 macro_rules! on_conn {
     ($store:expr, $what:expr, |$c:ident| $body:expr) => {{
         let mut guard = $store.conn().await?;
-        let $c = guard.as_mut().expect("opened by conn()");
+        let mut pending = $crate::backend::mysql::backend::Pending(Some(&mut *guard));
+        let $c = pending.conn();
         let done = $store.server.within($what, async { $body }).await;
-        if done.is_err() {
-            *guard = None;
-        }
+        pending.end(done.is_ok());
         done
     }};
 }
 pub(super) use on_conn;
+
+/// The shared connection while a request runs on it. A request that fails, or whose
+/// future is dropped halfway (a wait cancelled, a renewal cut short), may leave the
+/// connection mid-exchange, where its next user would read the rest of the old one
+/// ("Packets out of sync"): the connection is then forgotten, and the next request opens
+/// another.
+pub(crate) struct Pending<'a, T>(pub(crate) Option<&'a mut Option<T>>);
+
+impl<T> Pending<'_, T> {
+    pub(crate) fn conn(&mut self) -> &mut T {
+        let slot = self
+            .0
+            .as_mut()
+            .expect("a pending request has its connection");
+        slot.as_mut().expect("opened by conn()")
+    }
+
+    /// The request ended: keep the connection when it succeeded.
+    pub(crate) fn end(mut self, ok: bool) {
+        if let Some(slot) = self.0.take().filter(|_| !ok) {
+            *slot = None;
+        }
+    }
+}
+
+impl<T> Drop for Pending<'_, T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            *slot = None;
+        }
+    }
+}
 
 impl MysqlStore {
     /// Connects to the server a `mysql://` URL names, creating the tables if missing.
