@@ -19,7 +19,7 @@ use redis::{Cmd, Value};
 
 use super::keys::Keys;
 use super::reply::{holder_json, lock_info, Reply};
-use super::scripts::{evalsha, millis, run_script, SCRIPTS};
+use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
 use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
@@ -124,26 +124,11 @@ impl RedisBackend {
 
     /// The `EVALSHA` of the share script (see `redis/share.lua` for the arguments).
     fn share_cmd(&self, req: &AcquireRequest, k: &Keys, queue: &QueueArgs<'_>) -> Cmd {
-        let flag = |b: bool| if b { "1" } else { "0" };
-        let script = &SCRIPTS.share;
         let keys = [
             &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group, &*k.ends,
         ];
-        let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
-        cmd.arg(&req.owner)
-            .arg(millis(req.ttl))
-            .arg(queue.waiter)
-            .arg(flag(queue.fair))
-            .arg(queue.join.arg())
-            .arg(millis(self.server.tuning.liveness))
-            .arg(&k.wake_prefix)
-            .arg(queue.json)
-            .arg(sharing_arg(req.sharing))
-            .arg(crate::backend::now_ms());
-        for owner in &req.reenter {
-            cmd.arg(owner);
-        }
-        cmd
+        let sharing = sharing_arg(req.sharing);
+        self.queue_cmd(&SCRIPTS.share, &keys, req, k, queue, sharing)
     }
 
     /// The `EVALSHA` of the acquire script (see `redis/acquire.lua` for the arguments).
@@ -154,12 +139,25 @@ impl RedisBackend {
         queue: &QueueArgs<'_>,
         floor: u64,
     ) -> Cmd {
-        let flag = |b: bool| if b { "1" } else { "0" };
-        let script = &SCRIPTS.acquire;
         let keys = [
             &*k.lease, &*k.fence, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group,
         ];
-        let mut cmd = evalsha(script, &keys, 10 + req.reenter.len());
+        self.queue_cmd(&SCRIPTS.acquire, &keys, req, k, queue, floor)
+    }
+
+    /// The arguments the acquire and share scripts take alike, in their order; `ninth` is
+    /// the one where they differ (Redlock's token floor, or how the caller shares).
+    fn queue_cmd(
+        &self,
+        script: &Lua,
+        keys: &[&str],
+        req: &AcquireRequest,
+        k: &Keys,
+        queue: &QueueArgs<'_>,
+        ninth: impl redis::ToRedisArgs,
+    ) -> Cmd {
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let mut cmd = evalsha(script, keys, 10 + req.reenter.len());
         cmd.arg(&req.owner)
             .arg(millis(req.ttl))
             .arg(queue.waiter)
@@ -168,7 +166,7 @@ impl RedisBackend {
             .arg(millis(self.server.tuning.liveness))
             .arg(&k.wake_prefix)
             .arg(queue.json)
-            .arg(floor)
+            .arg(ninth)
             .arg(crate::backend::now_ms());
         for owner in &req.reenter {
             cmd.arg(owner);
