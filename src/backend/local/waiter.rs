@@ -15,6 +15,8 @@ use crate::error::Result;
 const RECHECK_HEAD: Duration = Duration::from_millis(250);
 /// How often a waiter behind the head rechecks.
 const RECHECK: Duration = Duration::from_secs(1);
+/// The pause before looking again when the key changed between two probes.
+const AGAIN_PAUSE: Duration = Duration::from_millis(1);
 /// The guard of a bound lease: its holding lock. Dropping it ends the lease (for waiters,
 /// at once) if it was not released before. The lock is dropped explicitly, not by closing
 /// the file: an old waker thread may still have the same open file.
@@ -97,7 +99,12 @@ impl Waiting {
             return Ok(Wake::Abort(Abort::Deadline));
         }
         match target {
-            Target::Again => Ok(Wake::Again),
+            Target::Again => {
+                // Never a busy loop: a pause that also lets the signal handler run, should
+                // the state keep sending us round.
+                tokio::time::sleep(AGAIN_PAUSE).await;
+                Ok(Wake::Again)
+            }
             Target::Lock { at, head } => {
                 if self.lock_wait.as_ref().map(|w| w.at) != Some(at) {
                     self.lock_wait = Some(LockWait::start(&kf, at, self.ticket.filter(|_| !head))?);
