@@ -225,22 +225,7 @@ fn sharing_peers(ctx: &mut Ctx) -> Peers {
 /// The sharing table: 8 processes on one key, each holder beside others.
 fn sharing_rows(ctx: &mut Ctx, rounds: usize) -> Rows {
     let peers = sharing_peers(ctx);
-    let table = Table::new(&[
-        "N × M",
-        "command",
-        "cycles/s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "vs flock -s",
-        "rounds vs flock -s",
-    ])
-    .text_cols(2);
-    let mut rows = Rows {
-        table,
-        out: Vec::new(),
-        at8: BTreeMap::new(),
-    };
+    let mut rows = Rows::new("vs flock -s", "rounds vs flock -s");
     let n = 8;
     let m = ctx.o.cycles.div_ceil(n).max(1);
     let runs = rounds_of(&peers, n, m, rounds);
@@ -256,25 +241,26 @@ struct Rows {
     at8: BTreeMap<String, Result<f64, String>>,
 }
 
+impl Rows {
+    /// No rows yet, in a table whose last two columns (`vs PEER`, `rounds vs PEER`)
+    /// hold the ratios to the peer's runs.
+    fn new(vs: &'static str, rounds: &'static str) -> Rows {
+        let table = Table::new(&[
+            "N × M", "command", "cycles/s", "p50 ms", "p99 ms", "max ms", vs, rounds,
+        ])
+        .text_cols(2);
+        Rows {
+            table,
+            out: Vec::new(),
+            at8: BTreeMap::new(),
+        }
+    }
+}
+
 pub fn measure(ctx: &mut Ctx) -> Section {
     eprintln!("== contention");
     let peers = peers(ctx);
-    let table = Table::new(&[
-        "N × M",
-        "command",
-        "cycles/s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "vs flock",
-        "rounds vs flock",
-    ])
-    .text_cols(2);
-    let mut rows = Rows {
-        table,
-        out: Vec::new(),
-        at8: BTreeMap::new(),
-    };
+    let mut rows = Rows::new("vs flock", "rounds vs flock");
     // A row takes about half a second, so one run of it swings with whatever else the
     // machine does: each row is run several times, interleaved with its peers, and the
     // run with the median rate is reported.
@@ -337,22 +323,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
 /// The etcd table: 8 processes, a quarter of the cycles of the other rows.
 fn etcd_rows(ctx: &mut Ctx, rounds: usize) -> Rows {
     let peers = etcd_peers(ctx);
-    let table = Table::new(&[
-        "N × M",
-        "command",
-        "cycles/s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "vs etcdctl",
-        "rounds vs etcdctl",
-    ])
-    .text_cols(2);
-    let mut rows = Rows {
-        table,
-        out: Vec::new(),
-        at8: BTreeMap::new(),
-    };
+    let mut rows = Rows::new("vs etcdctl", "rounds vs etcdctl");
     let n = 8;
     let m = (ctx.o.cycles / 4).div_ceil(n).max(1);
     let runs = rounds_of(&peers, n, m, rounds.min(3));
