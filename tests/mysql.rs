@@ -10,6 +10,17 @@ use crate::support::{
 };
 
 /// Kills every connection of the test account but the one asking.
+/// `dlock exec job -u URL` printing its fencing token; it must succeed.
+fn exec_token(url: &str) -> String {
+    let out = support::dlock()
+        .args(["exec", "job", "-u", url, "--", "sh", "-c"])
+        .arg("echo $DLOCK_FENCING_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    text(&out.stdout)
+}
+
 fn kill_connections(server: &MysqlServer) {
     let ids = server.sql(
         "SELECT GROUP_CONCAT(id) FROM information_schema.PROCESSLIST \
@@ -220,21 +231,7 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
         "mysql://worker:worker-pw@127.0.0.1:{}/dlock?table=jobs",
         my.port
     );
-    let out = support::dlock()
-        .args([
-            "exec",
-            "job",
-            "-u",
-            &url,
-            "--",
-            "sh",
-            "-c",
-            "echo $DLOCK_FENCING_TOKEN",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "1");
+    assert_eq!(exec_token(&url), "1");
     assert_eq!(my.sql("SELECT token FROM jobs WHERE lock_key = 'job'"), "1");
     // The same account may not create tables of its own.
     let other = url.replace("table=jobs", "table=other");
@@ -250,21 +247,7 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
 fn tables_are_created_on_first_use() {
     let mut store = Store::mysql();
     let url = format!("{}?table=fresh", store.my().url());
-    let out = support::dlock()
-        .args([
-            "exec",
-            "job",
-            "-u",
-            &url,
-            "--",
-            "sh",
-            "-c",
-            "echo $DLOCK_FENCING_TOKEN",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(text(&out.stdout), "1");
+    assert_eq!(exec_token(&url), "1");
     let tables = store.my().sql("SHOW TABLES LIKE 'fresh%'");
     assert_eq!(
         tables.lines().collect::<Vec<_>>(),
