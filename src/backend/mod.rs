@@ -12,6 +12,7 @@
 //!   of polling.
 
 pub mod etcd;
+pub mod group;
 pub mod local;
 pub mod memcached;
 pub mod memory;
