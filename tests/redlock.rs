@@ -782,3 +782,41 @@ fn the_same_server_under_two_names_is_refused() {
     let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A semaphore of 2 on three servers needs all three (a majority would let three holders
+/// in, each counted by two servers); readers and writers need a majority, as before.
+#[tokio::test]
+async fn a_semaphore_needs_every_server_of_three_and_readers_a_majority() {
+    use dlock::backend::Sharing;
+    let mut servers = three();
+    let b = connect(&servers).await;
+    let ttl = Duration::from_secs(10);
+    let limited = |owner: &str| dlock::backend::AcquireRequest {
+        sharing: Sharing::Limit(2),
+        ..req_ttl("sem", owner, ttl)
+    };
+    let held = b.acquire(&limited("a"), &no_wait()).await.expect("all up");
+    servers[2].kill();
+    // Renewing on two of three is not enough for a semaphore holder.
+    let e = b.renew("sem", &held.lease.owner, ttl).await.unwrap_err();
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("3 needed"), "{e}");
+    let e = refused(b.acquire(&limited("b"), &no_wait()).await);
+    assert!(matches!(e, Error::Unavailable(_)), "{e}");
+    assert!(e.to_string().contains("3 needed"), "{e}");
+    // The survivors gave b's places back.
+    for s in &servers[..2] {
+        assert_eq!(s.cli(&["HEXISTS", "dlock:{sem}:group", "b"]), "0");
+    }
+    let reader = dlock::backend::AcquireRequest {
+        sharing: Sharing::Shared,
+        ..req_ttl("rw", "r", ttl)
+    };
+    let r = b
+        .acquire(&reader, &no_wait())
+        .await
+        .expect("a majority is up");
+    b.renew("rw", &r.lease.owner, ttl)
+        .await
+        .expect("renewed on a majority");
+}

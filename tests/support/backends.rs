@@ -119,6 +119,15 @@ impl Store {
     pub fn keeps_sharing(&self) -> bool {
         matches!(
             self,
+            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_) | Store::Redlock(_)
+        )
+    }
+
+    /// Whether waiters line up first come first served and `status` lists them; on the
+    /// others a waiter retries on its own, and a waiter's `-v` line shows it waits.
+    pub fn keeps_queue(&self) -> bool {
+        matches!(
+            self,
             Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_)
         )
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::votes::{self, Verdict};
-use crate::backend::{KeyStatus, LastRuns, Lease, LockInfo, Released, ServerView};
+use crate::backend::{KeyStatus, LastRuns, Lease, LockInfo, Released, ServerView, Sharing};
 use crate::error::{Error, Result};
 
 /// Joins per-server error messages into one line.
@@ -194,8 +194,8 @@ pub fn newest_runs(
     Ok(LastRuns::newest(replies.into_iter().flatten()))
 }
 
-/// One server's locks, by key, or why it did not answer.
-pub type View = std::result::Result<HashMap<String, LockInfo>, String>;
+/// One server's held keys, by key, or why it did not answer.
+pub type View = std::result::Result<HashMap<String, KeyStatus>, String>;
 
 /// `status` on a quorum: every server's reply (in the order of `servers`, their
 /// redacted names) combined. The named keys in order, or, with none, every lock a
@@ -222,7 +222,8 @@ pub fn status(
             r.map(|states| {
                 states
                     .into_iter()
-                    .filter_map(|s| s.lock.map(|l| (s.key, l)))
+                    .filter(|s| s.lock.is_some())
+                    .map(|s| (s.key.clone(), s))
                     .collect()
             })
             .map_err(|e| e.to_string())
@@ -243,24 +244,116 @@ pub fn status(
 }
 
 /// The per-key view of every server, and the lock a majority agrees on: the newest of
-/// the agreeing leases, lasting while a majority still has it.
+/// the agreeing leases, lasting while a majority still has it. A key held shared or as a
+/// semaphore lists every holder a majority has (see [`group`]), the first on top; each
+/// server's view shows the first holder it has.
 pub fn combine(key: &str, servers: &[String], views: &[View], quorum: usize) -> KeyStatus {
+    let (holders, sharing) = group(key, views, quorum);
+    if let Some(first) = holders.first() {
+        let owner = first.owner.clone();
+        let shown = server_views(key, servers, views, |st| {
+            st.holders.iter().any(|h| h.owner == owner)
+        });
+        return KeyStatus {
+            key: key.to_string(),
+            lock: Some(first.clone()),
+            waiters: None,
+            servers: Some(shown),
+            holders,
+            sharing,
+        };
+    }
     let owners = views
         .iter()
         .flatten()
-        .filter_map(|locks| locks.get(key).map(|l| l.owner.as_str()));
+        .filter_map(|locks| locks.get(key).and_then(|s| s.lock.as_ref()))
+        .map(|l| l.owner.as_str());
     let winner = votes::majority_owner(owners, quorum).map(str::to_string);
-    let mut agreeing: Vec<&LockInfo> = Vec::new();
+    let agrees = |st: &KeyStatus| {
+        st.lock
+            .as_ref()
+            .is_some_and(|l| Some(&l.owner) == winner.as_ref())
+    };
+    let agreeing: Vec<&LockInfo> = views
+        .iter()
+        .flatten()
+        .filter_map(|locks| locks.get(key))
+        .filter(|st| agrees(st))
+        .filter_map(|st| st.lock.as_ref())
+        .collect();
+    let shown = server_views(key, servers, views, agrees);
+    let lock = (agreeing.len() >= quorum).then(|| lasting(&agreeing, quorum));
+    KeyStatus {
+        key: key.to_string(),
+        lock: lock.flatten(),
+        waiters: None,
+        servers: Some(shown),
+        holders: Vec::new(),
+        sharing: crate::backend::Sharing::Exclusive,
+    }
+}
+
+/// The newest of the leases `agreeing` servers have of one holder, lasting while
+/// `quorum` of them still have it.
+fn lasting(agreeing: &[&LockInfo], quorum: usize) -> Option<LockInfo> {
+    let ttls = agreeing
+        .iter()
+        .map(|l| l.ttl_left_ms.unwrap_or(0))
+        .collect();
+    let newest = agreeing.iter().max_by_key(|l| l.fencing_token).copied();
+    newest.map(|l| LockInfo {
+        ttl_left_ms: Some(votes::quorum_ttl(ttls, quorum)),
+        ..l.clone()
+    })
+}
+
+/// The holders of a key held shared or as a semaphore that `quorum` servers have, in
+/// the order they were granted (by token), and how they hold it (as most servers say).
+/// None when the key is not held so.
+pub fn group(key: &str, views: &[View], quorum: usize) -> (Vec<LockInfo>, Sharing) {
+    let groups: Vec<&KeyStatus> = views
+        .iter()
+        .flatten()
+        .filter_map(|locks| locks.get(key))
+        .filter(|st| !st.holders.is_empty())
+        .collect();
+    let mut modes: HashMap<Sharing, usize> = HashMap::new();
+    let mut seen: HashMap<&str, Vec<&LockInfo>> = HashMap::new();
+    for st in &groups {
+        *modes.entry(st.sharing).or_default() += 1;
+        for h in &st.holders {
+            seen.entry(h.owner.as_str()).or_default().push(h);
+        }
+    }
+    let mut holders: Vec<LockInfo> = seen
+        .into_values()
+        .filter(|leases| leases.len() >= quorum)
+        .filter_map(|leases| lasting(&leases, quorum))
+        .collect();
+    holders.sort_by_key(|h| h.fencing_token);
+    let sharing = modes
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map_or(Sharing::Exclusive, |(s, _)| s);
+    (holders, sharing)
+}
+
+/// What each server sees of `key`: the first holder it has, and whether it `agrees`
+/// with the quorum's answer.
+fn server_views(
+    key: &str,
+    servers: &[String],
+    views: &[View],
+    agrees: impl Fn(&KeyStatus) -> bool,
+) -> Vec<ServerView> {
     let mut shown = Vec::with_capacity(views.len());
     for (server, view) in servers.iter().zip(views) {
         let server = server.clone();
         shown.push(match view {
             Ok(locks) => {
-                let lock = locks.get(key);
-                let agrees = lock.is_some_and(|l| Some(&l.owner) == winner.as_ref());
-                if let (true, Some(l)) = (agrees, lock) {
-                    agreeing.push(l);
-                }
+                let st = locks.get(key);
+                let lock = st.and_then(|s| s.lock.as_ref());
+                let agrees = st.is_some_and(&agrees);
                 ServerView {
                     server,
                     owner: lock.map(|l| l.owner.clone()),
@@ -285,23 +378,5 @@ pub fn combine(key: &str, servers: &[String], views: &[View], quorum: usize) -> 
             },
         });
     }
-    let lock = (agreeing.len() >= quorum).then(|| {
-        let ttls = agreeing
-            .iter()
-            .map(|l| l.ttl_left_ms.unwrap_or(0))
-            .collect();
-        let newest = agreeing.iter().max_by_key(|l| l.fencing_token).copied();
-        newest.map(|l| LockInfo {
-            ttl_left_ms: Some(votes::quorum_ttl(ttls, quorum)),
-            ..l.clone()
-        })
-    });
-    KeyStatus {
-        key: key.to_string(),
-        lock: lock.flatten(),
-        waiters: None,
-        servers: Some(shown),
-        holders: Vec::new(),
-        sharing: crate::backend::Sharing::Exclusive,
-    }
+    shown
 }

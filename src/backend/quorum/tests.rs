@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::votes::*;
 use crate::backend::store::Busy;
-use crate::backend::{Holder, Lease, LockInfo};
+use crate::backend::{Holder, Lease, LockInfo, Sharing};
 
 fn grant(owner: &str, token: u64, reentered: bool) -> Answer<&'static str> {
     Answer::Granted(Lease {
@@ -32,6 +32,36 @@ fn held_by(owner: &str, token: u64, ttl_ms: u64) -> Answer<&'static str> {
         retry: Some(Duration::from_millis(ttl_ms)),
         ..Busy::default()
     })
+}
+
+#[test]
+fn readers_and_writers_need_a_majority() {
+    for n in 1..=7 {
+        assert_eq!(quorum_for(n, Sharing::Exclusive), quorum(n));
+        assert_eq!(quorum_for(n, Sharing::Shared), quorum(n));
+    }
+}
+
+#[test]
+fn a_semaphore_needs_enough_servers_that_no_server_can_count_n_plus_one_holders() {
+    assert_eq!(quorum_for(3, Sharing::Limit(2)), 3);
+    assert_eq!(quorum_for(5, Sharing::Limit(2)), 4);
+    assert_eq!(quorum_for(5, Sharing::Limit(4)), 5);
+    assert_eq!(quorum_for(2, Sharing::Limit(2)), 2);
+    for n in 1..=9 {
+        for limit in 2..=12u32 {
+            let q = quorum_for(n, Sharing::Limit(limit));
+            let l = limit as usize;
+            assert!(q >= quorum(n) && q <= n, "n={n} N={limit}: {q}");
+            // N+1 holders on q servers each overfill some server; on q-1 they might not
+            // (unless q-1 is below a majority, which is never allowed anyway).
+            assert!((l + 1) * q > l * n, "n={n} N={limit}: {q}");
+            assert!(
+                q - 1 < quorum(n) || (l + 1) * (q - 1) <= l * n,
+                "n={n} N={limit}: {q}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -11,12 +11,37 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::backend::store::Busy;
-use crate::backend::{Lease, LockInfo};
+use crate::backend::{Lease, LockInfo, Sharing};
 use crate::lease::drift;
 
 /// The quorum of `n` servers: a strict majority (2 of 3, 3 of 4, 3 of 5).
 pub fn quorum(n: usize) -> usize {
     n / 2 + 1
+}
+
+/// How many of `n` servers must admit a caller asking for `sharing` for the grant to be
+/// safe: each holder holds on a set of servers, and the quorum must make sure that more
+/// holders than the mode allows can never each gather one.
+///
+/// * Exclusive and `--shared`: a majority. Two majorities always share a server, and a
+///   server never admits a writer beside anyone, so a writer's majority and any other
+///   holder's majority meet on a server that refused one of them. Readers never conflict
+///   with one another, so nothing more is needed between them.
+/// * `--limit N`: a majority is not enough. With 3 servers and N = 2, holders A on {1,2},
+///   B on {2,3} and C on {1,3} are three holders while each server counts only two. By
+///   pigeonhole, N+1 holders each on q servers make (N+1)·q memberships on n servers,
+///   which forces some server to count N+1 (and refuse one of them) as soon as
+///   (N+1)·q > N·n, that is q > n·N/(N+1). So q = ⌊n·N/(N+1)⌋ + 1: always at least a
+///   majority, and all 3 servers for n = 3, N = 2. A semaphore therefore needs that many
+///   servers up.
+pub fn quorum_for(n: usize, sharing: Sharing) -> usize {
+    match sharing {
+        Sharing::Exclusive | Sharing::Shared => quorum(n),
+        Sharing::Limit(limit) => {
+            let limit = limit as usize;
+            (n * limit / (limit + 1) + 1).max(quorum(n))
+        }
+    }
 }
 
 /// One server's answer to an acquire request; `E` is the store's error.

@@ -31,6 +31,16 @@ pub(crate) enum Attempt {
     Busy(Busy),
 }
 
+/// A Redlock attempt's answer on one server: the attempt, or the key held here in a way the
+/// caller must not join nor wait for (the holders' sharing), which the quorum reports
+/// under its own name.
+// One per server and round, moved once: not worth a box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Vote {
+    Attempt(Attempt),
+    Conflict(Sharing),
+}
+
 /// How an acquire attempt treats the queue.
 pub(super) struct QueueArgs<'a> {
     /// The waiter id (empty: none).
@@ -64,7 +74,7 @@ impl Join {
 impl RedisBackend {
     /// One Redlock attempt on this server: one round trip that never joins (nor respects) a
     /// queue, and raises the fencing counter to at least `floor` before a fresh grant.
-    pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Attempt> {
+    pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Vote> {
         let json = holder_json(&req.holder);
         let queue = QueueArgs {
             waiter: "",
@@ -72,16 +82,21 @@ impl RedisBackend {
             fair: false,
             join: Join::No,
         };
-        self.run_acquire(req, &Keys::new(&req.key), queue, floor)
-            .await
+        let k = Keys::new(&req.key);
+        let (sent_at, reply) = self.send_acquire(req, &k, queue, floor).await?;
+        if let Some(held) = conflict_of(&reply) {
+            return Ok(Vote::Conflict(held));
+        }
+        self.parse_attempt(req, sent_at, reply).map(Vote::Attempt)
     }
 
     /// Redlock: raises the fencing counter of `key` to at least `token` and, when `owner`
-    /// holds the lease here, stamps it with `token`. True when `owner` holds it.
+    /// holds the key here (the lease, or a place in the group that no other holder's
+    /// `token` shares), stamps it with `token`. True when stamped.
     pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
         let k = Keys::new(key);
         let script = &SCRIPTS.fence;
-        let mut cmd = evalsha(script, &[&k.lease, &k.fence], 2);
+        let mut cmd = evalsha(script, &[&k.lease, &k.fence, &k.group], 2);
         cmd.arg(owner).arg(token);
         let what = || format!("cannot acquire lock '{key}'");
         let reply = self.eval(what, script, &cmd).await?;
@@ -98,18 +113,31 @@ impl RedisBackend {
         queue: QueueArgs<'_>,
         floor: u64,
     ) -> Result<Attempt> {
+        let (sent_at, reply) = self.send_acquire(req, k, queue, floor).await?;
+        self.parse_attempt(req, sent_at, reply)
+    }
+
+    /// Runs the acquire script (the share script when the caller or the key shares);
+    /// returns when the request was sent, and the reply.
+    async fn send_acquire(
+        &self,
+        req: &AcquireRequest,
+        k: &Keys,
+        queue: QueueArgs<'_>,
+        floor: u64,
+    ) -> Result<(Instant, Value)> {
         let what = || format!("cannot acquire lock '{}'", req.key);
         let sent_at = Instant::now();
         if req.sharing.is_exclusive() {
             let cmd = self.acquire_cmd(req, k, &queue, floor);
             let reply = self.eval(what, &SCRIPTS.acquire, &cmd).await?;
             if !for_share(&reply) {
-                return self.parse_attempt(req, sent_at, reply);
+                return Ok((sent_at, reply));
             }
         }
         let cmd = self.share_cmd(req, k, &queue);
         let reply = self.eval(what, &SCRIPTS.share, &cmd).await?;
-        self.parse_attempt(req, sent_at, reply)
+        Ok((sent_at, reply))
     }
 
     /// The attempt as the caller's sharing asks: the acquire script for an exclusive
@@ -305,6 +333,20 @@ impl RedisBackend {
 /// key has shared or semaphore holders), having changed nothing.
 pub(super) fn for_share(reply: &Value) -> bool {
     matches!(reply, Value::Array(items) if matches!(items.first(), Some(Value::Int(3))))
+}
+
+/// The holders' sharing when the share script answered `{-3, mode}`: the key is held in a
+/// way the caller must not join.
+fn conflict_of(reply: &Value) -> Option<Sharing> {
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    match items.as_slice() {
+        [Value::Int(-3), mode, ..] => redis::from_redis_value::<String>(mode.clone())
+            .ok()
+            .map(|m| parse_sharing(&m)),
+        _ => None,
+    }
 }
 
 /// True for `{0}`: the lease is gone (renew and linger ask again with the group's keys).

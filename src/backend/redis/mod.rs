@@ -39,5 +39,5 @@ mod store;
 pub use self::backend::RedisBackend;
 pub(crate) use self::cluster::check as check_cluster_url;
 pub use self::connect::{connection_info, tls_certificates, Tuning};
-pub(crate) use self::lease::{Attempt, Busy};
+pub(crate) use self::lease::{Attempt, Busy, Vote};
 pub(crate) use self::replicas::{parse as min_replicas, refuse as refuse_min_replicas};

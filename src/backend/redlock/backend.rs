@@ -34,7 +34,8 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 
 use super::member::{same_server_twice, Member, State};
-use super::{quorum, renew_timeout, RedlockTuning};
+use super::renew::Modes;
+use super::{quorum, RedlockTuning};
 use crate::backend::quorum::outcome::{self, joined};
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
@@ -53,6 +54,8 @@ pub struct RedlockBackend {
     pub(super) quorum: usize,
     pub(super) tuning: RedlockTuning,
     pub(super) name: String,
+    /// How the holders this process acquired hold their keys (see `renew.rs`).
+    pub(super) modes: Modes,
 }
 
 impl RedlockBackend {
@@ -108,6 +111,7 @@ impl RedlockBackend {
             tuning,
             name: format!("redlock({})", shown.join(",")),
             members,
+            modes: Modes::default(),
         };
         let up = urls.len() - failed.len();
         if up < backend.quorum {
@@ -124,6 +128,12 @@ impl RedlockBackend {
     /// How many servers make a majority.
     pub fn quorum(&self) -> usize {
         self.quorum
+    }
+
+    /// How many servers must grant `req`: a majority, or more for a semaphore (see
+    /// [`votes::quorum_for`]).
+    pub(super) fn needed(&self, req: &AcquireRequest) -> usize {
+        votes::quorum_for(self.members.len(), req.sharing)
     }
 
     /// Runs `op` on every server at once, each within `limit`; results in server order.
@@ -147,14 +157,6 @@ impl Backend for RedlockBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
-        if !req.sharing.is_exclusive() {
-            let asked = req.sharing.describe();
-            return Err(Error::sharing_unsupported(
-                &req.key,
-                &self.describe(),
-                &asked,
-            ));
-        }
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));
         }
@@ -162,28 +164,7 @@ impl Backend for RedlockBackend {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let limit = renew_timeout(ttl);
-        let what = format!("cannot renew lock '{key}'");
-        let sent_at = Instant::now();
-        let calls = self
-            .members
-            .iter()
-            .map(|m| {
-                m.call(
-                    &what,
-                    limit,
-                    |b| async move { b.renew(key, owner, ttl).await },
-                )
-            })
-            .collect();
-        let renewals = outcome::gather_renewals(calls, self.quorum).await;
-        outcome::renewed(
-            &self.name,
-            (key, owner),
-            (ttl, sent_at),
-            renewals,
-            self.quorum,
-        )
+        self.renew_on_quorum(key, owner, ttl).await
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
@@ -194,6 +175,9 @@ impl Backend for RedlockBackend {
                 b.release(key, owner, mode).await
             })
             .await;
+        if mode != ReleaseMode::Force {
+            self.modes.released(key, owner);
+        }
         outcome::released(&self.name, key, replies, self.quorum)
     }
 

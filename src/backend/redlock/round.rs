@@ -57,14 +57,20 @@ use futures_util::future::join_all;
 use super::member::{Failure, Member};
 use super::RedlockBackend;
 use crate::backend::quorum::votes::{self, Answer, Decision, Tally};
-use crate::backend::redis::{Attempt, Busy};
-use crate::backend::{AcquireRequest, Lease, LockInfo, ReleaseMode, WaitInfo, CANCEL_GRACE};
+use crate::backend::redis::{Attempt, Busy, Vote};
+use crate::backend::{
+    AcquireRequest, Lease, LockInfo, ReleaseMode, Sharing, WaitInfo, CANCEL_GRACE,
+};
 use crate::error::Error;
 
 /// What one acquire round ended with.
 pub(super) enum Round {
     Won(Lease),
     Lost(Refusal),
+    /// A server holds the key in a way the caller must not join nor wait for (a semaphore
+    /// of another N, or readers and writers beside a semaphore): how they hold it. Every
+    /// grant of the round was given back.
+    Conflict(Sharing),
 }
 
 /// What a lost round learned.
@@ -188,9 +194,15 @@ impl RedlockBackend {
                 return Round::Lost(refusal);
             }
         };
+        if let Some(held) = conflict(&replies) {
+            let all: Vec<usize> = (0..self.members.len()).collect();
+            self.take_back(req, &all, &[], limit).await;
+            guard.armed = false;
+            return Round::Conflict(held);
+        }
         let tally = votes::tally(replies.into_iter().map(Answer::from), floor);
         let mut note = None;
-        let won = match votes::decide(&tally, self.quorum) {
+        let won = match votes::decide(&tally, self.needed(req)) {
             Decision::Granted { token } => {
                 if self.confirm(req, token, &tally, limit).await {
                     Some(Decision::Granted { token })
@@ -239,7 +251,7 @@ impl RedlockBackend {
         floor: u64,
         limit: Duration,
         lead: bool,
-    ) -> Result<Vec<Result<Attempt, Failure>>, Refusal> {
+    ) -> Result<Vec<Result<Vote, Failure>>, Refusal> {
         let what = format!("cannot acquire lock '{}'", req.key);
         let what = &what;
         let ask =
@@ -251,7 +263,9 @@ impl RedlockBackend {
         let mut first = None;
         if lead {
             match ask(self.lead).await {
-                Ok(Attempt::Busy(busy)) => return Err(Refusal::at_lead(busy, floor)),
+                Ok(Vote::Attempt(Attempt::Busy(busy))) => {
+                    return Err(Refusal::at_lead(busy, floor))
+                }
                 reply => first = Some(reply),
             }
         }
@@ -279,8 +293,9 @@ impl RedlockBackend {
     ) -> bool {
         let (agreeing, behind) = votes::behind(&tally.fresh, token);
         let others = tally.others();
+        let needed = self.needed(req);
         if behind.is_empty() && others.is_empty() {
-            return agreeing >= self.quorum;
+            return agreeing >= needed;
         }
         let what = format!("cannot acquire lock '{}'", req.key);
         let (key, owner) = (&req.key, &req.owner);
@@ -296,7 +311,7 @@ impl RedlockBackend {
             .zip(confirmed)
             .filter(|(i, r)| matches!(r, Ok(true)) && behind.contains(i))
             .count();
-        agreeing + stamped >= self.quorum
+        agreeing + stamped >= needed
     }
 
     /// Takes back, on all the given servers at once and waking nobody, the fresh grants to
@@ -335,11 +350,21 @@ impl RedlockBackend {
     }
 }
 
-impl From<Result<Attempt, Failure>> for Answer<Error> {
-    fn from(reply: Result<Attempt, Failure>) -> Answer<Error> {
+/// How the holders hold the key where a server refused the caller's sharing outright.
+fn conflict(replies: &[Result<Vote, Failure>]) -> Option<Sharing> {
+    replies.iter().find_map(|r| match r {
+        Ok(Vote::Conflict(held)) => Some(*held),
+        _ => None,
+    })
+}
+
+impl From<Result<Vote, Failure>> for Answer<Error> {
+    fn from(reply: Result<Vote, Failure>) -> Answer<Error> {
         match reply {
-            Ok(Attempt::Granted(lease)) => Answer::Granted(lease),
-            Ok(Attempt::Busy(busy)) => Answer::Busy(busy),
+            Ok(Vote::Attempt(Attempt::Granted(lease))) => Answer::Granted(lease),
+            Ok(Vote::Attempt(Attempt::Busy(busy))) => Answer::Busy(busy),
+            // Sorted out before the count (see `conflict`).
+            Ok(Vote::Conflict(_)) => Answer::Busy(Busy::default()),
             Err(Failure::Down(e)) => Answer::Down(e),
             Err(Failure::Slow(e)) => Answer::Slow(e),
         }

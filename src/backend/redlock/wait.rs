@@ -268,16 +268,19 @@ impl RedlockBackend {
             let refusal = match round {
                 Round::Won(lease) => return self.won(req, lease, wait).await,
                 Round::Lost(refusal) => refusal,
+                Round::Conflict(held) => {
+                    return Err(req.sharing.conflict(&req.key, &self.name, held))
+                }
             };
             floor = floor.max(refusal.max_token);
             // Progress is what the store answered: without a majority there is no answer
             // to tell (the waiting line then says the servers are not answering).
-            let answered = refusal.answered >= self.quorum;
+            let answered = refusal.answered >= self.needed(req);
             if answered && last_gist.as_ref() != Some(&refusal.gist()) {
                 last_gist = Some(refusal.gist());
                 wait.report(&refusal.info());
             }
-            pace.answers(&refusal, self.quorum, self.members.len());
+            pace.answers(&refusal, self.needed(req), self.members.len());
             if let Some(e) = self.give_up(req, &refusal, &pace, no_wait, wait, started) {
                 return Err(e);
             }
@@ -294,7 +297,7 @@ impl RedlockBackend {
                 wakeups = Some(subs);
                 continue;
             };
-            let delay = match pace.next(&refusal, self.quorum) {
+            let delay = match pace.next(&refusal, self.needed(req)) {
                 Step::BackOff(delay) => delay,
                 Step::Listen => {
                     if !self.listen(req, subs, &refusal, &mut pace, wait).await? {
@@ -321,6 +324,9 @@ impl RedlockBackend {
             let giving_back = self.release(&req.key, &lease.owner, ReleaseMode::One);
             let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
             return Err(self.cancelled(req));
+        }
+        if !lease.reentered {
+            self.modes.acquired(&req.key, &lease.owner, req.sharing);
         }
         Ok(Acquired { lease, guard: None })
     }
@@ -360,7 +366,7 @@ impl RedlockBackend {
         wait: &WaitOptions,
         started: Instant,
     ) -> Option<Error> {
-        if refusal.answered < self.quorum && !refusal.at_lead {
+        if refusal.answered < self.needed(req) && !refusal.at_lead {
             let down_for = pace.down_since.map(|t| t.elapsed());
             let silent = pace
                 .silent_since
@@ -394,8 +400,10 @@ impl RedlockBackend {
                 self.name
             ),
             None => format!(
-                "lock '{}' could not be taken on a majority ({} of {n}) of {}",
-                req.key, self.quorum, self.name
+                "lock '{}' could not be taken on {} of {n} servers of {}",
+                req.key,
+                self.needed(req),
+                self.name
             ),
         };
         if let Some(note) = &refusal.note {
@@ -420,7 +428,7 @@ impl RedlockBackend {
         let stalled = since.map_or(String::new(), |t| {
             format!(" (no majority answered for {})", whole_ms(t.elapsed()))
         });
-        let counted = votes::answered(refusal.answered, self.members.len(), self.quorum);
+        let counted = votes::answered(refusal.answered, self.members.len(), self.needed(req));
         Error::Unavailable(format!(
             "cannot acquire lock '{}' on {}: {counted}{stalled}: {}",
             req.key,
