@@ -340,6 +340,41 @@ mod outcomes {
             .contains("1 of 3 servers answered, 2 needed"));
     }
 
+    /// A key held as a semaphore of 3 on one server, by `holders` (owner, token, ttl).
+    fn group(holders: &[(&str, u64, u64)]) -> KeyStatus {
+        let infos: Vec<LockInfo> = holders
+            .iter()
+            .map(|(o, t, ttl)| lock(o, *t, *ttl).lock.unwrap())
+            .collect();
+        KeyStatus {
+            lock: infos.first().cloned(),
+            holders: infos,
+            sharing: crate::backend::Sharing::Limit(3),
+            ..lock("-", 0, 0)
+        }
+    }
+
+    #[test]
+    fn status_lists_every_holder_a_majority_has() {
+        let servers = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let keys = ["k".to_string()];
+        let replies = vec![
+            Ok(vec![group(&[("x", 4, 900), ("y", 5, 800)])]),
+            Ok(vec![group(&[("y", 5, 700), ("z", 6, 900)])]),
+            Ok(vec![group(&[("x", 4, 500), ("y", 5, 900)])]),
+        ];
+        let st = status("q", &servers, &keys, replies, 2).unwrap();
+        let owners: Vec<&str> = st[0].holders.iter().map(|h| h.owner.as_str()).collect();
+        // z is on one server only: not a holder.
+        assert_eq!(owners, ["x", "y"]);
+        assert_eq!(st[0].sharing, crate::backend::Sharing::Limit(3));
+        assert_eq!(st[0].lock.as_ref().map(|l| l.owner.as_str()), Some("x"));
+        // Each holder lasts while a majority still has it.
+        assert_eq!(st[0].holders[1].ttl_left_ms, Some(800));
+        let views = st[0].servers.as_ref().unwrap();
+        assert!(views[0].agrees && !views[1].agrees && views[2].agrees);
+    }
+
     #[test]
     fn a_renewal_counts_its_validity_from_when_the_lease_began() {
         let lease = |token| Lease {
