@@ -82,6 +82,10 @@ pub struct Record {
     pub token: u64,
     pub depth: u32,
     pub holder: Holder,
+    /// The holders of a key held shared or as a semaphore, under the owner
+    /// [`GROUP_OWNER`](crate::backend::group::GROUP_OWNER) (see `shared.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<crate::backend::group::Group>,
 }
 
 impl Record {

@@ -13,6 +13,7 @@ use super::fence;
 use super::keys::{Keys, Record};
 use super::store::MemcachedStore;
 use super::ttl;
+use crate::backend::group::GROUP_OWNER;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, LastRuns, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -40,6 +41,9 @@ impl MemcachedStore {
     /// One attempt, with the fencing check as `fence` says; also the floor that the
     /// lock's last-run record puts under the next token (0 unless granted afresh).
     pub(super) async fn take(&self, req: &AcquireRequest, fence: Fence) -> Result<(Attempt, u64)> {
+        if !req.sharing.is_exclusive() {
+            return Ok((self.take_shared(req).await?, 0));
+        }
         let keys = self.keys(&req.key)?;
         let secs = ttl::seconds(req.ttl, &req.key, &self.name)?;
         let mut record = Record {
@@ -47,6 +51,7 @@ impl MemcachedStore {
             token: 0,
             depth: 1,
             holder: req.holder.clone(),
+            group: None,
         };
         for _ in 0..CAS_TRIES {
             record.holder.acquired_at_ms = now_ms();
@@ -69,6 +74,9 @@ impl MemcachedStore {
                 continue; // expired between the two commands: try again
             };
             let held = Record::decode(value, &req.key, &self.name)?;
+            if held.owner == GROUP_OWNER {
+                return Ok((self.take_shared(req).await?, 0));
+            }
             let left = flags.num(b't');
             if !req.reenter.contains(&held.owner) {
                 let busy = Busy {
@@ -141,7 +149,7 @@ impl MemcachedStore {
 
     /// One level deeper on a lease one of `req.reenter` holds; `None` when it changed
     /// meanwhile.
-    async fn reenter(
+    pub(super) async fn reenter(
         &self,
         req: &AcquireRequest,
         keys: &Keys,
@@ -211,7 +219,9 @@ impl MemcachedStore {
             };
         };
         let record = Record::decode(&v, key, &self.name)?;
-        if let Some(o) = owner.filter(|o| *o != record.owner) {
+        // A group's members are checked by the caller (see `shared.rs`).
+        let group = record.owner == GROUP_OWNER;
+        if let Some(o) = owner.filter(|o| *o != record.owner && !group) {
             return Err(Error::held_by_other(verb, key, &self.name, o));
         }
         let left = flags.num(b't').unwrap_or(-1);
@@ -239,6 +249,13 @@ impl MemcachedStore {
             let counter = Request::get(&keys.token, "v");
             let (held, replies) = self.owned("renew", key, Some(owner), Some(counter)).await?;
             let (mut record, cas, _) = held.expect("owned");
+            if let Some(group) = record.group.take() {
+                let renewed = self.renew_member(key, owner, ttl, held_until_ms, (group, cas));
+                match renewed.await? {
+                    Some(lease) => return Ok(lease),
+                    None => continue,
+                }
+            }
             if held_until_ms.is_some() {
                 record.holder.held_until_ms = held_until_ms;
             }
@@ -280,6 +297,13 @@ impl MemcachedStore {
                     still_held: false,
                 });
             };
+            if let Some(group) = record.group.take().filter(|_| check.is_some()) {
+                let one = mode == ReleaseMode::One;
+                match self.release_member(key, owner, one, (group, cas)).await? {
+                    Some(released) => return Ok(released),
+                    None => continue,
+                }
+            }
             let previous_owner = Some(record.owner.clone());
             let still_held = mode == ReleaseMode::One && record.depth > 1;
             let request = if still_held {

@@ -9,6 +9,7 @@
 //! * `fence`: the fencing counter, and what can be told of its loss.
 //! * `store`: the store value and its `LockStore` implementation.
 //! * `lease`: take (or re-enter), renew and release, each owner-checked by CAS id.
+//! * `shared`: `--shared` and `--limit N` holders, kept as one group in the lock item.
 //! * `status`: `status KEY`, and listing every lock by `lru_crawler metadump`.
 //! * `runs`: the last-run records.
 //! * `member`: what a quorum asks of one server; `quorum`: several servers as a majority
@@ -21,6 +22,7 @@ mod lease;
 mod member;
 pub mod quorum;
 mod runs;
+mod shared;
 mod status;
 pub mod store;
 pub mod ttl;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::client::{Reply, Request};
 use super::keys::{self, Record};
 use super::store::MemcachedStore;
-use crate::backend::KeyStatus;
+use crate::backend::{KeyStatus, Sharing};
 use crate::error::{Error, Result};
 
 /// How often a listing is tried again while another one runs (the crawler does one at
@@ -33,12 +33,20 @@ impl MemcachedStore {
         let replies = self.client.call(what, &requests).await?;
         let mut all = Vec::new();
         for (name, reply) in names.into_iter().zip(replies) {
-            let lock = match reply {
-                Reply::Value(flags, v) => {
-                    Some(Record::decode(&v, &name, &self.name)?.info(&name, flags.num(b't')))
+            let (mut lock, mut holders, mut sharing) = (None, Vec::new(), Sharing::Exclusive);
+            if let Reply::Value(flags, v) = reply {
+                let record = Record::decode(&v, &name, &self.name)?;
+                match record.group {
+                    Some(mut group) => {
+                        let now = crate::backend::now_ms() as i64;
+                        group.prune(now);
+                        holders = group.infos(&name, now);
+                        lock = holders.first().cloned();
+                        sharing = group.sharing;
+                    }
+                    None => lock = Some(record.info(&name, flags.num(b't'))),
                 }
-                _ => None,
-            };
+            }
             if listed && lock.is_none() {
                 continue;
             }
@@ -47,8 +55,8 @@ impl MemcachedStore {
                 lock,
                 waiters: None,
                 servers: None,
-                holders: Vec::new(),
-                sharing: crate::backend::Sharing::Exclusive,
+                holders,
+                sharing,
             });
         }
         if listed {

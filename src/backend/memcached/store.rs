@@ -10,7 +10,7 @@ use super::keys::Keys;
 use super::url::Target;
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
-    AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
+    AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
 };
 use crate::error::{Error, Result};
 
@@ -60,6 +60,11 @@ impl LockStore for MemcachedStore {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    /// Every sharing: shared and semaphore holders are kept as one group (`shared.rs`).
+    fn supports(&self, _sharing: Sharing) -> bool {
+        true
     }
 
     async fn begin(&self, req: &AcquireRequest) -> Result<MemcachedWaiter> {
