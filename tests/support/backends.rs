@@ -124,6 +124,7 @@ impl Store {
                 | Store::RedisCluster(_)
                 | Store::Redlock(_)
                 | Store::Memcached(_)
+                | Store::MemcachedQuorum(_)
         )
     }
 

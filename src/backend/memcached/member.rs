@@ -27,6 +27,15 @@ impl MemcachedStore {
             let Some((mut record, cas, left)) = held else {
                 return Ok(false);
             };
+            if let Some(group) = record.group.take() {
+                match self
+                    .stamp_member(key, owner, token, (group, cas, left))
+                    .await?
+                {
+                    Some(stamped) => return Ok(stamped),
+                    None => continue,
+                }
+            }
             if record.owner != owner || record.token > token {
                 return Ok(false);
             }

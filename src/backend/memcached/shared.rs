@@ -289,6 +289,43 @@ impl MemcachedStore {
     }
 }
 
+impl MemcachedStore {
+    /// A quorum's token stamped on `owner`'s place in `group` (read with `cas`, `left`
+    /// seconds to live), never one another member has: two holders at once never share a
+    /// token. True when stamped; `None` when the write lost a race.
+    pub(super) async fn stamp_member(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+        (mut group, cas, left): (Group, u64, i64),
+    ) -> Result<Option<bool>> {
+        let taken = group
+            .members
+            .iter()
+            .any(|m| m.owner != owner && m.token == token);
+        let Some(m) = group.members.iter_mut().find(|m| m.owner == owner) else {
+            return Ok(Some(false));
+        };
+        if m.token == token {
+            return Ok(Some(true));
+        }
+        if m.token > token || taken {
+            return Ok(Some(false));
+        }
+        m.token = token;
+        let keys = self.keys(key)?;
+        // The item's own expiry, unchanged: no lease is extended here.
+        let flags = format!("T{} C{cas}", left.max(1));
+        let write = Request::set(&keys.lock, &group_record(group).encode(), &flags);
+        match &self.call(key, &[write]).await?[0] {
+            Reply::Done(_) => Ok(Some(true)),
+            Reply::Exists => Ok(None),
+            _ => Ok(Some(false)),
+        }
+    }
+}
+
 /// A refusal by a group: its member that ends first stands for them all.
 fn busy(req: &AcquireRequest, group: &Group, now: i64) -> Busy {
     let first = group

@@ -3,9 +3,11 @@
 //!
 //! * [`votes`]: counting the servers' answers, deciding, settling, and the wording of
 //!   the counts, as pure functions.
+//! * [`modes`]: how the holders this process acquired hold their keys.
 //! * [`outcome`]: the quorum's answer to a request sent to every server (renew and
 //!   release errors, run records, `status` combined from each server's view).
 
+pub mod modes;
 pub mod outcome;
 pub mod votes;
 

@@ -34,8 +34,8 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 
 use super::member::{same_server_twice, Member, State};
-use super::renew::Modes;
 use super::{quorum, RedlockTuning};
+use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::outcome::{self, joined};
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;

@@ -8,8 +8,6 @@
 //! majority but not everywhere reads the key's sharing from the servers and, for a
 //! semaphore, renews again until enough servers have (renewing twice only extends).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::{renew_timeout, RedlockBackend};
@@ -17,31 +15,6 @@ use crate::backend::quorum::outcome;
 use crate::backend::quorum::votes;
 use crate::backend::{Backend, Lease, Sharing};
 use crate::error::Result;
-
-/// How the holders this process acquired hold their keys, by (key, owner), until released.
-#[derive(Default)]
-pub(super) struct Modes(Mutex<HashMap<(String, String), Sharing>>);
-
-impl Modes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Sharing>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(super) fn acquired(&self, key: &str, owner: &str, sharing: Sharing) {
-        self.lock()
-            .insert((key.to_string(), owner.to_string()), sharing);
-    }
-
-    pub(super) fn released(&self, key: &str, owner: &str) {
-        self.lock().remove(&(key.to_string(), owner.to_string()));
-    }
-
-    fn get(&self, key: &str, owner: &str) -> Option<Sharing> {
-        self.lock()
-            .get(&(key.to_string(), owner.to_string()))
-            .copied()
-    }
-}
 
 impl RedlockBackend {
     /// See the module documentation.

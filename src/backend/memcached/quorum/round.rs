@@ -4,7 +4,8 @@
 //! # Acquire
 //!
 //! Every server is asked at once (add, then its counter's next value written into the
-//! lease), each within [`acquire_limit`]. The round is won when a majority granted (or
+//! lease), each within [`acquire_limit`]. The round is won when a majority (for a
+//! semaphore more, [`votes::quorum_for`]) granted (or
 //! re-entered for one enclosing holder) and validity is left: `TTL − 1 s − elapsed −
 //! drift`. Otherwise every grant is given back at once, on the servers that did not
 //! answer in time too (they may have granted).
@@ -55,6 +56,10 @@ impl MemcachedQuorum {
             })
         }))
         .await;
+        if let Some(e) = conflict(&replies) {
+            self.give_back_everywhere(req).await;
+            return Err(e);
+        }
         let high = (*floor).max(fence::highest_seen(&self.name, &req.key));
         let mut run_floor = 0;
         let answers = replies.into_iter().map(|reply| match reply {
@@ -70,7 +75,7 @@ impl MemcachedQuorum {
         let tally = votes::tally(answers, high.max(run_floor));
         *floor = tally.max_token;
         let mut note = None;
-        let won = match votes::decide(&tally, self.quorum) {
+        let won = match votes::decide(&tally, self.needed(req.sharing)) {
             Decision::Granted { token } => {
                 // Above every token seen, not only above the grants.
                 let token = if tally.max_token > token {
@@ -81,7 +86,12 @@ impl MemcachedQuorum {
                 if self.confirm(req, token, &tally, limit).await {
                     Some(Decision::Granted { token })
                 } else {
-                    note = Some("the servers' fencing counters could not be aligned".to_string());
+                    // Beside other holders, the token may be one another holder has on a
+                    // server: a race, tried again like a refusal.
+                    if req.sharing.is_exclusive() {
+                        note =
+                            Some("the servers' fencing counters could not be aligned".to_string());
+                    }
                     None
                 }
             }
@@ -105,6 +115,7 @@ impl MemcachedQuorum {
             let (owner, token, reentered) = won.winner(&req.owner).expect("won");
             if !reentered {
                 fence::saw(&self.name, &req.key, token);
+                self.modes.acquired(&req.key, &owner, req.sharing);
             }
             let sent_at = ttl::granted_at(sent);
             let lease = Lease::timed(&req.key, owner, token, secs, reentered, sent_at)
@@ -122,9 +133,9 @@ impl MemcachedQuorum {
         tally: Tally<Error>,
         note: Option<String>,
     ) -> Result<Attempt> {
-        let n = self.members.len();
-        if tally.answered < self.quorum || note.is_some() {
-            let why = note.unwrap_or_else(|| votes::answered(tally.answered, n, self.quorum));
+        let (n, needed) = (self.members.len(), self.needed(req.sharing));
+        if tally.answered < needed || note.is_some() {
+            let why = note.unwrap_or_else(|| votes::answered(tally.answered, n, needed));
             let failed = if tally.failed.is_empty() {
                 String::new()
             } else {
@@ -155,8 +166,9 @@ impl MemcachedQuorum {
     ) -> bool {
         let (agreeing, behind) = votes::behind(&tally.fresh, token);
         let others = tally.others();
+        let needed = self.needed(req.sharing);
         if behind.is_empty() && others.is_empty() {
-            return agreeing >= self.quorum;
+            return agreeing >= needed;
         }
         let what = format!("cannot acquire lock '{}'", req.key);
         let targets: Vec<usize> = behind.iter().chain(&others).copied().collect();
@@ -172,7 +184,7 @@ impl MemcachedQuorum {
             .zip(confirmed)
             .filter(|(i, r)| matches!(r, Ok(true)) && behind.contains(i))
             .count();
-        agreeing + stamped >= self.quorum
+        agreeing + stamped >= needed
     }
 
     /// Takes back, on all the given servers at once, the fresh grants to `req.owner` on
@@ -211,4 +223,13 @@ impl MemcachedQuorum {
         let giving_back = self.take_back(req, &all, &[], CANCEL_GRACE);
         let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
     }
+}
+
+/// A server's refusal of the caller's sharing (a semaphore of another N, or readers and
+/// writers beside a semaphore): the whole attempt is refused, in that server's words.
+fn conflict<T>(replies: &[std::result::Result<T, Failure>]) -> Option<Error> {
+    replies.iter().find_map(|r| match r {
+        Err(Failure::Down(Error::Usage(msg))) => Some(Error::Usage(msg.clone())),
+        _ => None,
+    })
 }

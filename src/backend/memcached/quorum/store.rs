@@ -12,10 +12,12 @@ use super::member::Member;
 use crate::backend::memcached::client::Tuning;
 use crate::backend::memcached::url::Target;
 use crate::backend::memcached::{ttl, MemcachedStore};
+use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::{outcome, votes};
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
+    Sharing,
 };
 use crate::error::{Error, Result};
 
@@ -27,6 +29,8 @@ pub struct MemcachedQuorum {
     pub(super) members: Vec<Arc<Member>>,
     pub(super) quorum: usize,
     pub(super) name: String,
+    /// How the holders this process acquired hold their keys (their renewal quorum).
+    pub(super) modes: Modes,
 }
 
 /// One acquisition: whether a round may have granted without our hearing of it, and the
@@ -63,7 +67,41 @@ impl MemcachedQuorum {
             name: format!("memcached-quorum({})", shown.join(",")),
             quorum: votes::quorum(members.len()),
             members,
+            modes: Modes::default(),
         })
+    }
+
+    /// How many servers must grant or renew for a holder sharing as `sharing`.
+    pub(super) fn needed(&self, sharing: Sharing) -> usize {
+        votes::quorum_for(self.members.len(), sharing)
+    }
+
+    /// One renewal on every server at once, done when `needed` of them renewed.
+    async fn renew_on(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        needed: usize,
+    ) -> Result<Lease> {
+        let secs = self.whole(ttl, key)?;
+        let limit = crate::backend::redlock::renew_timeout(secs);
+        let what = format!("cannot renew lock '{key}'");
+        let sent = Instant::now();
+        let calls = self
+            .members
+            .iter()
+            .map(|m| {
+                let (k, o) = (key.to_string(), owner.to_string());
+                m.ask(&what, limit, move |s| async move {
+                    s.renew_lease(&k, &o, secs).await
+                })
+            })
+            .collect();
+        let renewals = outcome::gather_renewals(calls, needed).await;
+        // An item may expire a second early: the lease counts from a second before.
+        let granted = ttl::granted_at(sent);
+        outcome::renewed(&self.name, (key, owner), (secs, granted), renewals, needed)
     }
 
     /// The servers' names, in order.
@@ -83,6 +121,12 @@ impl LockStore for MemcachedQuorum {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    /// Every sharing: each server keeps its holders as one memcached does, and a grant
+    /// needs as many servers as the sharing asks ([`votes::quorum_for`]).
+    fn supports(&self, _sharing: Sharing) -> bool {
+        true
     }
 
     async fn begin(&self, req: &AcquireRequest) -> Result<QuorumWaiter> {
@@ -110,30 +154,23 @@ impl LockStore for MemcachedQuorum {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let secs = self.whole(ttl, key)?;
-        let limit = crate::backend::redlock::renew_timeout(secs);
-        let what = format!("cannot renew lock '{key}'");
-        let sent = Instant::now();
-        let calls = self
-            .members
-            .iter()
-            .map(|m| {
-                let (k, o) = (key.to_string(), owner.to_string());
-                m.ask(&what, limit, move |s| async move {
-                    s.renew_lease(&k, &o, secs).await
-                })
-            })
-            .collect();
-        let renewals = outcome::gather_renewals(calls, self.quorum).await;
-        // An item may expire a second early: the lease counts from a second before.
-        let granted = ttl::granted_at(sent);
-        outcome::renewed(
-            &self.name,
-            (key, owner),
-            (secs, granted),
-            renewals,
-            self.quorum,
-        )
+        let known = self.modes.get(key, owner);
+        let needed = known.map_or(self.quorum, |s| self.needed(s));
+        let lease = self.renew_on(key, owner, ttl, needed).await;
+        if known.is_some() || lease.is_err() {
+            return lease;
+        }
+        // Renewed on a majority by a process that did not acquire it: a semaphore holder
+        // needs more, as the servers say how the key is held.
+        let keys = [key.to_string()];
+        let sharing = match self.status(&keys).await {
+            Ok(states) => states.first().map_or(Sharing::Exclusive, |s| s.sharing),
+            Err(_) => Sharing::Exclusive,
+        };
+        if self.needed(sharing) > needed {
+            return self.renew_on(key, owner, ttl, self.needed(sharing)).await;
+        }
+        lease
     }
 
     /// Held on every server (a majority must keep it), rounded up as on one memcached.
@@ -153,6 +190,9 @@ impl LockStore for MemcachedQuorum {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        if mode != ReleaseMode::Force {
+            self.modes.released(key, owner);
+        }
         let what = format!("cannot release lock '{key}'");
         let replies = join_all(self.members.iter().map(|m| {
             let (k, o) = (key.to_string(), owner.to_string());
