@@ -203,3 +203,34 @@ fn hold_at_least_and_the_last_run_with_one_server_down() {
         .unwrap();
     assert_eq!(out.status.code(), Some(75), "still held: {out:?}");
 }
+
+/// A semaphore of 2 on three servers needs all three (on a majority, three holders could
+/// each hold two of three servers); readers need a majority. A `lock`ed semaphore holder's
+/// renewal, by another process, is held to the same count.
+#[test]
+fn a_semaphore_needs_every_server_of_three_and_readers_a_majority() {
+    let mut store = Store::memcached_quorum();
+    let out = store
+        .dlock()
+        .args(["lock", "--ttl", "10s", "--limit", "2", "sem"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let owner = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    servers(&mut store)[2].kill();
+    let run = |args: &[&str]| {
+        let out = store.dlock().args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    assert_eq!(code, Some(69), "{err}");
+    assert!(err.contains("3 needed") && err.contains("'sem'"), "{err}");
+    let (code, err) = run(&["renew", "sem", "--owner", &owner, "--ttl", "10s"]);
+    assert_eq!(code, Some(69), "renewed on two of three: {err}");
+    assert!(err.contains("3 needed"), "{err}");
+    let (code, err) = run(&["exec", "-n", "-s", "rw", "--", "true"]);
+    assert_eq!(code, Some(0), "a reader on a majority: {err}");
+}
