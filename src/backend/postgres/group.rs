@@ -308,10 +308,12 @@ pub(super) enum Change {
 pub(super) enum Changed {
     Lease(i64, i64),
     Released(Released),
+    /// The key is held by a group `owner` is no member of (any more): its place is gone.
+    Gone,
 }
 
-/// Changes `owner`'s membership of `key`'s group in one transaction; `None` when `owner`
-/// is no live member (the caller says why).
+/// Changes `owner`'s membership of `key`'s group in one transaction; `None` when the key
+/// keeps no group (the caller says why).
 pub(super) async fn change(
     client: &mut Client,
     st: &Prepared,
@@ -328,7 +330,7 @@ pub(super) async fn change(
         return Ok(None);
     };
     let Some(m) = g.member(owner).cloned() else {
-        return Ok(None);
+        return Ok(Some(Changed::Gone));
     };
     let mut note = None;
     let changed = match change {

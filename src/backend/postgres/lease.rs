@@ -154,7 +154,8 @@ impl PostgresStore {
             Some(row) => (row.get(0), row.get(1)),
             None => match self.member(c, key, owner, Change::Renew(ttl)).await {
                 Ok(Some(Changed::Lease(token, left))) => (token, left),
-                Ok(_) => return Err(self.refusal(c, "renew", key, owner).await),
+                Ok(Some(_)) => return Err(self.gone("renew", key)),
+                Ok(None) => return Err(self.refusal(c, "renew", key, owner).await),
                 Err(e) => {
                     *guard = None;
                     return Err(e);
@@ -182,6 +183,7 @@ impl PostgresStore {
             Err(e) => Err(e),
         };
         match held {
+            Ok(Some(Changed::Gone)) => Err(self.gone("hold", key)),
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(self.refusal(c, "hold", key, owner).await),
             Err(e) => {
@@ -217,7 +219,8 @@ impl PostgresStore {
                     }),
                     Ok(None) => match self.member(c, key, owner, Change::Release(one)).await {
                         Ok(Some(Changed::Released(released))) => Ok(released),
-                        Ok(_) => return Err(self.refusal(c, "release", key, owner).await),
+                        Ok(Some(_)) => return Err(self.gone("release", key)),
+                        Ok(None) => return Err(self.refusal(c, "release", key, owner).await),
                         Err(e) => Err(e),
                     },
                     Err(e) => Err(e),
@@ -256,6 +259,11 @@ impl PostgresStore {
             *guard = None;
         }
         left.map(drop)
+    }
+
+    /// A member's place among a key's holders is gone (expired or released).
+    fn gone(&self, verb: &str, key: &str) -> Error {
+        Error::lease_gone(verb, key, &self.server.target.name)
     }
 
     /// Why `owner` may not renew or release `key`: held by another, or gone.
