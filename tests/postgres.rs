@@ -339,3 +339,41 @@ fn a_nested_run_of_a_reader_reenters_its_place() {
     assert_eq!(tokens[0], tokens[1], "{seen}");
     assert!(!store.held("r"));
 }
+
+/// `exec --limit 2 --hold-at-least`: the finished run keeps its place (marked as held) until
+/// the hold ends, beside another holder; then the place is free again by itself.
+#[test]
+fn a_held_run_keeps_its_place_in_a_semaphore_until_the_hold_ends() {
+    let store = Store::postgres();
+    let (other, _) = lock_as(&store, "sem", &["--limit", "2"]);
+    let out = run(
+        &store,
+        &[
+            "exec",
+            "sem",
+            "--limit",
+            "2",
+            "--hold-at-least",
+            "2s",
+            "--",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let status = run(&store, &["status", "sem"]);
+    let table = text(&status.stdout);
+    assert!(table.contains("by --hold-at-least"), "not listed: {table}");
+    let full = run(&store, &["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    assert_eq!(full.status.code(), Some(75), "{full:?}");
+    let third = run(
+        &store,
+        &["exec", "-w", "10s", "--limit", "2", "sem", "--", "true"],
+    );
+    assert!(
+        third.status.success(),
+        "the held place came back: {third:?}"
+    );
+    let out = run(&store, &["unlock", "sem", "--owner", &other]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!store.held("sem"));
+}
