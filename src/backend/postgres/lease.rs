@@ -5,6 +5,10 @@
 //! only then reads the queue: in READ COMMITTED every statement sees what was committed
 //! before it started, so the queue it reads is the one every other acquirer of the key
 //! left behind. The row lock is held until the attempt commits.
+//!
+//! Where shared or semaphore holders are involved (the caller asks for them, or the row
+//! keeps a group) the attempt is `group.rs`'s; a renew or release that matched no
+//! exclusive owner asks `group.rs` whether the owner is a group's member.
 
 use std::time::{Duration, Instant};
 
