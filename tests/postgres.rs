@@ -288,6 +288,11 @@ fn readers_live_in_the_key_row_and_each_renews_and_releases_its_own_place() {
         format!("*group*|1|{tb}"),
         "one row, its counter the last token"
     );
+    // The row's own owner name is nobody's: it renews and frees no one.
+    for verb in ["renew", "unlock"] {
+        let out = run(&store, &[verb, "rw", "--owner", "*group*"]);
+        assert_eq!(out.status.code(), Some(77), "{out:?}");
+    }
     let renewed = run(&store, &["renew", "rw", "--owner", &a, "--ttl", "2m"]);
     assert!(renewed.status.success(), "{renewed:?}");
     let out = run(&store, &["unlock", "rw", "--owner", &b]);

@@ -137,6 +137,7 @@ impl PostgresStore {
 
     /// Extends `owner`'s lease: one statement.
     pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.no_group_owner("renew", key, owner)?;
         let sent_at = Instant::now();
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
@@ -172,6 +173,7 @@ impl PostgresStore {
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
     /// (`exec --hold-at-least`): one statement.
     pub(super) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        self.no_group_owner("hold", key, owner)?;
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
         let until = (now_ms() + left.as_millis() as u64) as i64;
@@ -204,6 +206,9 @@ impl PostgresStore {
         owner: &str,
         mode: ReleaseMode,
     ) -> Result<Released> {
+        if mode != ReleaseMode::Force {
+            self.no_group_owner("release", key, owner)?;
+        }
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
         let released = match mode {
@@ -263,6 +268,16 @@ impl PostgresStore {
             *guard = None;
         }
         left.map(drop)
+    }
+
+    /// Refuses the owner name a group's row carries (no acquisition has it: owner ids are
+    /// hex digits): the one-statement paths, which match on the owner, would otherwise
+    /// renew or free every member at once.
+    fn no_group_owner(&self, verb: &str, key: &str, owner: &str) -> Result<()> {
+        match owner == GROUP_OWNER {
+            true => Err(self.gone(verb, key)),
+            false => Ok(()),
+        }
     }
 
     /// A member's place among a key's holders is gone (expired or released).
