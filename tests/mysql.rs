@@ -416,3 +416,27 @@ fn semaphore_holders_renew_reenter_and_leave_one_by_one() {
     let (_, next) = json_of(&store, &["lock", "sem", "--ttl", "1m", "--json"], None);
     assert_eq!(next["fencing_token"].as_u64(), Some(5), "{next}");
 }
+
+/// `exec --hold-at-least` of a shared holder leaves its own place held after the run, marked
+/// as such: readers still join, a writer still waits.
+#[test]
+fn a_shared_run_held_at_least_keeps_its_place() {
+    let store = Store::mysql();
+    let run = |args: &[&str]| store.dlock().args(args).output().unwrap();
+    let out = run(&["exec", "-s", "--hold-at-least", "30s", "rep", "--", "true"]);
+    assert!(out.status.success(), "{out:?}");
+    let (code, st) = json_of(&store, &["status", "rep", "--json"], None);
+    assert_eq!(code, Some(0), "{st}");
+    assert!(st["held_until_ms"].as_u64().is_some(), "{st}");
+    assert_eq!(st["sharing"], "shared", "{st}");
+    assert_eq!(
+        run(&["exec", "-n", "-s", "rep", "--", "true"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        run(&["exec", "-n", "rep", "--", "true"]).status.code(),
+        Some(75)
+    );
+}
