@@ -6,6 +6,10 @@
 //! before it started, so the queue it reads is the one every other acquirer of the key
 //! left behind. The row lock is held until the attempt commits, so the new token is the
 //! one read plus one, committed with the grant.
+//!
+//! Shared and semaphore attempts, and an exclusive one that finds such holders, go on in
+//! `share.rs` under the same row lock; renew, hold-at-least and release go there only
+//! when their exclusive statement found no lease of the caller's.
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +60,7 @@ impl MyWaiter {
 }
 
 /// A key's row: owner, token, depth, holder, milliseconds left.
-pub(super) type Row = (Option<String>, i64, i32, Option<String>, i64);
+type Row = (Option<String>, i64, i32, Option<String>, i64);
 
 /// The key's row, as an attempt found it.
 pub(super) struct Current {
@@ -83,7 +87,7 @@ impl Current {
     }
 
     /// The owner of a live lease.
-    pub(super) fn holder_id(&self) -> Option<&str> {
+    fn holder_id(&self) -> Option<&str> {
         self.owner.as_deref().filter(|_| self.live())
     }
 
@@ -106,11 +110,11 @@ pub(super) struct Queue {
 }
 
 /// How many times an attempt InnoDB rolled back to break a deadlock runs again.
-pub(super) const DEADLOCK_RETRIES: u32 = 3;
+const DEADLOCK_RETRIES: u32 = 3;
 
 /// InnoDB rolled the whole transaction back to break a deadlock (`ER_LOCK_DEADLOCK`):
 /// nothing of it was kept, and running it again is the answer, not exit 69.
-pub(super) fn deadlock(e: &mysql_async::Error) -> bool {
+fn deadlock(e: &mysql_async::Error) -> bool {
     matches!(e, mysql_async::Error::Server(s) if s.code == 1213)
 }
 
