@@ -58,6 +58,45 @@ fn lock_then_unlock_from_another_process() {
     assert!(free.status.success(), "{free:?}");
 }
 
+/// Detached shared leases (TTL nodes named as Curator's readers): each renews and unlocks
+/// its own, a writer waits for them, and `unlock --force` frees them all.
+#[test]
+fn detached_readers_share_and_force_frees_them_all() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let take = |flags: &[&str]| {
+        let out = run(
+            &url,
+            &[&["lock", "job", "-n", "--ttl", "30s"], flags].concat(),
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (a, b) = (take(&["--shared"]), take(&["--shared"]));
+    let writer = run(&url, &["lock", "job", "--no-wait"]);
+    assert_eq!(writer.status.code(), Some(75), "{writer:?}");
+    let out = run(&url, &["--json", "status", "job"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["sharing"], "shared", "{st}");
+    let owners: Vec<&str> = st["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, [a.as_str(), b.as_str()], "{st}");
+    let renewed = run(&url, &["renew", "job", "--owner", &b, "--ttl", "20s"]);
+    assert!(renewed.status.success(), "{renewed:?}");
+    let unlocked = run(&url, &["unlock", "job", "--owner", &b]);
+    assert!(unlocked.status.success(), "{unlocked:?}");
+    let c = take(&["--shared"]);
+    assert_ne!(c, a);
+    let forced = run(&url, &["unlock", "job", "--force"]);
+    assert!(forced.status.success(), "{forced:?}");
+    let free = run(&url, &["lock", "job", "--no-wait", "--ttl", "5s"]);
+    assert!(free.status.success(), "{free:?}");
+}
+
 #[test]
 fn a_detached_lease_ends_at_its_ttl() {
     let server = ZkServer::start();
