@@ -12,7 +12,7 @@ use super::shares::{self, Blocker};
 use super::store::{ZkStore, ZkWaiter};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Acquired};
+use crate::backend::{AcquireRequest, Acquired};
 use crate::error::{Error, Result};
 
 /// What a waiter sleeps on until it may be admitted.
@@ -37,16 +37,7 @@ impl ZkStore {
             Some(s) => session::lease_ttl(s.session_timeout()),
             None => req.ttl,
         };
-        let meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
-            holder: crate::backend::Holder {
-                acquired_at_ms: now_ms(),
-                ..req.holder.clone()
-            },
-        };
+        let meta = Meta::fresh(req);
         let sent = Instant::now();
         let stat = match client.set_data(node, &meta.encode(), None).await {
             Ok(stat) => stat,

@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 use zookeeper_client::Stat;
 
-use crate::backend::{now_ms, Holder, LockInfo, Sharing, WaiterInfo};
+use crate::backend::{now_ms, AcquireRequest, Holder, LockInfo, Sharing, WaiterInfo};
 
 /// What an exclusive contender's name holds between its uuid and its sequence.
 pub const LOCK_NAME: &str = "-lock-";
@@ -130,6 +130,21 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The data of `req`'s node from now: depth 1, no token yet, and a detached lease's
+    /// expiry.
+    pub fn fresh(req: &AcquireRequest) -> Meta {
+        Meta {
+            owner: req.owner.clone(),
+            depth: 1,
+            token: None,
+            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
+            holder: Holder {
+                acquired_at_ms: now_ms(),
+                ..req.holder.clone()
+            },
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }

@@ -152,16 +152,7 @@ impl ZkStore {
         w: &mut ZkWaiter,
         path: &str,
     ) -> Result<()> {
-        let meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
-            holder: crate::backend::Holder {
-                acquired_at_ms: now_ms(),
-                ..req.holder.clone()
-            },
-        };
+        let meta = Meta::fresh(req);
         let uuid = crate::holder::new_owner_id();
         let prefix = layout::node_prefix(path, &uuid, req.sharing);
         let acl = acls(&self.target);
