@@ -119,7 +119,7 @@ impl Store {
     pub fn keeps_sharing(&self) -> bool {
         matches!(
             self,
-            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_)
+            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_) | Store::Etcd(_)
         )
     }
 
