@@ -119,7 +119,13 @@ impl Store {
     pub fn keeps_sharing(&self) -> bool {
         matches!(
             self,
-            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_) | Store::Postgres(_)
+            Store::Local(_)
+                | Store::Redis(_)
+                | Store::RedisCluster(_)
+                | Store::Etcd(_)
+                | Store::Zookeeper(_)
+                | Store::Postgres(_)
+                | Store::Mysql(_)
         )
     }
 
