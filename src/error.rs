@@ -70,8 +70,7 @@ impl Error {
     /// (`asked`, as the user wrote it): exit 2, nothing touched.
     pub fn sharing_unsupported(key: &str, backend: &str, asked: &str) -> Error {
         Error::Usage(format!(
-            "lock '{key}': {asked} is not supported on {backend} yet (the local store and \
-             Redis support it)"
+            "lock '{key}': {asked} is not supported on {backend}"
         ))
     }
 

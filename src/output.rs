@@ -391,7 +391,8 @@ pub struct WaitLine {
 struct LineState {
     key: String,
     backend: String,
-    /// When the line was started: nothing is shown for [`WaitLine::QUIET_FOR`].
+    /// When the line was started: nothing is shown for [`WaitLine::QUIET_FOR`] (for
+    /// [`WaitLine::SILENT_FOR`] while the store has not answered).
     started: Instant,
     /// False while connecting, true once acquiring.
     acquiring: bool,
@@ -412,6 +413,10 @@ impl WaitLine {
     pub const LOG_EVERY: Duration = Duration::from_secs(30);
     /// Nothing is shown for waits shorter than this (a quick hand-off is not news).
     const QUIET_FOR: Duration = Duration::from_millis(300);
+    /// Nor for a store that has not answered yet, for this long: connecting to a store of
+    /// several nodes over TLS can take that on a loaded machine, and a refusal that
+    /// follows (a wrong password) must stay the one line the run prints.
+    const SILENT_FOR: Duration = Duration::from_secs(1);
 
     /// Starts the line for `key` while connecting to `backend`, or returns `None` under `-q`.
     pub fn start(global: &Global, key: &str, backend: &str) -> Option<WaitLine> {
@@ -488,7 +493,11 @@ impl Drop for WaitLine {
 
 impl LineState {
     fn tick(&mut self) {
-        if self.started.elapsed() < WaitLine::QUIET_FOR {
+        let quiet = match self.info {
+            None => WaitLine::SILENT_FOR,
+            Some(_) => WaitLine::QUIET_FOR,
+        };
+        if self.started.elapsed() < quiet {
             return;
         }
         if self.tty {

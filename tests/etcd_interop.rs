@@ -108,6 +108,56 @@ fn dlock_waits_for_etcdctl() {
     one_waits_for_the_other("etcdctl", "dlock");
 }
 
+/// Readers (`exec --shared`) hold together; `etcdctl lock` queued behind them starts only
+/// once both have ended, with a newer token, and a reader arriving after it waits for it.
+#[test]
+fn etcdctl_waits_for_every_reader() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reader = |who: &str| {
+        let mut c = dlock();
+        c.env("DLOCK_URL", server.url())
+            .args(["exec", "--shared", "job", "--", "sh", "-c"])
+            .arg(critical_section(dir.path(), who, "$DLOCK_FENCING_TOKEN"));
+        spawn(c)
+    };
+    let (mut r1, mut r2) = (reader("r1"), reader("r2"));
+    for who in ["r1", "r2"] {
+        read_when_ready(
+            &dir.path().join(format!("{who}-start")),
+            Duration::from_secs(20),
+        );
+    }
+    let mut ctl = etcdctl_lock(&server, dir.path());
+    assert!(
+        wait_for(Duration::from_secs(20), || contenders(&server) == 3),
+        "etcdctl never queued"
+    );
+    let late = dlock()
+        .env("DLOCK_URL", server.url())
+        .args(["exec", "-n", "--shared", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        late.status.code(),
+        Some(75),
+        "a reader overtook etcdctl: {late:?}"
+    );
+    std::fs::write(dir.path().join("go-r1"), "").unwrap();
+    let (_, t1, end1) = section(dir.path(), "r1");
+    std::fs::write(dir.path().join("go-r2"), "").unwrap();
+    let (_, t2, end2) = section(dir.path(), "r2");
+    assert_ne!(t1, t2, "two readers with one token");
+    std::fs::write(dir.path().join("go-etcdctl"), "").unwrap();
+    let (start, token, _) = section(dir.path(), "etcdctl");
+    assert!(start > end1.max(end2), "etcdctl started beside a reader");
+    assert!(token > t1.max(t2), "tokens {t1}, {t2} then {token}");
+    for child in [&mut r1, &mut r2, &mut ctl] {
+        let status = wait_exit(child, Duration::from_secs(20)).expect("exits");
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 #[test]
 fn status_shows_an_etcdctl_holder() {
     let server = EtcdServer::start();

@@ -233,6 +233,14 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
     );
     assert_eq!(exec_token(&url), "1");
     assert_eq!(my.sql("SELECT token FROM jobs WHERE lock_key = 'job'"), "1");
+    // Shared holders need nothing more: they live in the same row.
+    let shared = support::dlock()
+        .args(["exec", "job", "--shared", "-u", &url, "--", "sh", "-c"])
+        .arg("echo $DLOCK_FENCING_TOKEN")
+        .output()
+        .unwrap();
+    assert!(shared.status.success(), "{shared:?}");
+    assert_eq!(text(&shared.stdout), "2");
     // The same account may not create tables of its own.
     let other = url.replace("table=jobs", "table=other");
     let out = support::dlock()
@@ -335,4 +343,100 @@ async fn waiters_are_served_in_arrival_order() {
 fn thirty_two_contending_exec_loops_never_overlap() {
     let store = Store::mysql();
     crate::exec::execs_never_overlap(&store, 32, 3);
+}
+
+/// `dlock … --json` as a JSON value (exit code beside it).
+fn json_of(store: &Store, args: &[&str], owner: Option<&str>) -> (Option<i32>, serde_json::Value) {
+    let mut cmd = store.dlock();
+    if let Some(owner) = owner {
+        cmd.env("DLOCK_OWNER", owner);
+    }
+    let out = cmd.args(args).output().unwrap();
+    let line = text(&out.stdout);
+    let v = serde_json::from_str(line.lines().next().unwrap_or("null")).unwrap_or_default();
+    (out.status.code(), v)
+}
+
+/// Semaphore holders in the key's one row: each renews, re-enters and leaves on its own,
+/// the last one out frees the key, and `unlock --force` frees every holder at once.
+#[test]
+fn semaphore_holders_renew_reenter_and_leave_one_by_one() {
+    let mut store = Store::mysql();
+    let lock = ["lock", "sem", "--limit", "3", "--ttl", "1m", "--json"];
+    let (_, a) = json_of(&store, &lock, None);
+    let (_, b) = json_of(&store, &lock, None);
+    let (a, b) = (a["owner"].as_str().unwrap(), b["owner"].as_str().unwrap());
+    let owner = store
+        .my()
+        .sql("SELECT owner FROM dlock_locks WHERE lock_key = 'sem'");
+    assert_eq!(owner, "*group*", "one row keeps the group");
+    let (code, renewed) = json_of(
+        &store,
+        &["renew", "sem", "--owner", b, "--ttl", "2m", "--json"],
+        None,
+    );
+    assert_eq!(
+        (code, renewed["ttl_ms"].as_u64()),
+        (Some(0), Some(120_000)),
+        "{renewed}"
+    );
+    // A nested lock of A re-enters A's place with A's token: two levels to leave.
+    let (code, again) = json_of(
+        &store,
+        &["lock", "sem", "--limit", "3", "-n", "--json"],
+        Some(a),
+    );
+    assert_eq!(
+        (code, again["owner"].as_str()),
+        (Some(0), Some(a)),
+        "{again}"
+    );
+    assert_eq!(again["reentered"], true, "{again}");
+    let (_, st) = json_of(&store, &["status", "sem", "--json"], None);
+    let holders = st["holders"].as_array().unwrap();
+    assert_eq!(holders.len(), 2, "{st}");
+    assert_eq!(
+        (holders[0]["owner"].as_str(), holders[0]["depth"].as_u64()),
+        (Some(a), Some(2))
+    );
+    let unlock = |owner: &str| json_of(&store, &["unlock", "sem", "--owner", owner], None).0;
+    assert_eq!(unlock(a), Some(0));
+    assert_eq!(unlock(a), Some(0));
+    assert_ne!(unlock(a), Some(0), "A has left");
+    let (_, st) = json_of(&store, &["status", "sem", "--json"], None);
+    assert_eq!(st["owner"].as_str(), Some(b), "{st}");
+    assert_eq!(unlock(b), Some(0));
+    assert!(!store.held("sem"), "the last holder out frees the key");
+    // Forced: every holder goes at once, and the next grant's token is newer.
+    json_of(&store, &lock, None);
+    json_of(&store, &lock, None);
+    let (code, _) = json_of(&store, &["unlock", "sem", "--force"], None);
+    assert_eq!(code, Some(0));
+    assert!(!store.held("sem"));
+    let (_, next) = json_of(&store, &["lock", "sem", "--ttl", "1m", "--json"], None);
+    assert_eq!(next["fencing_token"].as_u64(), Some(5), "{next}");
+}
+
+/// `exec --hold-at-least` of a shared holder leaves its own place held after the run, marked
+/// as such: readers still join, a writer still waits.
+#[test]
+fn a_shared_run_held_at_least_keeps_its_place() {
+    let store = Store::mysql();
+    let run = |args: &[&str]| store.dlock().args(args).output().unwrap();
+    let out = run(&["exec", "-s", "--hold-at-least", "30s", "rep", "--", "true"]);
+    assert!(out.status.success(), "{out:?}");
+    let (code, st) = json_of(&store, &["status", "rep", "--json"], None);
+    assert_eq!(code, Some(0), "{st}");
+    assert!(st["held_until_ms"].as_u64().is_some(), "{st}");
+    assert_eq!(st["sharing"], "shared", "{st}");
+    assert_eq!(
+        run(&["exec", "-n", "-s", "rep", "--", "true"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(
+        run(&["exec", "-n", "rep", "--", "true"]).status.code(),
+        Some(75)
+    );
 }

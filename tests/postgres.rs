@@ -1,5 +1,6 @@
 //! `dlock` on PostgreSQL when things fail or are set up by hand: connections terminated,
-//! the server killed, restarted or frozen, wrong passwords, a role that may not run DDL.
+//! the server killed, restarted or frozen, wrong passwords, a role that may not run DDL;
+//! and readers and semaphores as the key's one row keeps them.
 //! Every error is one line that names the server and never the password.
 
 use std::time::{Duration, Instant};
@@ -249,4 +250,135 @@ fn a_role_without_ddl_works_on_tables_made_ahead_of_time() {
 fn thirty_two_contending_exec_loops_never_overlap() {
     let store = Store::postgres();
     crate::exec::execs_never_overlap(&store, 32, 3);
+}
+
+/// `dlock lock KEY FLAGS --json`: the owner and the token.
+fn lock_as(store: &Store, key: &str, flags: &[&str]) -> (String, u64) {
+    let out = store
+        .dlock()
+        .args(["lock", key, "--ttl", "1m", "--json"])
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (
+        v["owner"].as_str().unwrap().into(),
+        v["fencing_token"].as_u64().unwrap(),
+    )
+}
+
+fn run(store: &Store, args: &[&str]) -> std::process::Output {
+    store.dlock().args(args).output().unwrap()
+}
+
+/// Readers keep the key's one row (no other column, no other row): each renews and
+/// releases its own place, the last one frees the row, and `--force` frees them all.
+#[test]
+fn readers_live_in_the_key_row_and_each_renews_and_releases_its_own_place() {
+    let mut store = Store::postgres();
+    let (a, ta) = lock_as(&store, "rw", &["--shared"]);
+    let (b, tb) = lock_as(&store, "rw", &["-s"]);
+    assert!(tb > ta, "{ta} then {tb}");
+    let row = store
+        .pg()
+        .psql("SELECT owner, depth, token FROM dlock_locks WHERE key = 'rw'");
+    assert_eq!(
+        row,
+        format!("*group*|1|{tb}"),
+        "one row, its counter the last token"
+    );
+    // The row's own owner name is nobody's: it renews and frees no one.
+    for verb in ["renew", "unlock"] {
+        let out = run(&store, &[verb, "rw", "--owner", "*group*"]);
+        assert_eq!(out.status.code(), Some(77), "{out:?}");
+    }
+    let renewed = run(&store, &["renew", "rw", "--owner", &a, "--ttl", "2m"]);
+    assert!(renewed.status.success(), "{renewed:?}");
+    let out = run(&store, &["unlock", "rw", "--owner", &b]);
+    assert!(out.status.success(), "{out:?}");
+    let again = run(&store, &["unlock", "rw", "--owner", &b]);
+    assert_eq!(again.status.code(), Some(77), "{again:?}");
+    let err = text(&again.stderr);
+    assert!(err.contains("'rw'") && err.contains("gone"), "{err}");
+    let out = run(&store, &["--json", "status", "rw"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["owner"], a.as_str(), "{st}");
+    assert_eq!(st["holders"].as_array().map(Vec::len), Some(1), "{st}");
+    let left = st["ttl_left_ms"].as_u64().unwrap();
+    assert!(left > 60_000, "renewed to 2m: {st}");
+    let out = run(&store, &["unlock", "rw", "--owner", &a]);
+    assert!(out.status.success(), "{out:?}");
+    let row = store
+        .pg()
+        .psql("SELECT coalesce(owner, 'free'), depth FROM dlock_locks WHERE key = 'rw'");
+    assert_eq!(row, "free|0");
+    // A semaphore of two, freed whole by force, its holders named.
+    lock_as(&store, "rw", &["--limit", "2"]);
+    lock_as(&store, "rw", &["--limit", "2"]);
+    let out = run(&store, &["unlock", "rw", "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!store.held("rw"));
+    let (_, tx) = lock_as(&store, "rw", &[]);
+    assert!(tx > tb + 2, "tokens only grow, whoever holds: {tx}");
+}
+
+/// A nested exclusive run of a reader re-enters its place (same owner, same token)
+/// instead of waiting for itself.
+#[test]
+fn a_nested_run_of_a_reader_reenters_its_place() {
+    let store = Store::postgres();
+    let inner = format!(
+        "echo $DLOCK_FENCING_TOKEN; '{}' exec r -- sh -c 'echo $DLOCK_FENCING_TOKEN'",
+        support::dlock_bin().display()
+    );
+    let out = store
+        .dlock()
+        .args(["exec", "-s", "r", "-w", "10s", "--", "sh", "-c", &inner])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let seen = text(&out.stdout);
+    let tokens: Vec<&str> = seen.lines().collect();
+    assert_eq!(tokens.len(), 2, "{seen}");
+    assert_eq!(tokens[0], tokens[1], "{seen}");
+    assert!(!store.held("r"));
+}
+
+/// `exec --limit 2 --hold-at-least`: the finished run keeps its place (marked as held) until
+/// the hold ends, beside another holder; then the place is free again by itself.
+#[test]
+fn a_held_run_keeps_its_place_in_a_semaphore_until_the_hold_ends() {
+    let store = Store::postgres();
+    let (other, _) = lock_as(&store, "sem", &["--limit", "2"]);
+    let out = run(
+        &store,
+        &[
+            "exec",
+            "sem",
+            "--limit",
+            "2",
+            "--hold-at-least",
+            "2s",
+            "--",
+            "true",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let status = run(&store, &["status", "sem"]);
+    let table = text(&status.stdout);
+    assert!(table.contains("by --hold-at-least"), "not listed: {table}");
+    let full = run(&store, &["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    assert_eq!(full.status.code(), Some(75), "{full:?}");
+    let third = run(
+        &store,
+        &["exec", "-w", "10s", "--limit", "2", "sem", "--", "true"],
+    );
+    assert!(
+        third.status.success(),
+        "the held place came back: {third:?}"
+    );
+    let out = run(&store, &["unlock", "sem", "--owner", &other]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!store.held("sem"));
 }

@@ -257,3 +257,74 @@ fn status_lists_locks_on_every_master() {
     want.sort();
     assert_eq!(listed, want);
 }
+
+/// A Cluster that wants a password and speaks TLS (`rediss+cluster://:PASSWORD@…`, the
+/// private CA in `DLOCK_TLS_CA`): `exec` runs on keys of every master, `status` lists a held
+/// lock, the password shows nowhere (not even in the command's environment), and a wrong
+/// password is one line, exit 69, naming the key and the Cluster.
+#[test]
+fn a_cluster_with_a_password_and_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = support::pki(dir.path()).expect("openssl makes the test certificates");
+    let password = "cl-s3cret-pw";
+    let c = RedisCluster::start_secured(&support::Secured {
+        password,
+        pki: &pki,
+    });
+    let dlock = |url: &str| {
+        let mut d = support::dlock();
+        d.env("DLOCK_URL", url).env("DLOCK_TLS_CA", &pki.ca);
+        d.env_remove("DLOCK_TLS_CERT").env_remove("DLOCK_TLS_KEY");
+        d
+    };
+    let url = c.secured_url(password);
+    let mut seen = String::new();
+    for key in ["a", "b", "c", "d", "e", "f"] {
+        let out = dlock(&url)
+            .args([
+                "exec",
+                key,
+                "--",
+                "sh",
+                "-c",
+                "echo $DLOCK_FENCING_TOKEN; env",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{key}: {out:?}");
+        seen.push_str(&support::text(&out.stdout));
+        seen.push_str(&support::text(&out.stderr));
+    }
+    let masters: std::collections::HashSet<u16> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|k| c.master_of(&format!("dlock:{{{k}}}:lease")).port)
+        .collect();
+    assert!(masters.len() > 1, "the keys all live on one master");
+    let locked = dlock(&url)
+        .args(["lock", "held", "--ttl", "30s"])
+        .output()
+        .unwrap();
+    assert!(locked.status.success(), "{locked:?}");
+    let status = dlock(&url).args(["status", "--json"]).output().unwrap();
+    let listed = support::text(&status.stdout);
+    assert!(listed.contains("\"key\":\"held\""), "{status:?}");
+    let bad = dlock(&c.secured_url("wrong-pw-77"))
+        .args(["exec", "k", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(69), "{bad:?}");
+    let err = support::text(&bad.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("'k'") && err.contains("rediss+cluster://"),
+        "{err}"
+    );
+    for out in [&locked, &status, &bad] {
+        seen.push_str(&support::text(&out.stdout));
+        seen.push_str(&support::text(&out.stderr));
+    }
+    assert!(
+        !seen.contains(password) && !seen.contains("wrong-pw-77"),
+        "a password shows: {seen}"
+    );
+}

@@ -2,8 +2,9 @@
 //! the replica acknowledged it (`WAIT`), so the command finds its lease on the replica; with
 //! the replica paused or dead, or fewer replicas than asked, acquire fails with exit 69 in
 //! one line and leaves the key free; a renewal the replica does not acknowledge counts as
-//! failed, so the command is killed (exit 79) before the lease could expire. Bad values,
-//! and the parameter where it is not supported, are exit 2 before anything is touched.
+//! failed, so the command is killed (exit 79) before the lease could expire. On a Cluster
+//! the master of the lock's slot waits for its replica. Bad values, and the parameter where
+//! it is not supported (Redlock), are exit 2 before anything is touched.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -98,8 +99,11 @@ fn refused(pair: &Pair, query: &str, key: &str, acked: &str) {
 /// `dlock exec KEY` with `dlock`'s URL, whose command prints its owner id and the owner
 /// the replica at `replica_port` has for KEY: the two must be the same.
 fn lease_on_replica(mut dlock: std::process::Command, key: &str, replica_port: u16) {
+    // READONLY lets a Cluster replica answer for its master's slots (a plain replica
+    // refuses it and answers all the same).
     let script = format!(
-        "echo \"$DLOCK_OWNER\"; redis-cli -p {replica_port} HGET 'dlock:{{{key}}}:lease' owner"
+        "echo \"$DLOCK_OWNER\"; printf 'READONLY\\nHGET dlock:{{{key}}}:lease owner\\n' \
+         | redis-cli -p {replica_port} | tail -n 1"
     );
     let out = dlock
         .args(["exec", key, "--", "sh", "-c", &script])
@@ -212,7 +216,7 @@ fn bad_or_unsupported_min_replicas_is_a_usage_error() {
         format!("redis://:{pw}@127.0.0.1:1?min_replicas_timeout=100"),
         format!("redis+unix:///nowhere.sock?min_replicas=x&pass={pw}"),
         format!("redis+sentinel://:{pw}@127.0.0.1:1/m?min_replicas=1.5"),
-        format!("redis+cluster://:{pw}@127.0.0.1:1,127.0.0.1:2?min_replicas=1"),
+        format!("redis+cluster://:{pw}@127.0.0.1:1,127.0.0.1:2?min_replicas=x"),
         format!("redis://:{pw}@127.0.0.1:1?min_replicas=1,redis://127.0.0.1:2,redis://127.0.0.1:3"),
     ];
     for url in urls {
@@ -248,4 +252,47 @@ fn behind_sentinel_the_master_it_names_waits_for_its_replica() {
     assert_eq!(out.status.code(), Some(69), "{err}");
     assert!(err.contains("1 of 2 replica(s)"), "{err}");
     assert!(pair.free_on_master("sentinel"), "given back");
+}
+
+/// On a Cluster (each master with one replica), `WAIT` goes to the master of the lock's
+/// slot: the lease is on that master's replica before the command runs, for keys on every
+/// master; asking for two replicas is refused (exit 69, "1 of 2") and leaves nothing held;
+/// with the replica of the key's own master frozen, "0 of 1".
+#[test]
+fn on_a_cluster_the_master_of_the_slot_waits_for_its_replica() {
+    let c = support::RedisCluster::start();
+    let url = |query: &str| {
+        let mut d = support::dlock();
+        d.env("DLOCK_URL", format!("{}?{query}", c.url()));
+        d
+    };
+    let mut masters = std::collections::HashSet::new();
+    for key in ["a", "b", "c", "d", "e", "f"] {
+        let master = c.master_of(&format!("dlock:{{{key}}}:lease")).port;
+        masters.insert(master);
+        let replica = c.nodes[c.replica_of(master)].port;
+        lease_on_replica(url("min_replicas=1"), key, replica);
+    }
+    assert!(masters.len() > 1, "the keys all live on one master");
+    let out = url("min_replicas=2&min_replicas_timeout=200")
+        .args(["exec", "two", "--", "true"])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("1 of 2 replica(s) acknowledged"), "{err}");
+    let status = url("").args(["status", "two"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(1), "given back: {status:?}");
+    // With the replica of the key's master frozen, the others' replicas do not count.
+    let master = c.master_of("dlock:{frozen}:lease").port;
+    let replica = &c.nodes[c.replica_of(master)];
+    replica.pause();
+    let out = url("min_replicas=1&min_replicas_timeout=200")
+        .args(["exec", "frozen", "--", "true"])
+        .output()
+        .unwrap();
+    replica.resume();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("0 of 1 replica(s) acknowledged"), "{err}");
 }

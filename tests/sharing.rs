@@ -1,8 +1,7 @@
-//! Semaphores (`--limit N`) and shared locks (`-s, --shared`) on every backend. Where a store
-//! keeps them ([`Store::keeps_sharing`]): never more than N holders, never a writer beside
-//! anyone, tokens never handed out twice, callers that disagree on N refused, and first come
-//! first served where waiters queue ([`Store::keeps_queue`]). Elsewhere: one line naming the
-//! key and the store, exit 2, nothing held.
+//! Semaphores (`--limit N`) and shared locks (`-s, --shared`) on every backend: never more
+//! than N holders, never a writer beside anyone, tokens never handed out twice (also while
+//! holders are SIGKILLed), callers that disagree on N refused, and first come first served
+//! where waiters queue ([`Store::keeps_queue`]).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -18,30 +17,6 @@ on_every_backend!(
     contending_semaphore_loops_never_exceed_the_limit,
     contending_readers_and_writers_never_overlap,
 );
-
-/// On a store that keeps only exclusive leases: `exec` with `flag` is refused with one
-/// line naming the key and the store, exit 2, and nothing is held. True there.
-fn refused_here(store: &Store, flag: &[&str]) -> bool {
-    if store.keeps_sharing() {
-        return false;
-    }
-    let out = store
-        .dlock()
-        .args(["exec", "sem"])
-        .args(flag)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(
-        err.contains("'sem'") && err.contains("not supported on"),
-        "{err}"
-    );
-    assert!(!store.held("sem"), "a refused request left the key held");
-    true
-}
 
 /// Starts `dlock exec KEY FLAGS… -- sh -c SCRIPT` and waits until the command runs;
 /// returns dlock and the command's pid. `tag` tells holders of one key apart.
@@ -123,9 +98,6 @@ fn code(store: &Store, args: &[&str]) -> (Option<i32>, String) {
 }
 
 fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
-    if refused_here(&store, &["--limit", "2"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let limit = ["--limit", "2"];
@@ -178,9 +150,6 @@ fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
 }
 
 fn callers_that_disagree_on_the_limit_are_refused(store: Store) {
-    if refused_here(&store, &["-s"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let (mut a, _) = hold(
@@ -223,9 +192,6 @@ fn callers_that_disagree_on_the_limit_are_refused(store: Store) {
 }
 
 fn readers_share_and_a_queued_writer_stops_later_readers(store: Store) {
-    if refused_here(&store, &["--shared"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let (mut r1, _) = hold(&store, "rw", &["-s"], &until(&go), dir.path(), "r1");
@@ -256,9 +222,6 @@ fn readers_share_and_a_queued_writer_stops_later_readers(store: Store) {
 }
 
 fn a_killed_holder_frees_its_slot(store: Store) {
-    if refused_here(&store, &["--limit", "2"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
     let ttl = format!("{}ms", 1500 * store.slowdown(Duration::from_millis(1500)));
@@ -280,12 +243,31 @@ fn a_killed_holder_frees_its_slot(store: Store) {
         .success());
 }
 
+/// Lists the markers in `$IN` whose process is alive: a marker is `ROLE` then the pid of the
+/// command that made it, and a holder killed outright leaves its marker behind.
+const LIVE: &str = r#"live() { for f in "$IN"/*; do [ -e "$f" ] || continue; m=${f##*/}; s=$(cut -d' ' -f3 "/proc/${m#?}/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && echo "$m"; done; }"#;
+
 /// Runs one shell loop per `(role, flags)` of `rounds` `dlock exec -q FLAGS sem` each, each
-/// run `script` with `$ROLE`, `$IN` (a directory shared by the runs) and `$OUT` (a file for
-/// what they saw; a failed run writes `FAILED`). Returns what they saw.
-fn contend(store: &Store, dir: &Path, loops: &[(&str, &str)], rounds: u32, script: &str) -> String {
+/// run `script` with `$ROLE`, `$IN` (a directory shared by the runs, where each marks itself
+/// `$ROLE$$` while inside) and `$OUT` (a file for what they saw; a failed run writes
+/// `FAILED` and its exit code). Meanwhile SIGKILLs `kills` random holders (dlock and its
+/// command at once: the lease is left to expire). Returns what the runs saw and how many
+/// holders were killed.
+fn contend(
+    store: &Store,
+    dir: &Path,
+    loops: &[(&str, &str)],
+    rounds: u32,
+    script: &str,
+    kills: usize,
+) -> (String, usize) {
     let (inside, out) = (dir.join("in"), dir.join("out"));
     std::fs::create_dir(&inside).unwrap();
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("err"))
+        .unwrap();
     let mut children = Vec::new();
     for (role, flags) in loops {
         let run = format!(
@@ -294,60 +276,147 @@ fn contend(store: &Store, dir: &Path, loops: &[(&str, &str)], rounds: u32, scrip
             dlock_bin().display(),
         );
         let mut sh: Command = store.shell(&run);
-        sh.env("SCRIPT", script)
+        sh.stderr(err.try_clone().unwrap())
+            .env("SCRIPT", format!("{LIVE}\n{script}"))
             .env("IN", &inside)
             .env("OUT", &out)
             .env("ROLE", role);
         children.push(sh.spawn().unwrap());
     }
-    for mut c in children {
-        assert!(
-            wait_exit(&mut c, Duration::from_secs(240)).is_some(),
-            "a loop hung"
-        );
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let killed = std::thread::scope(|s| {
+        let killer = s.spawn(|| kill_holders(&inside, kills, &done));
+        for c in &mut children {
+            assert!(
+                wait_exit(c, Duration::from_secs(240)).is_some(),
+                "a loop hung"
+            );
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        killer.join().unwrap()
+    });
+    assert!(killed > 0, "no holder was killed");
+    let err = std::fs::read_to_string(dir.join("err")).unwrap();
+    let seen = std::fs::read_to_string(out).unwrap();
+    (format!("{seen}--- the loops' stderr:\n{err}"), killed)
+}
+
+/// SIGKILLs up to `kills` holders found marked in `inside`, one every few hundred
+/// milliseconds, until `done`: the command and its parent `dlock exec` together, then
+/// removes the marker (so that a later process given the same pid is not counted).
+fn kill_holders(inside: &Path, kills: usize, done: &std::sync::atomic::AtomicBool) -> usize {
+    let mut killed = 0;
+    let mut seed = std::process::id() as usize;
+    while killed < kills && !done.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(150));
+        let marks: Vec<_> = std::fs::read_dir(inside)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        if marks.is_empty() {
+            continue;
+        }
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mark = &marks[(seed >> 33) % marks.len()];
+        let Ok(cmd) = mark[1..].parse::<u32>() else {
+            continue;
+        };
+        let parent = std::fs::read_to_string(format!("/proc/{cmd}/stat"))
+            .ok()
+            .and_then(|st| st.split(' ').nth(3).and_then(|p| p.parse::<u32>().ok()));
+        let Some(parent) = parent else { continue };
+        let comm = std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
+        if comm.trim() != "dlock" {
+            continue; // the run ended between the two reads
+        }
+        // dlock first: a command killed first would be an ordinary end, its lease released.
+        if !kill9(parent) {
+            continue;
+        }
+        kill9(cmd);
+        wait_for(Duration::from_secs(5), || {
+            std::fs::read_to_string(format!("/proc/{cmd}/stat"))
+                .map_or(true, |st| st.split(' ').nth(2) == Some("Z"))
+        });
+        let _ = std::fs::remove_file(inside.join(mark));
+        killed += 1;
     }
-    std::fs::read_to_string(out).unwrap()
+    killed
+}
+
+/// SIGKILL to `pid`; false when it had already gone.
+fn kill9(pid: u32) -> bool {
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The runs' `FAILED` lines are all holders killed by [`contend`] (exit 137), at most
+/// `killed` of them.
+fn only_killed_runs_failed(seen: &str, killed: usize) {
+    let failed: Vec<&str> = seen.lines().filter(|l| l.starts_with("FAILED")).collect();
+    assert!(
+        failed.iter().all(|l| *l == "FAILED 137") && failed.len() <= killed,
+        "{killed} killed: {seen}"
+    );
+}
+
+/// A killed holder's slot comes back at its TTL: short, so that the loops move on.
+fn short_ttl(store: &Store) -> String {
+    format!("{}ms", 1500 * store.slowdown(Duration::from_millis(1500)))
 }
 
 fn contending_semaphore_loops_never_exceed_the_limit(store: Store) {
-    if refused_here(&store, &["--limit", "3"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let script = r#"touch "$IN/$$"; echo "n $(ls "$IN" | wc -l) $DLOCK_FENCING_TOKEN" >> "$OUT"; sleep 0.02; rm "$IN/$$""#;
-    let seen = contend(&store, dir.path(), &[("s", "--limit 3"); 6], 6, script);
-    assert!(!seen.contains("FAILED"), "{seen}");
+    let script = r#"touch "$IN/$ROLE$$"; echo "n $(live | wc -l) $DLOCK_FENCING_TOKEN" >> "$OUT"; sleep 0.05; rm "$IN/$ROLE$$""#;
+    let flags = format!("--limit 3 --ttl {}", short_ttl(&store));
+    let (seen, killed) = contend(
+        &store,
+        dir.path(),
+        &[("s", flags.as_str()); 8],
+        5,
+        script,
+        3,
+    );
+    only_killed_runs_failed(&seen, killed);
     let runs: Vec<(usize, u64)> = seen
         .lines()
+        .filter(|l| l.starts_with("n "))
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             (f[1].parse().unwrap(), f[2].parse().unwrap())
         })
         .collect();
-    assert_eq!(runs.len(), 36, "{seen}");
+    assert!(runs.len() + killed >= 40, "{killed} killed: {seen}");
     assert!(
-        runs.iter().all(|(n, _)| *n <= 3),
+        runs.iter().all(|(n, _)| (1..=3).contains(n)),
         "more than 3 at once: {seen}"
     );
     let mut tokens: Vec<u64> = runs.iter().map(|r| r.1).collect();
     tokens.sort_unstable();
     tokens.dedup();
-    assert_eq!(tokens.len(), 36, "a token handed out twice: {seen}");
+    assert_eq!(tokens.len(), runs.len(), "a token handed out twice: {seen}");
 }
 
 /// Readers mark themselves `r`, writers `w`, in a shared directory, and look at who else is
 /// inside: a writer must be alone, a reader must see no writer.
 fn contending_readers_and_writers_never_overlap(store: Store) {
-    if refused_here(&store, &["--shared"]) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let script = r#"touch "$IN/$ROLE$$"
-if [ "$ROLE" = w ]; then [ "$(ls "$IN" | wc -l)" -eq 1 ] || echo BAD writer beside $(ls "$IN") >> "$OUT"
-else ls "$IN" | grep -q '^w' && echo BAD reader beside $(ls "$IN") >> "$OUT"; fi
-echo ran >> "$OUT"; sleep 0.01; rm "$IN/$ROLE$$""#;
-    let loops = [("r", "-s"), ("r", "-s"), ("r", "-s"), ("w", ""), ("w", "")];
-    let seen = contend(&store, dir.path(), &loops, 6, script);
-    assert!(!seen.contains("BAD") && !seen.contains("FAILED"), "{seen}");
-    assert_eq!(seen.lines().count(), 30, "{seen}");
+if [ "$ROLE" = w ]; then [ "$(live | wc -l)" -eq 1 ] || echo BAD writer beside $(live) >> "$OUT"
+else live | grep -q '^w' && echo BAD reader beside $(live) >> "$OUT"; fi
+echo ran >> "$OUT"; sleep 0.02; rm "$IN/$ROLE$$""#;
+    let ttl = short_ttl(&store);
+    let (reader, writer) = (format!("-s --ttl {ttl}"), format!("--ttl {ttl}"));
+    let mut loops = vec![("r", reader.as_str()); 5];
+    loops.extend([("w", writer.as_str()); 3]);
+    let (seen, killed) = contend(&store, dir.path(), &loops, 5, script, 3);
+    assert!(!seen.contains("BAD"), "{seen}");
+    only_killed_runs_failed(&seen, killed);
+    let ran = seen.lines().filter(|l| *l == "ran").count();
+    assert!(ran + killed >= 40, "{killed} killed: {seen}");
 }

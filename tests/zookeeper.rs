@@ -1,6 +1,6 @@
 //! The ZooKeeper store against real servers: detached leases as TTL nodes, the session
 //! timeout the server grants, passwords, and faults (a server killed during a hold, an
-//! ensemble losing its leader).
+//! ensemble losing its leader, two of three servers frozen, a waiter killed in line).
 
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -54,6 +54,45 @@ fn lock_then_unlock_from_another_process() {
     assert!(renewed.status.success(), "{renewed:?}");
     let unlocked = run(&url, &["unlock", "job", "--owner", &owner]);
     assert!(unlocked.status.success(), "{unlocked:?}");
+    let free = run(&url, &["lock", "job", "--no-wait", "--ttl", "5s"]);
+    assert!(free.status.success(), "{free:?}");
+}
+
+/// Detached shared leases (TTL nodes named as Curator's readers): each renews and unlocks
+/// its own, a writer waits for them, and `unlock --force` frees them all.
+#[test]
+fn detached_readers_share_and_force_frees_them_all() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let take = |flags: &[&str]| {
+        let out = run(
+            &url,
+            &[&["lock", "job", "-n", "--ttl", "30s"], flags].concat(),
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (a, b) = (take(&["--shared"]), take(&["--shared"]));
+    let writer = run(&url, &["lock", "job", "--no-wait"]);
+    assert_eq!(writer.status.code(), Some(75), "{writer:?}");
+    let out = run(&url, &["--json", "status", "job"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["sharing"], "shared", "{st}");
+    let owners: Vec<&str> = st["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["owner"].as_str().unwrap())
+        .collect();
+    assert_eq!(owners, [a.as_str(), b.as_str()], "{st}");
+    let renewed = run(&url, &["renew", "job", "--owner", &b, "--ttl", "20s"]);
+    assert!(renewed.status.success(), "{renewed:?}");
+    let unlocked = run(&url, &["unlock", "job", "--owner", &b]);
+    assert!(unlocked.status.success(), "{unlocked:?}");
+    let c = take(&["--shared"]);
+    assert_ne!(c, a);
+    let forced = run(&url, &["unlock", "job", "--force"]);
+    assert!(forced.status.success(), "{forced:?}");
     let free = run(&url, &["lock", "job", "--no-wait", "--ttl", "5s"]);
     assert!(free.status.success(), "{free:?}");
 }
@@ -170,4 +209,97 @@ fn an_ensemble_losing_its_leader_keeps_one_holder() {
     );
     let _ = second.kill();
     let _ = second.wait();
+}
+
+/// Two servers of three are frozen (SIGSTOP) during a hold, so the ensemble has no quorum:
+/// CMD is killed (exit 79) before the session could expire, and once the two are back the
+/// next holder starts only then, with a higher token.
+#[test]
+fn an_ensemble_without_a_quorum_ends_the_command_before_the_session_can_expire() {
+    let ensemble = ZkEnsemble::start();
+    let url = ensemble.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "4s"]);
+    let first = token_of(dir.path());
+    let frozen: Vec<u32> = ensemble.servers[1..]
+        .iter()
+        .map(|s| s.pid().expect("running"))
+        .collect();
+    for pid in &frozen {
+        crate::support::send_signal(*pid, "STOP");
+    }
+    let stopped = Instant::now();
+    let status = wait_exit(&mut held, Duration::from_secs(15));
+    let gone = stopped.elapsed();
+    for pid in &frozen {
+        crate::support::send_signal(*pid, "CONT");
+    }
+    let status = status.expect("dlock still runs without a quorum");
+    assert_eq!(status.code(), Some(79), "{status:?}");
+    assert!(
+        gone < Duration::from_secs(4),
+        "CMD outlived the session: {gone:?}"
+    );
+    assert!(!dir.path().join("end").exists(), "the command went on");
+    // The two rejoin; until a quorum forms again, dlock cannot connect (exit 69).
+    assert!(
+        crate::support::wait_for(Duration::from_secs(30), || {
+            run(&url, &["status"]).status.success()
+        }),
+        "the ensemble never came back"
+    );
+    let next = ["exec", "job", "-w", "30s", "--ttl", "4s", "--", "sh", "-c"];
+    let o = dlock()
+        .env("DLOCK_URL", &url)
+        .args(next)
+        .arg("echo $DLOCK_FENCING_TOKEN")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let token: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(token > first, "tokens {first} then {token}");
+}
+
+/// A waiter killed outright (SIGKILL) leaves the queue when its session ends, and the
+/// waiter behind it gets the lock when the holder leaves.
+#[test]
+fn a_killed_waiter_leaves_the_line_when_its_session_ends() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "2s"]);
+    token_of(dir.path());
+    let waiters = || {
+        let out = run(&url, &["--json", "status", "job"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["waiters"].as_array().map_or(0, Vec::len)
+    };
+    let spawn_waiter = || {
+        dlock()
+            .env("DLOCK_URL", &url)
+            .args(["exec", "job", "--ttl", "2s", "-w", "60s", "--", "true"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut killed = spawn_waiter();
+    assert!(
+        crate::support::wait_for(Duration::from_secs(10), || waiters() == 1),
+        "never queued"
+    );
+    let mut behind = spawn_waiter();
+    assert!(
+        crate::support::wait_for(Duration::from_secs(10), || waiters() == 2),
+        "the second waiter never queued"
+    );
+    crate::support::send_signal(killed.id(), "KILL");
+    let _ = killed.wait();
+    assert!(
+        crate::support::wait_for(Duration::from_secs(10), || waiters() == 1),
+        "the killed waiter stayed in line"
+    );
+    crate::support::send_signal(held.id(), "TERM");
+    wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
+    let status = wait_exit(&mut behind, Duration::from_secs(20)).expect("the next waiter hung");
+    assert!(status.success(), "{status:?}");
 }

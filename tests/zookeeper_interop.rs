@@ -1,5 +1,6 @@
 //! dlock and Apache Curator's `InterProcessMutex` contend for the same locks: neither runs
-//! its command while the other holds the lock, in either order. The Curator side is a
+//! its command while the other holds the lock, in either order; and so do dlock's readers
+//! (`--shared`) and the writer of Curator's `InterProcessReadWriteLock`. The Curator side is a
 //! small Java program compiled here against Debian's `libcurator-recipes-java` with the
 //! machine's JDK: when either is missing the tests fail (`.ci/install` installs them).
 
@@ -12,12 +13,15 @@ use crate::support::{dlock, read_when_ready, wait_exit, wait_for, ZkServer};
 /// The Curator jars; their manifests name guava, slf4j and the ZooKeeper client.
 const CURATOR: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
 
-/// Holds an `InterProcessMutex` on PATH while `sh -c SCRIPT` runs.
+/// Holds an `InterProcessMutex` on PATH (or, with a fourth argument `write` or `read`, that
+/// side of an `InterProcessReadWriteLock`) while `sh -c SCRIPT` runs.
 const PROGRAM: &str = r#"
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryNTimes;
 
 public class CuratorLock {
@@ -25,7 +29,11 @@ public class CuratorLock {
         CuratorFramework client = CuratorFrameworkFactory.newClient(
                 args[0], 10000, 5000, new RetryNTimes(3, 100));
         client.start();
-        InterProcessMutex mutex = new InterProcessMutex(client, args[1]);
+        String side = args.length > 3 ? args[3] : "mutex";
+        InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, args[1]);
+        InterProcessLock mutex = side.equals("write") ? rw.writeLock()
+                : side.equals("read") ? rw.readLock()
+                : new InterProcessMutex(client, args[1]);
         if (!mutex.acquire(60, TimeUnit.SECONDS)) {
             System.exit(75);
         }
@@ -77,20 +85,30 @@ fn spawn(mut c: Command) -> Child {
         .unwrap()
 }
 
-fn dlock_exec(server: &ZkServer, dir: &Path) -> Child {
+/// `dlock exec` as `who`: `dlock` (exclusive) or `dlock-shared` (`--shared`).
+fn dlock_exec(server: &ZkServer, dir: &Path, who: &str) -> Child {
     let mut c = dlock();
     c.env("DLOCK_URL", server.url())
-        .args(["exec", "/locks/job", "--", "sh", "-c"])
-        .arg(critical_section(dir, "dlock"));
+        .args(["exec", "/locks/job"])
+        .args((who == "dlock-shared").then_some("--shared"))
+        .args(["--", "sh", "-c"])
+        .arg(critical_section(dir, who));
     spawn(c)
 }
 
-fn curator_lock(server: &ZkServer, dir: &Path, classpath: &str) -> Child {
+/// The Curator program as `who`: `curator` (`InterProcessMutex`), `curator-writer` or
+/// `curator-reader` (the write or read lock of `InterProcessReadWriteLock`).
+fn curator_lock(server: &ZkServer, dir: &Path, classpath: &str, who: &str) -> Child {
     let mut c = Command::new("java");
     c.args(["-Xmx64m", "-cp", classpath, "CuratorLock"])
         .arg(server.endpoint())
         .arg("/locks/job")
-        .arg(critical_section(dir, "curator"));
+        .arg(critical_section(dir, who))
+        .args(match who {
+            "curator-writer" => Some("write"),
+            "curator-reader" => Some("read"),
+            _ => None,
+        });
     spawn(c)
 }
 
@@ -125,9 +143,9 @@ fn one_waits_for_the_other(first: &str, second: &str) {
     let classes = tempfile::tempdir().unwrap();
     let classpath = compile(classes.path());
     let start = |who: &str| -> Child {
-        match who {
-            "dlock" => dlock_exec(&server, dir.path()),
-            _ => curator_lock(&server, dir.path(), &classpath),
+        match who.strip_prefix("dlock") {
+            Some(_) => dlock_exec(&server, dir.path(), who),
+            None => curator_lock(&server, dir.path(), &classpath, who),
         }
     };
     let mut a = start(first);
@@ -139,9 +157,13 @@ fn one_waits_for_the_other(first: &str, second: &str) {
         "{second} never queued"
     );
     let st = status(&server);
-    if first == "curator" {
-        let command = st["command"].as_str().unwrap_or_default();
-        assert_eq!(command, "(Curator InterProcessMutex)", "{st}");
+    let recipe = match first {
+        "curator" => "(Curator InterProcessMutex)",
+        "curator-writer" => "(Curator InterProcessReadWriteLock)",
+        _ => "",
+    };
+    if !recipe.is_empty() {
+        assert_eq!(st["command"].as_str().unwrap_or_default(), recipe, "{st}");
     }
     // Queued, it must not run while the first holds the lock.
     std::thread::sleep(Duration::from_millis(300));
@@ -169,4 +191,60 @@ fn curator_waits_for_dlock() {
 #[test]
 fn dlock_waits_for_curator() {
     one_waits_for_the_other("curator", "dlock");
+}
+
+#[test]
+fn a_curator_writer_waits_for_a_dlock_reader() {
+    one_waits_for_the_other("dlock-shared", "curator-writer");
+}
+
+#[test]
+fn a_dlock_reader_waits_for_a_curator_writer() {
+    one_waits_for_the_other("curator-writer", "dlock-shared");
+}
+
+/// A Curator reader and dlock's readers hold the lock together; dlock's exclusive caller
+/// does not join them.
+#[test]
+fn dlock_readers_share_with_a_curator_reader() {
+    let server = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let classes = tempfile::tempdir().unwrap();
+    let classpath = compile(classes.path());
+    let who = "curator-reader";
+    let mut reader = curator_lock(&server, dir.path(), &classpath, who);
+    read_when_ready(
+        &dir.path().join(format!("{who}-start")),
+        Duration::from_secs(60),
+    );
+    let run = |flags: &[&str]| {
+        let out = dlock()
+            .env("DLOCK_URL", server.url())
+            .args(["exec", "-n", "/locks/job"])
+            .args(flags)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&["--shared"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "a dlock reader beside a Curator reader: {err}"
+    );
+    let (code, err) = run(&[]);
+    assert_eq!(
+        code,
+        Some(75),
+        "a dlock writer beside a Curator reader: {err}"
+    );
+    let st = status(&server);
+    assert_eq!(st["sharing"], "shared", "{st}");
+    std::fs::write(dir.path().join(format!("go-{who}")), "").unwrap();
+    let status = wait_exit(&mut reader, Duration::from_secs(30)).expect("exits");
+    assert!(status.success(), "{status:?}");
 }

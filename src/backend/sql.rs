@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::group::Group;
 use super::store::{Attempt, Busy};
 use super::{
     now_ms, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, WaiterInfo,
@@ -62,6 +63,16 @@ pub fn info(
     }
 }
 
+/// The live members of the group a live row of `owner` keeps in `holder`, with the
+/// store's now in the members' clock: the row expires with its last member, `left_ms`
+/// from now. `None` for an exclusive lease (or a group with no member left).
+pub fn live_group(owner: &str, holder: Option<&str>, left_ms: i64) -> Option<(Group, i64)> {
+    let mut group = Group::read(Some(owner), holder)?;
+    let now_ms = group.until_ms() - left_ms.max(1);
+    group.prune(now_ms);
+    (!group.is_empty()).then_some((group, now_ms))
+}
+
 /// What an attempt's transaction decided, before it is turned into a lease.
 pub enum Outcome {
     Granted {
@@ -118,10 +129,16 @@ pub type WaitingRow = (String, String, Option<String>);
 /// The status of each of `names`, in order, from the live leases and waiters read for them.
 pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) -> Vec<KeyStatus> {
     let statuses = names.into_iter().map(|key| {
-        let lock = held
-            .iter()
-            .find(|r| r.0 == key)
-            .map(|r| info(&key, &r.1, r.2, r.3, r.4.as_deref(), r.5));
+        let row = held.iter().find(|r| r.0 == key);
+        let group = row.and_then(|r| live_group(&r.1, r.4.as_deref(), r.5));
+        let lock = row.map(|r| info(&key, &r.1, r.2, r.3, r.4.as_deref(), r.5));
+        let (lock, holders, sharing) = match group {
+            Some((g, now_ms)) => {
+                let holders = g.infos(&key, now_ms);
+                (holders.first().cloned(), holders, g.sharing)
+            }
+            None => (lock, Vec::new(), crate::backend::Sharing::Exclusive),
+        };
         let waiters = waiting
             .iter()
             .filter(|r| r.0 == key)
@@ -135,8 +152,8 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
             lock,
             waiters: Some(waiters),
             servers: None,
-            holders: Vec::new(),
-            sharing: crate::backend::Sharing::Exclusive,
+            holders,
+            sharing,
         }
     });
     statuses.collect()
@@ -174,7 +191,29 @@ pub fn no_answer(name: &str, what: &str, limit: Duration) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::identifier;
+    use super::{identifier, live_group};
+    use crate::backend::group::{Group, Member, GROUP_OWNER};
+    use crate::backend::Sharing;
+
+    #[test]
+    fn a_group_row_reads_as_its_live_members() {
+        let member = |owner: &str, until_ms| Member {
+            owner: owner.into(),
+            token: 1,
+            depth: 1,
+            until_ms,
+            holder: Default::default(),
+        };
+        let mut g = Group::new(Sharing::Shared, member("a", 100));
+        g.join(member("b", 300));
+        let json = g.encode();
+        // 50 ms left of the row: now is 250 on the members' clock, and "a" is gone.
+        let (live, now) = live_group(GROUP_OWNER, Some(&json), 50).unwrap();
+        assert_eq!((live.members.len(), now), (1, 250));
+        assert_eq!(live.members[0].owner, "b");
+        assert!(live_group("0123abcd", Some(&json), 50).is_none());
+        assert!(live_group(GROUP_OWNER, None, 50).is_none());
+    }
 
     #[test]
     fn identifiers() {

@@ -114,26 +114,12 @@ impl Store {
         sh
     }
 
-    /// Whether the store keeps shared and semaphore leases (`--shared`, `--limit N`); the
-    /// others refuse them.
-    pub fn keeps_sharing(&self) -> bool {
-        matches!(
-            self,
-            Store::Local(_)
-                | Store::Redis(_)
-                | Store::RedisCluster(_)
-                | Store::Redlock(_)
-                | Store::Memcached(_)
-                | Store::MemcachedQuorum(_)
-        )
-    }
-
     /// Whether waiters line up first come first served and `status` lists them; on the
     /// others a waiter retries on its own, and a waiter's `-v` line shows it waits.
     pub fn keeps_queue(&self) -> bool {
-        matches!(
+        !matches!(
             self,
-            Store::Local(_) | Store::Redis(_) | Store::RedisCluster(_)
+            Store::Redlock(_) | Store::Memcached(_) | Store::MemcachedQuorum(_)
         )
     }
 

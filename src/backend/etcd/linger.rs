@@ -24,11 +24,7 @@ impl EtcdStore {
     /// Moves `owner`'s key on `key` onto a new lease of `left`, marked for `status`.
     pub(super) async fn linger_key(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
         let (entries, _) = self.entries(key).await?;
-        let holder = match entries.first() {
-            Some(h) if h.owned_by(owner) => h,
-            Some(_) => return Err(Error::held_by_other("hold", key, &self.name, owner)),
-            None => return Err(Error::lease_gone("hold", key, &self.name)),
-        };
+        let holder = self.held_by(&entries, "hold", key, owner)?;
         let granted = self.client.grant(whole_seconds(left)).await?;
         let mut meta = holder.meta.clone();
         meta.token = Some(holder.token());

@@ -4,6 +4,9 @@
 //! * [`proto`]: the protobuf messages, written by hand (no `protoc` at build time).
 //! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic.
 //! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
+//! * [`holders`]: who of a lock's contenders holds when some share it (`--shared`,
+//!   `--limit N`), and their transactions, as pure functions.
+//! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
 //! * [`runs`]: the last run and last success of each lock name.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
 //! * [`status`]: `dlock status`, each lock's holder and waiters.
@@ -14,10 +17,12 @@
 //! * [`url`]: `etcd://` and `etcds://` URLs.
 
 pub mod client;
+pub mod holders;
 pub mod linger;
 pub mod proto;
 pub mod recipe;
 pub mod runs;
+pub mod shared;
 pub mod status;
 pub mod store;
 pub mod tls;

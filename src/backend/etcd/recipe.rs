@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::prefix_end;
 use super::proto::*;
-use crate::backend::{Holder, LockInfo, WaiterInfo};
+use crate::backend::{Holder, LockInfo, Sharing, WaiterInfo};
 
 /// What dlock stores in its lock keys (`etcdctl lock` stores nothing).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -21,6 +21,10 @@ pub struct Meta {
     /// write that marked its turn when it waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<u64>,
+    /// How this contender holds beside others; absent (an older dlock's key, or none at
+    /// all: `etcdctl lock`'s) it is an exclusive writer.
+    #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
     #[serde(flatten)]
     pub holder: Holder,
 }
@@ -46,6 +50,7 @@ impl Entry {
             owner: format!("{:x}", kv.lease),
             depth: 1,
             token: None,
+            sharing: Sharing::Exclusive,
             holder: Holder {
                 command: "(etcdctl lock)".into(),
                 ..Holder::default()

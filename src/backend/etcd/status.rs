@@ -1,11 +1,12 @@
-//! `dlock status` on etcd: each lock's holder (with what is left of its lease) and its
+//! `dlock status` on etcd: each lock's holders (with what is left of their leases) and its
 //! waiters, in queue order; with no key named, every lock under the prefix.
 
 use super::client::prefix_end;
+use super::holders;
 use super::proto::RangeRequest;
 use super::recipe::{self, Entry};
 use super::store::EtcdStore;
-use crate::backend::KeyStatus;
+use crate::backend::{KeyStatus, Sharing};
 use crate::error::Result;
 
 impl EtcdStore {
@@ -18,25 +19,30 @@ impl EtcdStore {
         let mut all = Vec::new();
         for name in names {
             let (entries, _) = self.entries(&name).await?;
-            let lock = match entries.first() {
-                Some(h) => {
-                    let ttl = self.client.time_to_live(h.kv.lease).await?;
-                    let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
-                    Some(h.info(&name, left))
-                }
-                None => None,
-            };
-            if keys.is_empty() && lock.is_none() {
+            let held = holders::holders(&entries);
+            if keys.is_empty() && held.is_empty() {
                 continue;
             }
-            let waiters = entries.iter().skip(1).map(Entry::waiter).collect();
+            let mut infos = Vec::with_capacity(held.len());
+            for h in held {
+                let ttl = self.client.time_to_live(h.kv.lease).await?;
+                let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
+                infos.push(h.info(&name, left));
+            }
+            let sharing = held.first().map_or(Sharing::Exclusive, |h| h.meta.sharing);
+            let waiters = entries[held.len()..].iter().map(Entry::waiter).collect();
             all.push(KeyStatus {
                 key: name,
-                lock,
+                lock: infos.first().cloned(),
                 waiters: Some(waiters),
                 servers: None,
-                holders: Vec::new(),
-                sharing: crate::backend::Sharing::Exclusive,
+                // An exclusive lock lists its one holder as `lock` only.
+                holders: if sharing.is_exclusive() {
+                    Vec::new()
+                } else {
+                    infos
+                },
+                sharing,
             });
         }
         Ok(all)

@@ -1,7 +1,8 @@
 //! The etcd [`LockStore`]: the lock recipe of etcd's `concurrency.Mutex` on the store seam.
 //!
 //! Each acquisition has its own lease (the waiter's key lives on it, and becomes the
-//! holder's key); a waiter watches only the deletion of the contender just before it.
+//! holder's key); an exclusive waiter watches only the deletion of the contender just
+//! before it. Shared locks and semaphores are in [`super::shared`].
 //! The fencing token is the revision at which the holder acquired: its key's create
 //! revision when it took a free lock, else the revision of the write that handed it over
 //! or took its turn once its predecessors were gone (no earlier than the previous holder's
@@ -22,12 +23,15 @@ use async_trait::async_trait;
 use tokio::sync::Mutex;
 
 use super::client::{Client, KeepAlive};
+use super::holders;
 use super::proto::*;
-use super::recipe::{self, Entry, Meta};
+use super::recipe::{self, Entry};
 use super::took::Took;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
-use crate::backend::{now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
+use crate::backend::{
+    now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released, Sharing,
+};
 use crate::error::{Error, Result};
 
 /// A connection to one etcd cluster, holding locks under `prefix`.
@@ -45,21 +49,23 @@ pub struct EtcdStore {
 /// One acquisition: its lease and, once queued, its key's create revision.
 #[derive(Default)]
 pub struct EtcdWaiter {
-    lease: Option<Granted>,
-    queued_at: Option<i64>,
+    pub(super) lease: Option<Granted>,
+    pub(super) queued_at: Option<i64>,
     /// The lease of the lock's run records, as the last attempt read it.
-    runs: i64,
+    pub(super) runs: i64,
+    /// The revision of the last attempt's read: a shared waiter watches from there.
+    pub(super) seen: i64,
 }
 
-struct Granted {
-    id: i64,
-    ttl: Duration,
+pub(super) struct Granted {
+    pub(super) id: i64,
+    pub(super) ttl: Duration,
     /// When the last grant or keep-alive that was answered was sent.
-    refreshed: Instant,
+    pub(super) refreshed: Instant,
 }
 
 /// The pause after a watch broke, before looking again.
-const WATCH_RETRY: Duration = Duration::from_millis(100);
+pub(super) const WATCH_RETRY: Duration = Duration::from_millis(100);
 
 /// etcd TTLs are whole seconds: a TTL is rounded up, never shortened.
 pub fn whole_seconds(ttl: Duration) -> i64 {
@@ -93,7 +99,7 @@ impl EtcdStore {
     /// this acquisition has none yet: both at once, saving a round trip. etcd may apply the
     /// put before the grant (each request has its own goroutine): the put is then refused
     /// ("requested lease not found") and sent again once the lease exists.
-    async fn granted_txn(
+    pub(super) async fn granted_txn(
         &self,
         req: &AcquireRequest,
         w: &mut EtcdWaiter,
@@ -135,10 +141,12 @@ impl EtcdStore {
             .range(recipe::contenders(&self.dir(key), 0))
             .await?;
         let rev = resp.header.map_or(0, |h| h.revision);
-        Ok((resp.kvs.into_iter().map(Entry::read).collect(), rev))
+        let dir = self.dir(key);
+        let direct = resp.kvs.into_iter().filter(|kv| holders::direct(&dir, kv));
+        Ok((direct.map(Entry::read).collect(), rev))
     }
 
-    fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
+    pub(super) fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
         Lease::timed(key, &e.meta.owner, e.token(), ttl, false, sent_at)
     }
 
@@ -149,12 +157,13 @@ impl EtcdStore {
         }
         let sent = Instant::now();
         let (entries, _) = self.entries(&req.key).await?;
-        let Some(holder) = entries.first() else {
+        let held = holders::holders(&entries).iter();
+        let Some(holder) = held
+            .clone()
+            .find(|h| req.reenter.iter().any(|o| h.owned_by(o)))
+        else {
             return Ok(None);
         };
-        if !req.reenter.iter().any(|o| holder.owned_by(o)) {
-            return Ok(None);
-        }
         let mut meta = holder.meta.clone();
         meta.depth += 1;
         meta.token = Some(holder.token());
@@ -171,19 +180,16 @@ impl EtcdStore {
 
     /// Takes the key or queues for it, on a granted lease.
     async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
+        if !req.sharing.is_exclusive() {
+            return self.enter_shared(req, w).await;
+        }
         if let (Some(rev), Some(g)) = (w.queued_at, &w.lease) {
             return self.take_turn(req, w, rev, g.id).await;
         }
         let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
-        let mut meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            holder: req.holder.clone(),
-        };
-        meta.holder.acquired_at_ms = now_ms();
+        let mut meta = self.meta_of(req);
         let runs = super::runs::last_key(&self.prefix, &req.key);
         let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at, &runs);
         let resp = self.granted_txn(req, w, id, txn).await?;
@@ -205,6 +211,7 @@ impl EtcdStore {
             .map(Entry::read);
         match holder {
             Some(h) if h.kv.create_revision != ours => {
+                refuse(req, &h, &self.name)?;
                 let (position, waiters) = recipe::queue_place(&resp);
                 Ok(Attempt::Busy(Busy {
                     holder: Some(h.info(&req.key, None)),
@@ -275,6 +282,9 @@ impl EtcdStore {
         };
         let first = recipe::range_kvs(&resp, 1).first();
         if first.map(|f| f.create_revision) != Some(ours.create_revision) {
+            if let Some(h) = first {
+                refuse(req, &Entry::read(h.clone()), &self.name)?;
+            }
             return Ok(Attempt::Busy(self.busy(req, &resp)));
         }
         let (ttl, sent) = w
@@ -288,13 +298,7 @@ impl EtcdStore {
             self.took(req, id, w.runs, rev);
             return Ok(Attempt::Granted(Acquired { lease, guard: None }));
         }
-        let mut meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            holder: req.holder.clone(),
-        };
-        meta.holder.acquired_at_ms = now_ms();
+        let mut meta = self.meta_of(req);
         let txn = recipe::take_turn(&dir, &key, rev, meta.encode(), &runs);
         let resp = self.client.txn(txn).await?;
         if resp.succeeded {
@@ -327,7 +331,7 @@ impl EtcdStore {
         }
     }
 
-    fn client_gone(&self, key: &str) -> Error {
+    pub(super) fn client_gone(&self, key: &str) -> Error {
         Error::Unavailable(format!(
             "{}: lock '{key}': our waiting key vanished (its lease expired?)",
             self.name
@@ -384,6 +388,17 @@ impl EtcdStore {
     }
 }
 
+/// Refuses an exclusive caller a lock held as a semaphore (see [`Admission::Conflict`]): it
+/// must not wait for it. Its key goes with its lease when the loop leaves.
+///
+/// [`Admission::Conflict`]: crate::backend::sharing::Admission::Conflict
+fn refuse(req: &AcquireRequest, holder: &Entry, name: &str) -> Result<()> {
+    match holder.meta.sharing {
+        held @ Sharing::Limit(_) => Err(req.sharing.conflict(&req.key, name, held)),
+        _ => Ok(()),
+    }
+}
+
 /// The mod revision of our key in an `enter` transaction that found it.
 fn rev_of_ours(resp: &TxnResponse) -> i64 {
     recipe::range_kvs(resp, 0)
@@ -397,6 +412,11 @@ impl LockStore for EtcdStore {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    /// Every mode: each contender says in its key how it holds (see [`super::holders`]).
+    fn supports(&self, _sharing: Sharing) -> bool {
+        true
     }
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<EtcdWaiter> {
@@ -443,6 +463,10 @@ impl LockStore for EtcdStore {
             return Ok(Woken::Again);
         }
         match (w.queued_at, &w.lease) {
+            (Some(_), Some(g)) if !req.sharing.is_exclusive() => {
+                let pause = pause.min(g.ttl / 3);
+                self.await_release(&req.key, w.seen, pause).await?;
+            }
             (Some(rev), Some(g)) => {
                 let pause = pause.min(g.ttl / 3);
                 self.await_predecessor(&req.key, rev, pause).await?;
@@ -465,11 +489,7 @@ impl LockStore for EtcdStore {
     /// for life, so a longer one is refused rather than silently shortened.
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let (entries, _) = self.entries(key).await?;
-        let holder = match entries.first() {
-            Some(h) if h.owned_by(owner) => h,
-            Some(_) => return Err(Error::held_by_other("renew", key, &self.name, owner)),
-            None => return Err(Error::lease_gone("renew", key, &self.name)),
-        };
+        let holder = self.held_by(&entries, "renew", key, owner)?;
         let granted = self.client.time_to_live(holder.kv.lease).await?.granted_ttl;
         if whole_seconds(ttl) > granted {
             return Err(Error::Usage(format!(
@@ -497,18 +517,10 @@ impl LockStore for EtcdStore {
             });
         }
         let (entries, _) = self.entries(key).await?;
-        let Some(holder) = entries.first() else {
-            return match mode {
-                ReleaseMode::Force => Ok(Released {
-                    previous_owner: None,
-                    still_held: false,
-                }),
-                _ => Err(Error::lease_gone("release", key, &self.name)),
-            };
-        };
-        if mode != ReleaseMode::Force && !holder.owned_by(owner) {
-            return Err(Error::held_by_other("release", key, &self.name, owner));
+        if mode == ReleaseMode::Force {
+            return self.free_all(&entries).await;
         }
+        let holder = self.held_by(&entries, "release", key, owner)?;
         let previous_owner = Some(holder.meta.owner.clone());
         if mode == ReleaseMode::One && holder.meta.depth > 1 {
             let mut meta = holder.meta.clone();

@@ -8,7 +8,7 @@ use std::sync::PoisonError;
 use super::proto::KeyValue;
 use super::recipe::{self, Meta};
 use super::store::{lease_not_found, EtcdStore};
-use crate::backend::{now_ms, AcquireRequest, RunRecord};
+use crate::backend::{now_ms, AcquireRequest, RunRecord, Sharing};
 use crate::error::Result;
 
 /// A lock this process took.
@@ -21,6 +21,8 @@ pub struct Took {
     pub created: i64,
     /// The lease of the lock's run records when it was taken (0: none).
     pub runs: i64,
+    /// How it was taken: only an exclusive holder hands the lock over to the next.
+    pub sharing: Sharing,
     /// The record of its run, kept for the release to write (see [`LockStore::record_run`](crate::backend::store::LockStore::record_run)).
     pub record: Option<RunRecord>,
 }
@@ -40,6 +42,7 @@ impl EtcdStore {
             lease: id,
             created,
             runs,
+            sharing: req.sharing,
             record: None,
         });
     }
@@ -107,10 +110,15 @@ impl EtcdStore {
         let next = next?.kvs.into_iter().next().and_then(|kv| {
             // Only a waiter for this very lock (not for a lock named below it, `key/…`), and
             // dlock's: an `etcdctl lock` key (no JSON) is left alone, its owner takes its turn.
-            if kv.key.get(dir.len()..)?.contains(&b'/') {
+            // Shared holders and waiters hand nothing over: the next may hold already, or
+            // beside others still there; each waiter stamps its own admission.
+            if kv.key.get(dir.len()..)?.contains(&b'/') || !t.sharing.is_exclusive() {
                 return None;
             }
             let mut meta = serde_json::from_slice::<Meta>(&kv.value).ok()?;
+            if !meta.sharing.is_exclusive() {
+                return None;
+            }
             meta.token = None;
             meta.holder.acquired_at_ms = now_ms();
             Some((kv, meta.encode()))

@@ -6,6 +6,10 @@
 //! before it started, so the queue it reads is the one every other acquirer of the key
 //! left behind. The row lock is held until the attempt commits, so the new token is the
 //! one read plus one, committed with the grant.
+//!
+//! Shared and semaphore attempts, and an exclusive one that finds such holders, go on in
+//! `share.rs` under the same row lock; renew, hold-at-least and release go there only
+//! when their exclusive statement found no lease of the caller's.
 
 use std::time::{Duration, Instant};
 
@@ -14,12 +18,16 @@ use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::schema::Sql;
+use super::share::{
+    attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
+};
+use crate::backend::group::GROUP_OWNER;
 use crate::backend::sql::{holder_json, info, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
+use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
 
-type MyResult<T> = std::result::Result<T, mysql_async::Error>;
+pub(super) type MyResult<T> = std::result::Result<T, mysql_async::Error>;
 
 /// One acquisition's place in line, and the lease it last saw.
 pub struct MyWaiter {
@@ -55,12 +63,12 @@ impl MyWaiter {
 type Row = (Option<String>, i64, i32, Option<String>, i64);
 
 /// The key's row, as an attempt found it.
-struct Current {
-    owner: Option<String>,
-    token: i64,
-    depth: i32,
-    holder: Option<String>,
-    left_ms: i64,
+pub(super) struct Current {
+    pub(super) owner: Option<String>,
+    pub(super) token: i64,
+    pub(super) depth: i32,
+    pub(super) holder: Option<String>,
+    pub(super) left_ms: i64,
 }
 
 impl Current {
@@ -74,7 +82,7 @@ impl Current {
         }
     }
 
-    fn live(&self) -> bool {
+    pub(super) fn live(&self) -> bool {
         self.owner.is_some() && self.left_ms > 0
     }
 
@@ -82,15 +90,23 @@ impl Current {
     fn holder_id(&self) -> Option<&str> {
         self.owner.as_deref().filter(|_| self.live())
     }
+
+    /// True when shared or semaphore holders keep the key (see [`super::share`]).
+    pub(super) fn is_group(&self) -> bool {
+        self.holder_id() == Some(GROUP_OWNER)
+    }
 }
 
 /// The live queue (dead waiters are pruned as it is read).
 #[derive(Default)]
-struct Queue {
-    ids: Vec<String>,
-    head_left_ms: i64,
+pub(super) struct Queue {
+    pub(super) ids: Vec<String>,
+    pub(super) head_left_ms: i64,
     /// Whether this waiter has a row, live or not (to be deleted when it is granted).
-    queued: bool,
+    pub(super) queued: bool,
+    /// The sharing each live waiter ahead of this one asks for (read by shared and
+    /// semaphore attempts only).
+    pub(super) ahead: Vec<Sharing>,
 }
 
 /// How many times an attempt InnoDB rolled back to break a deadlock runs again.
@@ -103,7 +119,7 @@ fn deadlock(e: &mysql_async::Error) -> bool {
 }
 
 /// What a release found.
-enum Freed {
+pub(super) enum Freed {
     Done(Released),
     /// Not ours: held by another (true) or gone (false).
     Refused(bool),
@@ -119,7 +135,7 @@ impl MysqlStore {
     ) -> Result<Attempt> {
         let sent_at = Instant::now();
         let liveness = self.server.tuning.liveness;
-        let outcome = on_conn!(self, "cannot acquire", |c| {
+        let decided = on_conn!(self, "cannot acquire", |c| {
             let mut again = DEADLOCK_RETRIES;
             loop {
                 match attempt_tx(c, &self.sql, req, w, enqueue, liveness).await {
@@ -128,7 +144,14 @@ impl MysqlStore {
                 }
             }
         })?;
-        Ok(outcome.attempt(req, sent_at))
+        match decided {
+            Decided::Done(outcome) => Ok(outcome.attempt(req, sent_at)),
+            Decided::Conflict(held) => {
+                Err(req
+                    .sharing
+                    .conflict(&req.key, &self.server.target.name, held))
+            }
+        }
     }
 
     /// Extends `owner`'s lease: one statement (and a read of what it left).
@@ -138,7 +161,8 @@ impl MysqlStore {
             c.exec_drop(self.sql.renew.as_str(), (ms(ttl), key, owner))
                 .await?;
             match c.affected_rows() {
-                0 => Ok(None),
+                // Not an exclusive holder: perhaps one of a group (never a cost otherwise).
+                0 => renew_member(c, &self.sql, key, owner, ttl).await,
                 _ => {
                     c.exec_first::<(i64, i64), _, _>(self.sql.lease.as_str(), (key,))
                         .await
@@ -157,8 +181,11 @@ impl MysqlStore {
         let until = (now_ms() + left.as_millis() as u64) as i64;
         let done = on_conn!(self, "cannot leave held", |c| {
             c.exec_drop(self.sql.linger.as_str(), (ms(left), until, key, owner))
-                .await
-                .map(|()| c.affected_rows())
+                .await?;
+            match c.affected_rows() {
+                0 => linger_member(c, &self.sql, key, owner, left, until).await,
+                n => Ok(n),
+            }
         })?;
         match done {
             0 => Err(self.refusal("hold", key, owner).await),
@@ -220,7 +247,7 @@ async fn attempt_tx(
     w: &MyWaiter,
     enqueue: bool,
     liveness: Duration,
-) -> MyResult<Outcome> {
+) -> MyResult<Decided> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let key = req.key.as_str();
     let current = lock_row(&mut tx, sql, key).await?;
@@ -234,12 +261,21 @@ async fn attempt_tx(
                 .await?;
             tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
             tx.commit().await?;
-            return Ok(Outcome::Granted {
+            return Ok(Decided::Done(Outcome::Granted {
                 owner: owner.to_string(),
                 token: current.token,
                 reentered: deeper,
-            });
+            }));
         }
+    }
+    if !req.sharing.is_exclusive() || current.is_group() {
+        let how = Attempting {
+            req,
+            w,
+            enqueue,
+            liveness,
+        };
+        return attempt_shared(tx, sql, &how, current).await;
     }
     let queue = match req.fair {
         true => read_queue(&mut tx, sql, key, w).await?,
@@ -254,11 +290,11 @@ async fn attempt_tx(
             tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
         }
         tx.commit().await?;
-        return Ok(Outcome::Granted {
+        return Ok(Decided::Done(Outcome::Granted {
             owner: req.owner.clone(),
             token: current.token + 1,
             reentered: false,
-        });
+        }));
     }
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
@@ -273,13 +309,13 @@ async fn attempt_tx(
         }
     }
     tx.commit().await?;
-    Ok(Outcome::Busy(busy(
+    Ok(Decided::Done(Outcome::Busy(busy(
         req, &current, &queue, position, waiters,
-    )))
+    ))))
 }
 
 /// Locks `key`'s row, creating it on first use, and reads it.
-async fn lock_row(tx: &mut Transaction<'_>, sql: &Sql, key: &str) -> MyResult<Current> {
+pub(super) async fn lock_row(tx: &mut Transaction<'_>, sql: &Sql, key: &str) -> MyResult<Current> {
     loop {
         match tx
             .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
@@ -308,6 +344,7 @@ async fn read_queue(
         head_left_ms: live.first().map_or(0, |(_, left)| *left),
         ids: live.into_iter().map(|(id, _)| id).collect(),
         queued,
+        ahead: Vec::new(),
     })
 }
 
@@ -361,13 +398,22 @@ async fn release_tx(
         .map(str::to_string);
     let freed = match mode {
         ReleaseMode::Force => {
-            if current.is_some() {
+            let mut previous_owner = holder;
+            if let Some(current) = &current {
+                if current.is_group() {
+                    previous_owner = first_member(&mut tx, sql, current).await?;
+                }
                 tx.exec_drop(sql.free.as_str(), (key,)).await?;
             }
             Freed::Done(Released {
-                previous_owner: holder,
+                previous_owner,
                 still_held: false,
             })
+        }
+        _ if holder.as_deref() == Some(GROUP_OWNER) => {
+            let current = current.expect("a group is held in a row");
+            let one_level = mode == ReleaseMode::One;
+            release_member(&mut tx, sql, key, owner, one_level, &current).await?
         }
         _ if holder.as_deref() != Some(owner) => Freed::Refused(holder.is_some()),
         _ => {

@@ -13,6 +13,8 @@
 //! renewals and releases of one key. Both tables are InnoDB (row locks, transactions,
 //! commits that survive a crash).
 
+use crate::backend::group::GROUP_OWNER;
+
 /// The server's clock in milliseconds since the epoch. `NOW(3)` is the statement's start
 /// (a row lock waited for does not move it): a lease read live at the start is treated
 /// as live, and one set from it ends no later than the holder was promised.
@@ -127,6 +129,14 @@ pub struct Sql {
     pub record_run: String,
     /// key → last run, last success.
     pub last_runs: String,
+    /// → the server's clock, ms since the epoch (a group's members end on it).
+    pub now: String,
+    /// token, expires_at (ms since the epoch), group JSON, key (the row locked): the key
+    /// held by a group (see [`crate::backend::group`]).
+    pub put_group: String,
+    /// key → id, liveness left (ms; 0 when dead), holder (JSON with the sharing asked
+    /// for) of every waiter in order: what a shared or semaphore attempt reads.
+    pub queued: String,
 }
 
 impl Sql {
@@ -189,6 +199,14 @@ impl Sql {
             ),
             last_runs: format!(
                 "SELECT last_run, last_success FROM {l} WHERE lock_key = ? AND runs_until > {NOW_MS}"
+            ),
+            now: format!("SELECT {NOW_MS}"),
+            put_group: format!(
+                "UPDATE {l} SET token = ?, owner = '{GROUP_OWNER}', depth = 1, expires_at = ?, holder = ? WHERE lock_key = ?"
+            ),
+            queued: format!(
+                "SELECT id, {}, holder FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
+                left("alive_until")
             ),
         }
     }

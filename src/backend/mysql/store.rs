@@ -53,6 +53,11 @@ impl LockStore for MysqlStore {
         self.server.target.name.clone()
     }
 
+    /// Exclusive leases, `--shared` and `--limit N` alike (see `share.rs`).
+    fn supports(&self, _sharing: crate::backend::Sharing) -> bool {
+        true
+    }
+
     async fn begin(&self, _req: &AcquireRequest) -> Result<MyWaiter> {
         Ok(MyWaiter::new())
     }
@@ -82,6 +87,12 @@ impl LockStore for MysqlStore {
 
     async fn leave(&self, req: &AcquireRequest, w: MyWaiter) {
         let _ = self.leave_queue(&req.key, &w.id, &req.owner).await;
+        if !req.sharing.is_exclusive() {
+            // A membership granted by an attempt whose answer never arrived.
+            let _ = self
+                .release_lease(&req.key, &req.owner, ReleaseMode::All)
+                .await;
+        }
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {

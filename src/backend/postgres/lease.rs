@@ -5,16 +5,22 @@
 //! only then reads the queue: in READ COMMITTED every statement sees what was committed
 //! before it started, so the queue it reads is the one every other acquirer of the key
 //! left behind. The row lock is held until the attempt commits.
+//!
+//! Where shared or semaphore holders are involved (the caller asks for them, or the row
+//! keeps a group) the attempt is `group.rs`'s; a renew or release that matched no
+//! exclusive owner asks `group.rs` whether the owner is a group's member.
 
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Row, Transaction};
 
 use super::backend::{ms, Conn, PostgresStore};
-use super::schema::{payload, Names};
-use crate::backend::sql::{holder_json, info, renewed, Outcome};
+use super::group::{self, Change, Changed, Step};
+use super::schema::{payload, Names, Prepared};
+use crate::backend::group::{Queued, GROUP_OWNER};
+use crate::backend::sql::{holder_json, info, live_group, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
+use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, ReleaseMode, Released};
 use crate::error::{Error, Result};
 
 type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
@@ -26,17 +32,17 @@ pub struct PgWaiter {
 }
 
 /// The key's row, as an attempt found it.
-struct Current {
-    owner: Option<String>,
-    token: i64,
-    depth: i32,
-    holder: Option<String>,
-    live: bool,
-    left_ms: i64,
+pub(super) struct Current {
+    pub owner: Option<String>,
+    pub token: i64,
+    pub depth: i32,
+    pub holder: Option<String>,
+    pub live: bool,
+    pub left_ms: i64,
 }
 
 impl Current {
-    fn read(row: &Row) -> Current {
+    pub fn read(row: &Row) -> Current {
         Current {
             owner: row.get(0),
             token: row.get(1),
@@ -49,10 +55,29 @@ impl Current {
 }
 
 /// The live queue, dead waiters pruned.
-struct Queue {
-    pruned: i64,
-    ids: Vec<String>,
-    head_left_ms: i64,
+#[derive(Default)]
+pub(super) struct Queue {
+    pub pruned: i64,
+    pub ids: Vec<String>,
+    pub head_left_ms: i64,
+}
+
+/// What one attempt asks, and of which statements.
+pub(super) struct Ask<'a> {
+    pub st: &'a Prepared,
+    pub names: &'a Names,
+    pub req: &'a AcquireRequest,
+    pub w: &'a PgWaiter,
+    pub enqueue: bool,
+    pub liveness: Duration,
+}
+
+/// What keeps a refused attempt out: the holder shown, whether the key is held, and when
+/// to look again by itself (ms).
+pub(super) struct Blocked {
+    pub holder: Option<LockInfo>,
+    pub live: bool,
+    pub retry_ms: i64,
 }
 
 /// How many times an attempt the server rolled back as [`transient`] runs again.
@@ -83,21 +108,36 @@ impl PostgresStore {
         let attempt = async {
             let mut again = TRANSIENT_RETRIES;
             loop {
-                match attempt_tx(conn, &self.names, req, w, enqueue, tuning.liveness).await {
+                let ask = Ask {
+                    st: &conn.st,
+                    names: &self.names,
+                    req,
+                    w,
+                    enqueue,
+                    liveness: tuning.liveness,
+                };
+                match attempt_tx(&mut conn.client, &ask).await {
                     Err(e) if again > 0 && transient(&e) => again -= 1,
                     done => return done,
                 }
             }
         };
-        let outcome = self.server.within("cannot acquire", attempt).await;
-        if outcome.is_err() {
+        let step = self.server.within("cannot acquire", attempt).await;
+        if step.is_err() {
             *guard = None;
         }
-        Ok(outcome?.attempt(req, sent_at))
+        match step? {
+            Step::Done(outcome) => Ok(outcome.attempt(req, sent_at)),
+            Step::Conflict(held) => {
+                let name = &self.server.target.name;
+                Err(req.sharing.conflict(&req.key, name, held))
+            }
+        }
     }
 
     /// Extends `owner`'s lease: one statement.
     pub(super) async fn renew_lease(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.no_group_owner("renew", key, owner)?;
         let sent_at = Instant::now();
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
@@ -115,22 +155,41 @@ impl PostgresStore {
                 return Err(e);
             }
         };
-        let Some(row) = row else {
-            return Err(self.refusal(c, "renew", key, owner).await);
+        let left = match row {
+            Some(row) => (row.get(0), row.get(1)),
+            None => match self.member(c, key, owner, Change::Renew(ttl)).await {
+                Ok(Some(Changed::Lease(token, left))) => (token, left),
+                Ok(Some(_)) => return Err(self.gone("renew", key)),
+                Ok(None) => return Err(self.refusal(c, "renew", key, owner).await),
+                Err(e) => {
+                    *guard = None;
+                    return Err(e);
+                }
+            },
         };
-        Ok(renewed(key, owner, ttl, sent_at, (row.get(0), row.get(1))))
+        Ok(renewed(key, owner, ttl, sent_at, left))
     }
 
     /// Leaves `owner`'s lease to expire `left` from now, marked as a finished run's
     /// (`exec --hold-at-least`): one statement.
     pub(super) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        self.no_group_owner("hold", key, owner)?;
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
         let until = (now_ms() + left.as_millis() as u64) as i64;
         let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
             [&key, &owner, &ms(left), &until];
         let request = c.client.query_opt(&c.st.linger, &args);
-        match self.server.within("cannot leave held", request).await {
+        let held = match self.server.within("cannot leave held", request).await {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) => {
+                let change = Change::Linger(left, until as u64);
+                self.member(c, key, owner, change).await
+            }
+            Err(e) => Err(e),
+        };
+        match held {
+            Ok(Some(Changed::Gone)) => Err(self.gone("hold", key)),
             Ok(Some(_)) => Ok(()),
             Ok(None) => Err(self.refusal(c, "hold", key, owner).await),
             Err(e) => {
@@ -147,6 +206,9 @@ impl PostgresStore {
         owner: &str,
         mode: ReleaseMode,
     ) -> Result<Released> {
+        if mode != ReleaseMode::Force {
+            self.no_group_owner("release", key, owner)?;
+        }
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
         let released = match mode {
@@ -164,7 +226,12 @@ impl PostgresStore {
                         previous_owner: Some(owner.to_string()),
                         still_held: row.get::<_, i32>(0) > 0,
                     }),
-                    Ok(None) => return Err(self.refusal(c, "release", key, owner).await),
+                    Ok(None) => match self.member(c, key, owner, Change::Release(one)).await {
+                        Ok(Some(Changed::Released(released))) => Ok(released),
+                        Ok(Some(_)) => return Err(self.gone("release", key)),
+                        Ok(None) => return Err(self.refusal(c, "release", key, owner).await),
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 }
             }
@@ -173,6 +240,49 @@ impl PostgresStore {
             *guard = None;
         }
         released
+    }
+
+    /// Changes `owner`'s place among the shared or semaphore holders of `key`: what the
+    /// one-statement exclusive paths fall back to when they matched no owner.
+    pub(super) async fn member(
+        &self,
+        c: &mut Conn,
+        key: &str,
+        owner: &str,
+        what: Change,
+    ) -> Result<Option<Changed>> {
+        let (st, channel) = (&c.st, &self.names.channel);
+        let request = group::change(&mut c.client, st, channel, key, owner, what);
+        self.server
+            .within("cannot change the holders", request)
+            .await
+    }
+
+    /// Takes `owner` out of `key`'s group, if it is a member: what leaving does for a
+    /// shared or semaphore caller whose grant may have been lost.
+    pub(super) async fn leave_group(&self, key: &str, owner: &str) -> Result<()> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        let left = self.member(c, key, owner, Change::Release(false)).await;
+        if left.is_err() {
+            *guard = None;
+        }
+        left.map(drop)
+    }
+
+    /// Refuses the owner name a group's row carries (no acquisition has it: owner ids are
+    /// hex digits): the one-statement paths, which match on the owner, would otherwise
+    /// renew or free every member at once.
+    fn no_group_owner(&self, verb: &str, key: &str, owner: &str) -> Result<()> {
+        match owner == GROUP_OWNER {
+            true => Err(self.gone(verb, key)),
+            false => Ok(()),
+        }
+    }
+
+    /// A member's place among a key's holders is gone (expired or released).
+    fn gone(&self, verb: &str, key: &str) -> Error {
+        Error::lease_gone(verb, key, &self.server.target.name)
     }
 
     /// Why `owner` may not renew or release `key`: held by another, or gone.
@@ -217,17 +327,17 @@ impl PostgresStore {
     }
 }
 
-/// The attempt's transaction.
-async fn attempt_tx(
-    conn: &mut Conn,
-    names: &Names,
-    req: &AcquireRequest,
-    w: &PgWaiter,
-    enqueue: bool,
-    liveness: Duration,
-) -> PgResult<Outcome> {
-    let st = &conn.st;
-    let tx = conn.client.transaction().await?;
+/// The attempt's transaction: an exclusive one here, a shared or semaphore one (or an
+/// exclusive one on a key such holders hold) in `group.rs`.
+async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgResult<Step> {
+    let st = ask.st;
+    let req = ask.req;
+    let tx = client.transaction().await?;
+    if !req.sharing.is_exclusive() {
+        let step = group::attempt(&tx, ask).await?;
+        tx.commit().await?;
+        return Ok(step);
+    }
     let key = &req.key;
     let (current, queue) = loop {
         let (row, queue) = match req.fair {
@@ -248,99 +358,134 @@ async fn attempt_tx(
     };
     let ttl = ms(req.ttl);
     if let Some(owner) = current.owner.as_ref().filter(|_| current.live) {
+        if *owner == GROUP_OWNER {
+            // Held shared or as a semaphore: waits beside readers, a conflict beside a
+            // semaphore, or a nested run of a member.
+            let step = group::attempt(&tx, ask).await?;
+            tx.commit().await?;
+            return Ok(step);
+        }
         let ours = *owner == req.owner;
         if ours || req.reenter.contains(owner) {
             // Our own grant whose answer was lost (claimed again), or a re-entry.
             let deeper = !ours;
             let row = tx
-                .query_one(&st.extend, &[key, &ttl, &w.id, &deeper])
+                .query_one(&st.extend, &[key, &ttl, &ask.w.id, &deeper])
                 .await?;
             tx.commit().await?;
-            return Ok(Outcome::Granted {
+            return Ok(Step::Done(Outcome::Granted {
                 owner: owner.clone(),
                 token: row.get(0),
                 reentered: deeper,
-            });
+            }));
         }
     }
-    let queue = queue.unwrap_or(Queue {
-        pruned: 0,
-        ids: Vec::new(),
-        head_left_ms: 0,
-    });
-    let first = queue.ids.first().is_none_or(|head| *head == w.id);
+    let queue = queue.unwrap_or_default();
+    let first = queue.ids.first().is_none_or(|head| *head == ask.w.id);
     if !current.live && (first || !req.fair) {
-        let json = holder_json(&req.holder);
-        let taken = payload('T', key);
-        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-            [key, &req.owner, &ttl, &json, &w.id, &names.channel, &taken];
-        let row = tx.query_one(&st.grant, &args).await?;
+        let granted = grant(&tx, ask).await?;
         tx.commit().await?;
-        return Ok(Outcome::Granted {
-            owner: req.owner.clone(),
-            token: row.get(0),
-            reentered: false,
-        });
+        return Ok(Step::Done(granted));
     }
-    let busy = refused(&tx, st, req, w, enqueue, liveness, &current, &queue, names).await?;
+    let blocked = Blocked {
+        holder: current
+            .owner
+            .as_ref()
+            .filter(|_| current.live)
+            .map(|owner| {
+                let holder = current.holder.as_deref();
+                info(
+                    key,
+                    owner,
+                    current.token,
+                    current.depth,
+                    holder,
+                    current.left_ms,
+                )
+            }),
+        live: current.live,
+        retry_ms: match current.live {
+            true => current.left_ms,
+            false => queue.head_left_ms,
+        },
+    };
+    let busy = refused(&tx, ask, &queue, blocked).await?;
     tx.commit().await?;
-    Ok(Outcome::Busy(busy))
+    Ok(Step::Done(Outcome::Busy(busy)))
+}
+
+/// An exclusive grant of a free key (its row locked).
+pub(super) async fn grant(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<Outcome> {
+    let req = ask.req;
+    let key = &req.key;
+    let json = holder_json(&req.holder);
+    let taken = payload('T', key);
+    let ttl = ms(req.ttl);
+    let args: [&(dyn tokio_postgres::types::ToSql + Sync); 7] = [
+        key,
+        &req.owner,
+        &ttl,
+        &json,
+        &ask.w.id,
+        &ask.names.channel,
+        &taken,
+    ];
+    let row = tx.query_one(&ask.st.grant, &args).await?;
+    Ok(Outcome::Granted {
+        owner: req.owner.clone(),
+        token: row.get(0),
+        reentered: false,
+    })
 }
 
 /// A refusal: join the line or keep our place, and say what blocks us.
-#[allow(clippy::too_many_arguments)]
-async fn refused(
+pub(super) async fn refused(
     tx: &Transaction<'_>,
-    st: &super::schema::Prepared,
-    req: &AcquireRequest,
-    w: &PgWaiter,
-    enqueue: bool,
-    liveness: Duration,
-    current: &Current,
+    ask: &Ask<'_>,
     queue: &Queue,
-    names: &Names,
+    blocked: Blocked,
 ) -> PgResult<Busy> {
+    let (st, req, w) = (ask.st, ask.req, ask.w);
     let key = &req.key;
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
-    if req.fair && enqueue {
-        let json = holder_json(&req.holder);
-        tx.execute(&st.enqueue, &[key, &w.id, &ms(liveness), &json])
+    if req.fair && ask.enqueue {
+        let json = queued_json(req);
+        tx.execute(&st.enqueue, &[key, &w.id, &ms(ask.liveness), &json])
             .await?;
         if position.is_none() {
             position = Some(waiters);
             waiters += 1;
         }
     }
-    if !current.live && queue.pruned > 0 {
+    if !blocked.live && queue.pruned > 0 {
         // Free, and the head is a waiter that took over from dead ones: it may be asleep.
-        tx.query(&st.notify, &[&names.channel, &payload('R', key)])
+        tx.query(&st.notify, &[&ask.names.channel, &payload('R', key)])
             .await?;
     }
-    let holder = match (&current.owner, current.live) {
-        (Some(owner), true) => Some(info(
-            key,
-            owner,
-            current.token,
-            current.depth,
-            current.holder.as_deref(),
-            current.left_ms,
-        )),
-        _ => None,
-    };
-    let retry = match current.live {
-        true => current.left_ms,
-        false => queue.head_left_ms,
-    };
     Ok(Busy {
-        holder,
+        holder: blocked.holder,
         position: position.map(|p| p as u64 + 1),
         waiters: req.fair.then_some(waiters as u64),
-        retry: Some(Duration::from_millis(retry.max(0) as u64 + 1)),
+        retry: Some(Duration::from_millis(blocked.retry_ms.max(0) as u64 + 1)),
     })
 }
 
-fn read_queue(row: &Row) -> Queue {
+/// A waiter's holder as the queue keeps it: with the sharing it asks for, unless
+/// exclusive (then as before groups existed).
+fn queued_json(req: &AcquireRequest) -> String {
+    let holder = holder_json(&req.holder);
+    if req.sharing.is_exclusive() {
+        return holder;
+    }
+    Queued {
+        sharing: req.sharing,
+        holder: serde_json::from_str(&holder).unwrap_or_default(),
+    }
+    .encode()
+}
+
+pub(super) fn read_queue(row: &Row) -> Queue {
     Queue {
         pruned: row.get(0),
         ids: row.get(1),
@@ -354,11 +499,20 @@ async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Release
     let tx = conn.client.transaction().await?;
     let locked = tx.query_opt(&st.lock_row, &[&key]).await?;
     let previous_owner = match locked {
-        Some(_) => {
+        Some(locked) => {
             let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
                 [&key, &names.channel, &payload('R', key)];
             let row = tx.query_opt(&st.force, &args).await?;
-            row.and_then(|r| r.get::<_, Option<String>>(0))
+            let owner = row.and_then(|r| r.get::<_, Option<String>>(0));
+            // Every member of a group goes: all of them are named.
+            let current = Current::read(&locked);
+            let group = owner
+                .as_deref()
+                .and_then(|o| live_group(o, current.holder.as_deref(), current.left_ms));
+            match group {
+                Some((g, _)) => Some(members(&g)),
+                None => owner,
+            }
         }
         None => None,
     };
@@ -367,4 +521,10 @@ async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Release
         previous_owner,
         still_held: false,
     })
+}
+
+/// The owners of a group's members, first granted first.
+fn members(group: &crate::backend::group::Group) -> String {
+    let owners: Vec<&str> = group.members.iter().map(|m| m.owner.as_str()).collect();
+    owners.join(", ")
 }

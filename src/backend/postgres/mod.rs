@@ -8,12 +8,14 @@
 //! * `schema.rs`: the tables and every statement.
 //! * `backend.rs`: the store value and its one connection (requests, and LISTEN).
 //! * `lease.rs`: one attempt, renew, release, leaving the queue.
+//! * `group.rs`: shared and semaphore holders, kept in the key's one row.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
 //!   sleeping on notifications.
 
 mod backend;
 mod connect;
+mod group;
 mod lease;
 pub mod schema;
 mod status;

@@ -132,6 +132,13 @@ pub struct Prepared {
     /// $1 key, $2 owner, $3 ttl_ms, $4 held until (ms since the epoch) → token: the
     /// expiry set to what is left of a hold (shortened too), the holder marked.
     pub linger: Statement,
+    /// `lock_row`, and the server's now in ms since the epoch (a group's clock).
+    pub group_row: Statement,
+    /// `queue`, and the holder JSON of each live waiter, in order (their sharing).
+    pub queue_sharing: Statement,
+    /// $1 key, $2 owner (NULL: free), $3 token, $4 expiry (ms since the epoch), $5 holder,
+    /// $6 waiter to dequeue (or NULL), $7 channel, $8 payload (NULL: none) → token.
+    pub group_write: Statement,
 }
 
 impl Prepared {
@@ -140,12 +147,12 @@ impl Prepared {
         client: &Client,
         n: &Names,
     ) -> std::result::Result<Prepared, tokio_postgres::Error> {
-        let texts = [acquiring(n), holding(n), reading(n)].concat();
+        let texts = [acquiring(n), holding(n), reading(n), grouping(n)].concat();
         let prepared =
             futures_util::future::try_join_all(texts.iter().map(|t| client.prepare(t))).await?;
         let mut s = prepared.into_iter();
         let mut next = || s.next().expect("one statement per text");
-        // In the order of the texts of `acquiring`, `holding` and `reading`.
+        // In the order of the texts of `acquiring`, `holding`, `reading` and `grouping`.
         Ok(Prepared {
             lock_row: next(),
             insert_row: next(),
@@ -165,6 +172,9 @@ impl Prepared {
             waiting: next(),
             record_run: next(),
             last_runs: next(),
+            group_row: next(),
+            queue_sharing: next(),
+            group_write: next(),
         })
     }
 }
@@ -273,6 +283,40 @@ fn reading(n: &Names) -> Vec<String> {
             later(4)
         ),
         format!("SELECT last_run, last_success FROM {l} WHERE key = $1 AND runs_until > clock_timestamp()"),
+    ]
+}
+
+/// The statements of shared and semaphore holders (see `group.rs`): the group travels
+/// in the row's `holder`, so the tables are the same.
+fn grouping(n: &Names) -> Vec<String> {
+    let (l, w) = (&n.locks, &n.waiters);
+    let live = LIVE;
+    let lease_left = left("expires_at");
+    vec![
+        format!(
+            "SELECT owner, token, depth, holder, {live} AS live, {lease_left},
+                    floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+             FROM {l} WHERE key = $1 FOR UPDATE"
+        ),
+        format!(
+            "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
+             live AS (SELECT id, ticket, alive_until, holder FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
+             SELECT (SELECT count(*) FROM dead)::bigint,
+                    COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
+                    COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint,
+                    COALESCE((SELECT array_agg(holder ORDER BY ticket, id) FROM live), '{{}}'::text[])",
+            left("alive_until")
+        ),
+        format!(
+            "WITH u AS (UPDATE {l} SET owner = $2, token = GREATEST(token, $3::bigint),
+                          depth = CASE WHEN $2::text IS NULL THEN 0 ELSE 1 END,
+                          expires_at = CASE WHEN $2::text IS NULL THEN NULL
+                                       ELSE to_timestamp($4::bigint / 1000.0::float8) END,
+                          holder = $5
+                        WHERE key = $1 RETURNING token),
+             d AS (DELETE FROM {w} WHERE key = $1 AND id = $6)
+             SELECT token, CASE WHEN $8::text IS NOT NULL THEN pg_notify($7, $8)::text END FROM u"
+        ),
     ]
 }
 

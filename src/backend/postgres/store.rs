@@ -21,7 +21,7 @@ use super::lease::PgWaiter;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
-    WATCH_POLL,
+    Sharing, WATCH_POLL,
 };
 use crate::error::Result;
 
@@ -58,6 +58,11 @@ impl LockStore for PostgresStore {
 
     fn describe(&self) -> String {
         self.server.target.name.clone()
+    }
+
+    /// Every mode: shared and semaphore holders live in the key's row as a group.
+    fn supports(&self, _sharing: Sharing) -> bool {
+        true
     }
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<PgWaiter> {
@@ -107,6 +112,10 @@ impl LockStore for PostgresStore {
 
     async fn leave(&self, req: &AcquireRequest, w: PgWaiter) {
         let _ = self.leave_queue(&req.key, &w.id, &req.owner).await;
+        if !req.sharing.is_exclusive() {
+            // A membership granted to `req.owner` whose answer never arrived goes too.
+            let _ = self.leave_group(&req.key, &req.owner).await;
+        }
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {

@@ -14,6 +14,9 @@ use super::connect::Server;
 use crate::config::{parse_host_list, redact_url};
 use crate::error::{Error, Result};
 
+/// A node that takes longer than the connect timeout divided by this to connect is left
+/// out of the connection.
+const NODE_SHARE: u32 = 4;
 /// The port of a node that names none.
 const REDIS_PORT: u16 = 6379;
 /// `TRYAGAIN`, a moved slot and a failed-over master are retried this many times…
@@ -47,7 +50,6 @@ pub(crate) fn check(url: &str) -> Result<()> {
 
 fn parse(url: &str, env_password: Option<String>) -> Result<ClusterUrl> {
     let bad = |why: &str| Error::Usage(format!("invalid Cluster URL {}: {why}", redact_url(url)));
-    super::replicas::refuse(url, "on a Cluster (redis+cluster://)")?;
     let tls = url.starts_with("rediss+cluster://");
     let hosts = parse_host_list(url, REDIS_PORT, "Cluster").map_err(|why| bad(&why))?;
     if !matches!(hosts.path.trim_matches('/'), "" | "0") {
@@ -95,8 +97,11 @@ impl Cluster {
         let parsed = parse(url, env_password)?;
         let invalid =
             |e: RedisError| Error::Usage(format!("invalid Cluster URL {}: {e}", redact_url(url)));
+        // Each node gets a share of the connect timeout: the client connects to every node
+        // of the slot map, replicas too, and one that accepts but never answers (frozen)
+        // must cost its share and be left out, not the whole connect.
         let mut builder = ClusterClientBuilder::new(parsed.nodes.clone())
-            .connection_timeout(server_timeout)
+            .connection_timeout(server_timeout / NODE_SHARE)
             .retries(RETRIES)
             .min_retry_wait(RETRY_WAIT_MS.0)
             .max_retry_wait(RETRY_WAIT_MS.1);

@@ -6,7 +6,7 @@
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// A connection to one server or to a Cluster.
@@ -39,6 +39,22 @@ impl Conn {
                     .await
             }
             (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+impl Conn {
+    /// Runs `cmd`, which names no key, on the master serving `redis_key`'s slot (on a
+    /// Cluster; the one server otherwise): `WAIT` after a write to that key must reach the
+    /// node, and the connection, that took the write.
+    pub(super) async fn beside_key(&mut self, redis_key: &str, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Conn::Cluster(c) => {
+                let route = Route::with_key(redis_key, SlotAddr::Master);
+                let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                c.route_command(cmd.clone(), at).await
+            }
+            conn => cmd.query_async(conn).await,
         }
     }
 }

@@ -1,6 +1,7 @@
-//! `?min_replicas=N[&min_replicas_timeout=MS]` on `redis://`, `rediss://`, `redis+unix://`
-//! and `redis+sentinel://` URLs: after a grant and after each renewal, `WAIT N timeout` on
-//! the connection that wrote the lease. Fewer than N acknowledgements and the grant is given
+//! `?min_replicas=N[&min_replicas_timeout=MS]` on `redis://`, `rediss://`, `redis+unix://`,
+//! `redis+sentinel://` and `redis+cluster://` URLs: after a grant and after each renewal,
+//! `WAIT N timeout` on the connection that wrote the lease (on a Cluster, the connection to
+//! the master of the lock's slot). Fewer than N acknowledgements and the grant is given
 //! back (acquire fails, exit 69), or the renewal counts as failed (`exec` retries it, and
 //! kills the command before the lease could expire if none succeeds).
 //!
@@ -98,11 +99,11 @@ pub(crate) fn parse(url: &str) -> Result<Option<MinReplicas>> {
     }
 }
 
-/// Refuses `min_replicas` where it is not implemented (a Cluster, a Redlock quorum).
+/// Refuses `min_replicas` where it has no meaning (a Redlock quorum: each server is a vote).
 pub(crate) fn refuse(url: &str, where_: &str) -> Result<()> {
     if named(url) {
         return Err(Error::Usage(format!(
-            "invalid Redis URL {}: min_replicas is not supported {where_} yet",
+            "invalid Redis URL {}: min_replicas is not supported {where_}",
             redact_url(url)
         )));
     }
@@ -128,8 +129,9 @@ impl RedisBackend {
         cmd.arg(min.count).arg(millis(within));
         let limit = within + self.server.tuning.op_timeout;
         let what = || format!("cannot {verb} lock '{key}': waiting for replicas");
+        let lease = super::keys::lease_key(key);
         let reply: Value = self
-            .call_limited(limit, what, cmd.query_async(conn))
+            .call_limited(limit, what, conn.beside_key(&lease, &cmd))
             .await?;
         let acked = redis::from_redis_value::<i64>(reply).map_err(|e| {
             Error::Internal(format!("unexpected reply from {}: {e}", self.server.url))
@@ -218,8 +220,9 @@ mod tests {
 
     #[test]
     fn refused_where_not_supported() {
-        assert!(refuse("redis+cluster://a:1,b:2?min_replicas=1", "on a Cluster").is_err());
-        assert!(refuse("redis+cluster://a:1,b:2?min_replicas=0", "on a Cluster").is_err());
-        assert!(refuse("redis+cluster://a:1,b:2", "on a Cluster").is_ok());
+        let quorum = "in a Redlock quorum";
+        assert!(refuse("redis://a:1?min_replicas=1", quorum).is_err());
+        assert!(refuse("redis://a:1?min_replicas=0", quorum).is_err());
+        assert!(refuse("redis://a:1", quorum).is_ok());
     }
 }

@@ -78,6 +78,30 @@ async fn no_wait_says_who_holds_it_and_does_not_queue() {
     assert_eq!(queue_len(&store, "k").await, 0);
 }
 
+/// A store that keeps only exclusive leases (the in-memory one) refuses `--shared` and
+/// `--limit N` before touching anything: one line naming the key and the store, exit 2.
+#[tokio::test(start_paused = true)]
+async fn sharing_a_store_cannot_keep_is_refused_before_anything() {
+    let store = MemoryStore::new("t");
+    for (sharing, asked) in [
+        (crate::backend::Sharing::Shared, "--shared"),
+        (crate::backend::Sharing::Limit(3), "--limit 3"),
+    ] {
+        let ask = AcquireRequest {
+            sharing,
+            ..req("k", "b")
+        };
+        let e = acquire(&store, &ask, &forever()).await.unwrap_err();
+        assert_eq!(e.exit_code(), crate::exit::USAGE, "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("lock 'k': {asked} is not supported on memory://t")
+        );
+        let st = Backend::status(&store, &["k".to_string()]).await.unwrap();
+        assert!(st[0].lock.is_none() && queue_len(&store, "k").await == 0);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_cancel_while_sleeping_leaves_the_queue() {
     let store = Arc::new(MemoryStore::new("t"));

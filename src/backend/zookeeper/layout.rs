@@ -5,14 +5,24 @@
 //! sequential node `_c_<uuid>-lock-<10-digit sequence>`; the lowest sequence holds, the
 //! others wait in sequence order. dlock's nodes carry [`Meta`] as JSON; Curator's carry
 //! the client's IP address.
+//!
+//! The name between the uuid and the sequence says how the node holds the key: `-lock-`
+//! exclusively (Curator's `InterProcessMutex`), `__READ__` shared and `__WRIT__`
+//! exclusively (the two sides of Curator's `InterProcessReadWriteLock`, whose nodes sit
+//! under the lock path itself), `-limit<N>-` as one of a semaphore of N (dlock's own).
 
 use serde::{Deserialize, Serialize};
 use zookeeper_client::Stat;
 
-use crate::backend::{now_ms, Holder, LockInfo, WaiterInfo};
+use crate::backend::{now_ms, AcquireRequest, Holder, LockInfo, Sharing, WaiterInfo};
 
-/// What every contender's name holds between its uuid and its sequence.
+/// What an exclusive contender's name holds between its uuid and its sequence.
 pub const LOCK_NAME: &str = "-lock-";
+/// The names of the read and the write side of Curator's `InterProcessReadWriteLock`.
+pub const READ_NAME: &str = "-__READ__";
+pub const WRITE_NAME: &str = "-__WRIT__";
+/// A semaphore's contender: `-limit<N>-`.
+const LIMIT_NAME: &str = "-limit";
 /// Curator's protected-mode prefix: a client that lost the answer to its create finds
 /// its node again by the uuid.
 pub const PROTECTED: &str = "_c_";
@@ -56,17 +66,43 @@ pub fn key_of(path: &str) -> String {
     path.trim_start_matches('/').to_string()
 }
 
-/// The prefix of a new contender's name (the server appends the sequence).
-pub fn node_prefix(path: &str, uuid: &str) -> String {
-    format!("{path}/{PROTECTED}{uuid}{LOCK_NAME}")
+/// The prefix of a new contender's name for a caller holding as `sharing` (the server
+/// appends the sequence).
+pub fn node_prefix(path: &str, uuid: &str, sharing: Sharing) -> String {
+    let name = match sharing {
+        Sharing::Exclusive => LOCK_NAME.to_string(),
+        Sharing::Shared => READ_NAME.to_string(),
+        Sharing::Limit(n) => format!("{LIMIT_NAME}{n}-"),
+    };
+    format!("{path}/{PROTECTED}{uuid}{name}")
+}
+
+/// How a contender holds the key and its sequence, when `name` is a contender's.
+pub fn parse(name: &str) -> Option<(Sharing, u64)> {
+    let at = name.len().checked_sub(10)?;
+    let (head, seq) = (name.get(..at)?, name.get(at..)?);
+    if !seq.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let sharing = if head.ends_with(LOCK_NAME) || head.ends_with(WRITE_NAME) {
+        Sharing::Exclusive
+    } else if head.ends_with(READ_NAME) {
+        Sharing::Shared
+    } else {
+        let (_, n) = head.strip_suffix('-')?.rsplit_once(LIMIT_NAME)?;
+        Sharing::limit(n.parse().ok()?)?
+    };
+    Some((sharing, seq.parse().ok()?))
 }
 
 /// The sequence of a contender's name, when it is one.
 pub fn sequence(name: &str) -> Option<u64> {
-    let (_, seq) = name.rsplit_once(LOCK_NAME)?;
-    (seq.len() == 10 && seq.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| seq.parse().ok())
-        .flatten()
+    parse(name).map(|(_, seq)| seq)
+}
+
+/// How the contender `name` holds the key (exclusively when it is no contender's).
+pub fn sharing_of(name: &str) -> Sharing {
+    parse(name).map_or(Sharing::Exclusive, |(sharing, _)| sharing)
 }
 
 /// The contenders among `children`, lowest sequence (the holder) first.
@@ -94,6 +130,21 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// The data of `req`'s node from now: depth 1, no token yet, and a detached lease's
+    /// expiry.
+    pub fn fresh(req: &AcquireRequest) -> Meta {
+        Meta {
+            owner: req.owner.clone(),
+            depth: 1,
+            token: None,
+            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
+            holder: Holder {
+                acquired_at_ms: now_ms(),
+                ..req.holder.clone()
+            },
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
@@ -108,20 +159,33 @@ pub struct Entry {
     pub mzxid: i64,
     pub version: i32,
     pub meta: Meta,
+    /// How it holds the key, from its name.
+    pub sharing: Sharing,
     /// Written by another client (Curator): its data is not dlock's.
     pub foreign: bool,
+}
+
+/// The Curator recipe whose contender `name` is, for status.
+fn curator_recipe(name: &str) -> &'static str {
+    if name.contains(READ_NAME) || name.contains(WRITE_NAME) {
+        "(Curator InterProcessReadWriteLock)"
+    } else {
+        "(Curator InterProcessMutex)"
+    }
 }
 
 impl Entry {
     /// Reads a contender node; one that is not dlock's JSON (Curator's, whose data is the
     /// client's IP address) is named by its node name.
     pub fn read(name: &str, data: &[u8], stat: &Stat) -> Entry {
+        let sharing = sharing_of(name);
         match serde_json::from_slice::<Meta>(data) {
             Ok(meta) => Entry {
                 name: name.to_string(),
                 mzxid: stat.mzxid,
                 version: stat.version,
                 meta,
+                sharing,
                 foreign: false,
             },
             Err(_) => Entry {
@@ -133,12 +197,13 @@ impl Entry {
                     depth: 1,
                     holder: Holder {
                         host: String::from_utf8_lossy(data).chars().take(64).collect(),
-                        command: "(Curator InterProcessMutex)".into(),
+                        command: curator_recipe(name).into(),
                         acquired_at_ms: stat.mtime.max(0) as u64,
                         ..Holder::default()
                     },
                     ..Meta::default()
                 },
+                sharing,
                 foreign: true,
             },
         }
@@ -197,7 +262,31 @@ mod tests {
         assert_eq!(sequence("other"), None);
         let sorted = contenders(vec![a.into(), "junk".into(), b.into()]);
         assert_eq!(sorted, [b, a]);
-        assert_eq!(node_prefix("/l", "u"), "/l/_c_u-lock-");
+        assert_eq!(node_prefix("/l", "u", Sharing::Exclusive), "/l/_c_u-lock-");
+    }
+
+    #[test]
+    fn names_say_how_a_node_holds() {
+        let read = node_prefix("/l", "u", Sharing::Shared) + "0000000007";
+        assert_eq!(read, "/l/_c_u-__READ__0000000007");
+        let name = read.rsplit('/').next().unwrap();
+        assert_eq!(parse(name), Some((Sharing::Shared, 7)));
+        let write = "_c_0b6f1a2c-3d4e-4f50-8a9b-0c1d2e3f4a5b-__WRIT__0000000008";
+        assert_eq!(parse(write), Some((Sharing::Exclusive, 8)));
+        let sem = node_prefix("/l", "u", Sharing::Limit(4)) + "0000000009";
+        assert_eq!(sem, "/l/_c_u-limit4-0000000009");
+        assert_eq!(
+            parse("_c_u-limit4-0000000009"),
+            Some((Sharing::Limit(4), 9))
+        );
+        for junk in [
+            "_c_u-limit0-0000000009",
+            "_c_u-limitx-0000000009",
+            "_c_u-__READ__12",
+        ] {
+            assert_eq!(parse(junk), None, "{junk}");
+        }
+        assert_eq!(curator_recipe(write), "(Curator InterProcessReadWriteLock)");
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl ZkStore {
             let path = self.path(key)?;
             // A key with no contender is free: `watch` waits for releases, so it is done.
             match self.client.get_and_watch_children(&path).await {
-                Ok((children, _, w)) if children.iter().any(|c| c.contains("-lock-")) => {
+                Ok((children, _, w)) if children.iter().any(|c| layout::sequence(c).is_some()) => {
                     watchers.push(w.changed().boxed())
                 }
                 Ok(_) | Err(ZkError::NoNode) => return Ok(()),

@@ -4,6 +4,8 @@
 use zookeeper_client::{Client, CreateOptions, Error as ZkError, Stat};
 
 use super::layout::{self, Entry};
+use super::shares;
+use crate::backend::Sharing;
 
 /// What a lock's line looks like now.
 pub struct Line {
@@ -23,6 +25,16 @@ impl Line {
     /// The holder, if any.
     pub fn holder(&self) -> Option<&Entry> {
         self.entries.first()
+    }
+
+    /// How each contender holds the key, in line order.
+    pub fn sharings(&self) -> Vec<Sharing> {
+        self.entries.iter().map(|e| e.sharing).collect()
+    }
+
+    /// The contenders that hold the key (see [`shares::holders`]), the first first.
+    pub fn holding(&self) -> &[Entry] {
+        &self.entries[..shares::holders(&self.sharings())]
     }
 }
 

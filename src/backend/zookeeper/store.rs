@@ -5,9 +5,11 @@
 //! of `dlock lock` must outlive the process, which no session does: it is a persistent
 //! TTL node (servers started with `zookeeper.extendedTypesEnabled=true`) whose expiry dlock
 //! writes into the node and honours itself, since the server reaps TTL nodes only now and
-//! then. Each waiter watches only the contender just before it. The fencing token is the
-//! zxid of the write that stamps the holder's node once its predecessors are gone: later
-//! than every earlier holder's release, and zxids grow across leader changes.
+//! then. An exclusive waiter watches only the contender just before it; shared and
+//! semaphore contenders hold together as [`super::shares`] says. The fencing token is the
+//! zxid of the write that stamps a holder's node once it is admitted: later than every
+//! earlier holder's release, distinct for holders admitted together, and zxids grow
+//! across leader changes.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
+use super::attempt::Watch;
 use super::layout::{self, Entry, Meta};
 use super::queue::{self, Line};
 use super::session::{self, acls, unavailable};
@@ -23,6 +26,7 @@ use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
+    Sharing,
 };
 use crate::error::{Error, Result};
 
@@ -38,17 +42,17 @@ pub struct ZkStore {
     sessions: Mutex<HashMap<String, (Client, String)>>,
 }
 
-/// One acquisition: its own session (`exec`), its node once queued, the node before it.
+/// One acquisition: its own session (`exec`), its node once queued, what blocks it.
 pub struct ZkWaiter {
-    session: Option<Client>,
-    node: Option<String>,
+    pub(super) session: Option<Client>,
+    pub(super) node: Option<String>,
     /// The zxid that created our node.
-    created: i64,
-    predecessor: Option<String>,
+    pub(super) created: i64,
+    pub(super) blocker: Option<Watch>,
     /// When a detached waiter's node last had its expiry moved.
     refreshed: Instant,
     /// When the request that created our node was sent.
-    sent: Instant,
+    pub(super) sent: Instant,
 }
 
 impl ZkStore {
@@ -76,11 +80,11 @@ impl ZkStore {
         unavailable(self.name(), &format!("lock '{key}'"), e)
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Client, String)>> {
+    pub(super) fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Client, String)>> {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn line(&self, key: &str, sweep: bool) -> Result<(String, Line)> {
+    pub(super) async fn line(&self, key: &str, sweep: bool) -> Result<(String, Line)> {
         let path = self.path(key)?;
         let line = queue::read(&self.client, &path, sweep, None)
             .await
@@ -88,7 +92,14 @@ impl ZkStore {
         Ok((path, line))
     }
 
-    fn lease(&self, key: &str, owner: &str, token: u64, ttl: Duration, sent_at: Instant) -> Lease {
+    pub(super) fn lease(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+        ttl: Duration,
+        sent_at: Instant,
+    ) -> Lease {
         Lease::timed(key, owner, token, ttl, false, sent_at)
     }
 
@@ -99,12 +110,10 @@ impl ZkStore {
         }
         let sent = Instant::now();
         let (path, line) = self.line(&req.key, true).await?;
-        let Some(h) = line.holder() else {
+        let mine = |h: &&Entry| !h.foreign && req.reenter.iter().any(|o| h.owned_by(o));
+        let Some(h) = line.holding().iter().find(mine) else {
             return Ok(None);
         };
-        if h.foreign || !req.reenter.iter().any(|o| h.owned_by(o)) {
-            return Ok(None);
-        }
         let mut meta = h.meta.clone();
         meta.depth += 1;
         meta.token = Some(h.token());
@@ -137,19 +146,15 @@ impl ZkStore {
 
     /// Queues a new node for `req`: ephemeral on the waiter's session, or a persistent TTL
     /// node for a detached lease.
-    async fn enter(&self, req: &AcquireRequest, w: &mut ZkWaiter, path: &str) -> Result<()> {
-        let meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
-            holder: crate::backend::Holder {
-                acquired_at_ms: now_ms(),
-                ..req.holder.clone()
-            },
-        };
+    pub(super) async fn enter(
+        &self,
+        req: &AcquireRequest,
+        w: &mut ZkWaiter,
+        path: &str,
+    ) -> Result<()> {
+        let meta = Meta::fresh(req);
         let uuid = crate::holder::new_owner_id();
-        let prefix = layout::node_prefix(path, &uuid);
+        let prefix = layout::node_prefix(path, &uuid, req.sharing);
         let acl = acls(&self.target);
         let parents = CreateMode::Container.with_acls(acl);
         let (client, options) = match &w.session {
@@ -185,118 +190,6 @@ impl ZkStore {
         ))
     }
 
-    /// Stamps our node now that it holds: the zxid of this write is the fencing token.
-    async fn stamp(&self, req: &AcquireRequest, w: &ZkWaiter, node: &str) -> Result<Acquired> {
-        let client = w.session.as_ref().unwrap_or(&self.client);
-        let ttl = match &w.session {
-            Some(s) => session::lease_ttl(s.session_timeout()),
-            None => req.ttl,
-        };
-        let meta = Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
-            expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
-            holder: crate::backend::Holder {
-                acquired_at_ms: now_ms(),
-                ..req.holder.clone()
-            },
-        };
-        let sent = Instant::now();
-        let stat = match client.set_data(node, &meta.encode(), None).await {
-            Ok(stat) => stat,
-            Err(ZkError::NoNode) => return Err(self.node_gone(&req.key)),
-            Err(e) => return Err(self.fail(&req.key, e)),
-        };
-        let lease = self.lease(&req.key, &req.owner, stat.mzxid as u64, ttl, sent);
-        Ok(Acquired { lease, guard: None })
-    }
-
-    fn node_gone(&self, key: &str) -> Error {
-        Error::Unavailable(format!(
-            "{}: lock '{key}': our node vanished (its session or TTL expired?)",
-            self.name()
-        ))
-    }
-
-    /// Deletes the waiter's node, if it has one.
-    async fn drop_node(&self, w: &mut ZkWaiter) {
-        if let Some(node) = w.node.take() {
-            let client = w.session.as_ref().unwrap_or(&self.client);
-            let _ = client.delete(&node, None).await;
-        }
-        w.predecessor = None;
-    }
-
-    /// One look at the line with our node in it: granted, or busy behind someone.
-    async fn look(
-        &self,
-        req: &AcquireRequest,
-        w: &mut ZkWaiter,
-        enqueue: bool,
-    ) -> Result<Option<Attempt>> {
-        let path = self.path(&req.key)?;
-        if w.node.is_none() && !enqueue {
-            // Not queueing: a lock already held is refused without a node of ours.
-            let (_, line) = self.line(&req.key, true).await?;
-            if let Some(n) = line.entries.len().checked_sub(1) {
-                return Ok(Some(Attempt::Busy(busy_behind(req, &line, None, n))));
-            }
-        }
-        if w.node.is_none() {
-            self.enter(req, w, &path).await?;
-        }
-        let node = w.node.clone().unwrap_or_default();
-        let name = node.rsplit('/').next().unwrap_or_default();
-        let client = w.session.as_ref().unwrap_or(&self.client);
-        let line = queue::read(client, &path, true, Some(name))
-            .await
-            .map_err(|e| self.fail(&req.key, e))?;
-        let Some(behind) = line.ours else {
-            w.node = None; // expired meanwhile: queue again
-            return Ok(None);
-        };
-        if line.entries.is_empty() {
-            let unchanged = line.first && line.pzxid == w.created;
-            let acquired = self.granted(req, w, &node, unchanged).await?;
-            if let Some(s) = w.session.take() {
-                self.sessions().insert(req.owner.clone(), (s, node));
-            }
-            return Ok(Some(Attempt::Granted(acquired)));
-        }
-        let place = line.entries.len();
-        w.predecessor = Some(format!("{path}/{}", line.entries[place - 1].name));
-        let waiters = place + behind - usize::from(!enqueue);
-        let busy = busy_behind(req, &line, enqueue.then_some(place as u64), waiters);
-        if !enqueue {
-            self.drop_node(w).await;
-        }
-        Ok(Some(Attempt::Busy(busy)))
-    }
-
-    /// Our node holds. When it came first and no contender came or went since we created
-    /// it (`unchanged`: the children's pzxid is our create), no one was before us then:
-    /// every earlier holder had left before our create, whose zxid is then the token.
-    /// Else the node is stamped, and the zxid of that write is.
-    async fn granted(
-        &self,
-        req: &AcquireRequest,
-        w: &ZkWaiter,
-        node: &str,
-        unchanged: bool,
-    ) -> Result<Acquired> {
-        if !unchanged || w.created <= 0 {
-            return self.stamp(req, w, node).await;
-        }
-        let ttl = match &w.session {
-            Some(s) => session::lease_ttl(s.session_timeout()),
-            None => req.ttl,
-        };
-        let sent = w.sent;
-        let lease = self.lease(&req.key, &req.owner, w.created as u64, ttl, sent);
-        Ok(Acquired { lease, guard: None })
-    }
-
     /// Moves a detached waiter's expiry on, so that it keeps its place while it waits.
     async fn refresh(&self, req: &AcquireRequest, w: &mut ZkWaiter) -> Result<()> {
         let (true, Some(node)) = (req.detached, &w.node) else {
@@ -326,7 +219,24 @@ impl ZkStore {
         drop(session);
     }
 
-    /// The holder of `key`, checked against `owner` as `verb` needs.
+    /// Deletes the nodes of `holders` (every holder, for `unlock --force`); the first is
+    /// the previous owner.
+    async fn free(&self, key: &str, path: &str, holders: &[Entry]) -> Result<Released> {
+        for h in holders {
+            let node = format!("{path}/{}", h.name);
+            match self.client.delete(&node, None).await {
+                Ok(()) | Err(ZkError::NoNode) => {}
+                Err(e) => return Err(self.fail(key, e)),
+            }
+            self.end_session(&h.meta.owner);
+        }
+        Ok(Released {
+            previous_owner: holders.first().map(|h| h.meta.owner.clone()),
+            still_held: false,
+        })
+    }
+
+    /// A holder of `key`, checked against `owner` as `verb` needs.
     fn holder_for<'l>(
         &self,
         verb: &str,
@@ -334,10 +244,11 @@ impl ZkStore {
         owner: &str,
         line: &'l Line,
     ) -> Result<&'l Entry> {
-        match line.holder() {
-            Some(h) if h.owned_by(owner) => Ok(h),
-            Some(_) => Err(Error::held_by_other(verb, key, self.name(), owner)),
-            None => Err(Error::lease_gone(verb, key, self.name())),
+        let holding = line.holding();
+        match holding.iter().find(|h| h.owned_by(owner)) {
+            Some(h) => Ok(h),
+            None if holding.is_empty() => Err(Error::lease_gone(verb, key, self.name())),
+            None => Err(Error::held_by_other(verb, key, self.name(), owner)),
         }
     }
 
@@ -363,24 +274,17 @@ impl ZkStore {
     }
 }
 
-/// What a refused attempt reports: the holder, our place when we queue, and how many
-/// wait (`waiters`, counting us only when we stay in line).
-fn busy_behind(req: &AcquireRequest, line: &Line, position: Option<u64>, waiters: usize) -> Busy {
-    let holder = &line.entries[0];
-    Busy {
-        holder: Some(holder.info(&req.key)),
-        position,
-        waiters: Some(waiters as u64),
-        retry: holder.ttl_left_ms().map(Duration::from_millis),
-    }
-}
-
 #[async_trait]
 impl LockStore for ZkStore {
     type Waiter = ZkWaiter;
 
     fn describe(&self) -> String {
         self.target.name.clone()
+    }
+
+    /// Every mode: a contender's name says how it holds the key (see [`super::shares`]).
+    fn supports(&self, _sharing: Sharing) -> bool {
+        true
     }
 
     async fn begin(&self, req: &AcquireRequest) -> Result<ZkWaiter> {
@@ -397,7 +301,7 @@ impl LockStore for ZkStore {
             session,
             node: None,
             created: 0,
-            predecessor: None,
+            blocker: None,
             refreshed: Instant::now(),
             sent: Instant::now(),
         })
@@ -431,7 +335,7 @@ impl LockStore for ZkStore {
         round: u32,
     ) -> Result<Woken> {
         self.refresh(req, w).await?;
-        let Some(pred) = w.predecessor.clone() else {
+        let Some(watch) = w.blocker.clone() else {
             let pause = crate::backend::waiting::backoff(round).min(pause);
             tokio::time::sleep(pause).await;
             return Ok(Woken::Again);
@@ -440,14 +344,7 @@ impl LockStore for ZkStore {
             true => pause.min(req.ttl / 3),
             false => pause,
         };
-        let client = w.session.as_ref().unwrap_or(&self.client);
-        let (stat, watcher) = client
-            .check_and_watch_stat(&pred)
-            .await
-            .map_err(|e| self.fail(&req.key, e))?;
-        if stat.is_some() {
-            let _ = tokio::time::timeout(pause, watcher.changed()).await;
-        }
+        self.await_blocker(req, w, &watch, pause).await?;
         Ok(Woken::Again)
     }
 
@@ -489,16 +386,10 @@ impl LockStore for ZkStore {
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         let (path, line) = self.line(key, true).await?;
-        let h = match (line.holder(), mode) {
-            (None, ReleaseMode::Force) => {
-                return Ok(Released {
-                    previous_owner: None,
-                    still_held: false,
-                })
-            }
-            (Some(h), ReleaseMode::Force) => h,
-            _ => self.holder_for("release", key, owner, &line)?,
-        };
+        if mode == ReleaseMode::Force {
+            return self.free(key, &path, line.holding()).await;
+        }
+        let h = self.holder_for("release", key, owner, &line)?;
         let node = format!("{path}/{}", h.name);
         let previous_owner = Some(h.meta.owner.clone());
         if mode == ReleaseMode::One && h.meta.depth > 1 {
@@ -520,11 +411,7 @@ impl LockStore for ZkStore {
                 Err(e) => Err(self.fail(key, e)),
             };
         }
-        match self.client.delete(&node, None).await {
-            Ok(()) | Err(ZkError::NoNode) => {}
-            Err(e) => return Err(self.fail(key, e)),
-        }
-        self.end_session(&h.meta.owner);
+        self.free(key, &path, std::slice::from_ref(h)).await?;
         Ok(Released {
             previous_owner,
             still_held: false,
@@ -539,18 +426,24 @@ impl LockStore for ZkStore {
         let mut all = Vec::new();
         for key in names {
             let (_, line) = self.line(&key, false).await?;
-            let lock = line.holder().map(|h| h.info(&key));
+            let holding = line.holding();
+            let lock = holding.first().map(|h| h.info(&key));
             if keys.is_empty() && lock.is_none() {
                 continue;
             }
-            let waiters = line.entries.iter().skip(1).map(Entry::waiter).collect();
+            let sharing = holding.first().map_or(Sharing::Exclusive, |h| h.sharing);
+            let holders = match sharing {
+                Sharing::Exclusive => Vec::new(),
+                _ => holding.iter().map(|h| h.info(&key)).collect(),
+            };
+            let waiters = line.entries[holding.len()..].iter();
             all.push(KeyStatus {
                 key,
                 lock,
-                waiters: Some(waiters),
+                waiters: Some(waiters.map(Entry::waiter).collect()),
                 servers: None,
-                holders: Vec::new(),
-                sharing: crate::backend::Sharing::Exclusive,
+                holders,
+                sharing,
             });
         }
         Ok(all)

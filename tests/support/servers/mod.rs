@@ -26,7 +26,7 @@ pub use mysql::{MysqlServer, MY_DB, MY_PASSWORD, MY_USER};
 pub use postgres::{pg_bin, PostgresServer, PG_PASSWORD, PG_USER};
 pub use redis::RedisServer;
 #[allow(unused_imports)] // the bench uses a Cluster in its own rows only
-pub use redis_cluster::RedisCluster;
+pub use redis_cluster::{RedisCluster, Secured};
 pub use silent::Silent;
 pub use tls::{pki, self_signed};
 #[allow(unused_imports)] // the bench uses the standalone server only

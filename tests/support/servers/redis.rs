@@ -186,9 +186,20 @@ impl RedisServer {
         assert!(ok.success());
     }
 
-    /// Runs `redis-cli` against this server and returns its stdout, trimmed.
+    /// The password the server was started with (`--requirepass`), if any.
+    pub fn password(&self) -> Option<&str> {
+        let at = self.extra.iter().position(|a| a == "--requirepass")?;
+        self.extra.get(at + 1).map(String::as_str)
+    }
+
+    /// Runs `redis-cli` against this server (with its password) and returns its stdout,
+    /// trimmed.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(password) = self.password() {
+            cli.env("REDISCLI_AUTH", password);
+        }
+        let out = cli
             .args(["-p", &self.port.to_string()])
             .args(args)
             .output()

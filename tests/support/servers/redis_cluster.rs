@@ -3,6 +3,8 @@
 //! once every node says `cluster_state:ok` and every replica's link to its master is up.
 //! Each node's cluster bus gets a free port of its own (`--cluster-port`): the default,
 //! port + 10000, is out of range for high ports. Killed on drop, node by node.
+//! [`RedisCluster::start_secured`] adds a password on every node and TLS on clients' and the
+//! bus's connections (each node keeps a plain port for the harness's own `redis-cli`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -18,6 +20,14 @@ const NODE_TIMEOUT_MS: &str = "3000";
 /// failover may swap the roles: see [`RedisCluster::master_of`]).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// Each node's TLS port, for a cluster started with TLS.
+    tls_ports: Vec<u16>,
+}
+
+/// A password and TLS for [`RedisCluster::start_secured`].
+pub struct Secured<'a> {
+    pub password: &'a str,
+    pub pki: &'a super::tls::Pki,
 }
 
 impl RedisCluster {
@@ -29,10 +39,26 @@ impl RedisCluster {
     /// [`RedisCluster::start`], with `prepare` applied to each node's command (the bench
     /// makes the nodes die with it).
     pub fn start_with(prepare: fn(&mut Command)) -> RedisCluster {
+        Self::start_nodes(prepare, None)
+    }
+
+    /// A cluster whose nodes want `secured.password` and speak TLS to clients and to each
+    /// other (`tls-cluster`, `tls-replication`), with the certificates of `secured.pki`.
+    pub fn start_secured(secured: &Secured) -> RedisCluster {
+        Self::start_nodes(|_| {}, Some(secured))
+    }
+
+    fn start_nodes(prepare: fn(&mut Command), secured: Option<&Secured>) -> RedisCluster {
         let mut last = String::new();
         for _ in 0..3 {
-            let nodes: Vec<RedisServer> = (0..6).map(|_| start_node(prepare)).collect();
-            let cluster = RedisCluster { nodes };
+            let tls_ports: Vec<u16> = match secured {
+                Some(_) => (0..6).map(|_| free_port()).collect(),
+                None => Vec::new(),
+            };
+            let nodes: Vec<RedisServer> = (0..6)
+                .map(|i| start_node(prepare, &secure_args(secured, tls_ports.get(i))))
+                .collect();
+            let cluster = RedisCluster { nodes, tls_ports };
             match cluster.create() {
                 Ok(()) => return cluster,
                 Err(e) => last = e,
@@ -43,7 +69,11 @@ impl RedisCluster {
 
     fn create(&self) -> Result<(), String> {
         let addrs: Vec<String> = self.nodes.iter().map(|n| addr(n.port)).collect();
-        let out = Command::new("redis-cli")
+        let mut cli = Command::new("redis-cli");
+        if let Some(password) = self.nodes[0].password() {
+            cli.env("REDISCLI_AUTH", password);
+        }
+        let out = cli
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -86,6 +116,13 @@ impl RedisCluster {
             }
         }
         pending
+    }
+
+    /// `rediss+cluster://:PASSWORD@…` naming every node's TLS port, for a cluster started
+    /// with [`RedisCluster::start_secured`].
+    pub fn secured_url(&self, password: &str) -> String {
+        let addrs: Vec<String> = self.tls_ports.iter().map(|p| addr(*p)).collect();
+        format!("rediss+cluster://:{password}@{}", addrs.join(","))
     }
 
     /// `redis+cluster://` naming every node.
@@ -143,12 +180,35 @@ fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// The `redis-server` arguments of a password and TLS on `tls_port`.
+fn secure_args(secured: Option<&Secured>, tls_port: Option<&u16>) -> Vec<String> {
+    let (Some(secured), Some(port)) = (secured, tls_port) else {
+        return Vec::new();
+    };
+    let path = |p: &std::path::PathBuf| p.to_string_lossy().into_owned();
+    let pki = secured.pki;
+    [
+        ("--requirepass", secured.password.to_string()),
+        ("--masterauth", secured.password.to_string()),
+        ("--tls-port", port.to_string()),
+        ("--tls-cluster", "yes".into()),
+        ("--tls-replication", "yes".into()),
+        ("--tls-cert-file", path(&pki.server_cert)),
+        ("--tls-key-file", path(&pki.server_key)),
+        ("--tls-ca-cert-file", path(&pki.ca)),
+        ("--tls-auth-clients", "no".into()),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| [k.to_string(), v])
+    .collect()
+}
+
 /// One cluster-mode node on a free port, its bus on another.
-fn start_node(prepare: fn(&mut Command)) -> RedisServer {
+fn start_node(prepare: fn(&mut Command), extra: &[String]) -> RedisServer {
     let mut last = String::new();
     for _ in 0..5 {
         let bus = free_port().to_string();
-        let args = [
+        let mut args = vec![
             "--cluster-enabled",
             "yes",
             "--cluster-config-file",
@@ -158,6 +218,7 @@ fn start_node(prepare: fn(&mut Command)) -> RedisServer {
             "--cluster-node-timeout",
             NODE_TIMEOUT_MS,
         ];
+        args.extend(extra.iter().map(String::as_str));
         match RedisServer::try_start_in(&args, &std::env::temp_dir(), prepare) {
             Ok(node) => return node,
             Err(e) => last = e,
