@@ -152,21 +152,23 @@ impl Group {
     }
 }
 
+/// A member one level deep with no holder details, for the stores' unit tests.
+#[cfg(test)]
+pub(crate) fn member(owner: &str, token: u64, until_ms: i64) -> Member {
+    Member {
+        owner: owner.into(),
+        token,
+        depth: 1,
+        until_ms,
+        holder: Holder::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Admission::{Admit, Conflict, Wait};
     use super::Sharing::{Exclusive, Limit, Shared};
     use super::*;
-
-    fn member(owner: &str, token: u64, until_ms: i64) -> Member {
-        Member {
-            owner: owner.into(),
-            token,
-            depth: 1,
-            until_ms,
-            holder: Holder::default(),
-        }
-    }
 
     #[test]
     fn a_group_travels_as_json_and_only_under_its_owner() {

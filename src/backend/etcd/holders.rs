@@ -94,17 +94,7 @@ pub fn stamp(key: &[u8], created: i64, value: Vec<u8>) -> TxnRequest {
         target_union: Some(TargetUnion::CreateRevision(created)),
         range_end: Vec::new(),
     };
-    let put = PutRequest {
-        key: key.to_vec(),
-        value,
-        ignore_lease: true,
-        ..Default::default()
-    };
-    TxnRequest {
-        compare: vec![ours],
-        success: vec![op(Request::Put(put))],
-        failure: Vec::new(),
-    }
+    super::recipe::put_if(ours, value)
 }
 
 #[cfg(test)]

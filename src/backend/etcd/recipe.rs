@@ -338,14 +338,19 @@ pub fn rewrite(key: &[u8], mod_revision: i64, value: Vec<u8>) -> TxnRequest {
         target_union: Some(TargetUnion::ModRevision(mod_revision)),
         range_end: Vec::new(),
     };
+    put_if(unchanged, value)
+}
+
+/// Writes `value` to the key `check` compares, keeping its lease, if `check` holds.
+pub fn put_if(check: Compare, value: Vec<u8>) -> TxnRequest {
     let put = PutRequest {
-        key: key.to_vec(),
+        key: check.key.clone(),
         value,
         ignore_lease: true,
         ..Default::default()
     };
     TxnRequest {
-        compare: vec![unchanged],
+        compare: vec![check],
         success: vec![op(Request::Put(put))],
         failure: Vec::new(),
     }

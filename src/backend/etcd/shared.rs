@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
-use super::store::{EtcdStore, EtcdWaiter, WATCH_RETRY};
+use super::store::{EtcdStore, EtcdWaiter, Watched};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, Released};
@@ -152,24 +152,7 @@ impl EtcdStore {
     /// `pause`.
     pub(super) async fn await_release(&self, key: &str, seen: i64, pause: Duration) -> Result<()> {
         let dir = self.dir(key);
-        let mut watch = self.client.watch_stream();
-        let deleted = async {
-            watch.create_prefix(&dir, seen + 1).await?;
-            loop {
-                let answer = watch.next().await?;
-                let delete = EventType::Delete as i32;
-                if answer.events.iter().any(|e| e.r#type == delete) {
-                    return Ok::<(), Error>(());
-                }
-            }
-        };
-        match tokio::time::timeout(pause, deleted).await {
-            // A broken watch is not the end of the wait: the next attempt looks again.
-            Ok(Err(_)) => {
-                tokio::time::sleep(WATCH_RETRY.min(pause)).await;
-                Ok(())
-            }
-            _ => Ok(()),
-        }
+        self.await_deletion(Watched::Prefix(&dir), seen + 1, pause)
+            .await
     }
 }

@@ -34,6 +34,13 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
+/// What a waiter watches for a deletion: the contender just before it, or (a shared or
+/// semaphore waiter, which any leaving holder may admit) every contender of the lock.
+pub(super) enum Watched<'a> {
+    Key(&'a [u8]),
+    Prefix(&'a [u8]),
+}
+
 /// A connection to one etcd cluster, holding locks under `prefix`.
 pub struct EtcdStore {
     pub(super) client: Client,
@@ -365,9 +372,24 @@ impl EtcdStore {
             return Ok(()); // we are first: attempt again
         };
         let from = resp.header.map_or(0, |h| h.revision) + 1;
+        self.await_deletion(Watched::Key(&pred.key), from, pause)
+            .await
+    }
+
+    /// Waits until `watched` sees a deletion at revision `from` or later, for at most
+    /// `pause`.
+    pub(super) async fn await_deletion(
+        &self,
+        watched: Watched<'_>,
+        from: i64,
+        pause: Duration,
+    ) -> Result<()> {
         let mut watch = self.client.watch_stream();
         let deleted = async {
-            watch.create(&pred.key, from).await?;
+            match watched {
+                Watched::Key(key) => watch.create(key, from).await?,
+                Watched::Prefix(prefix) => watch.create_prefix(prefix, from).await?,
+            };
             loop {
                 let answer = watch.next().await?;
                 let delete = EventType::Delete as i32;

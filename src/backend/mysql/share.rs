@@ -407,17 +407,8 @@ pub(super) fn fill_groups(statuses: &mut [KeyStatus], held: &[HeldRow], now: i64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::group::member;
     use crate::backend::LockInfo;
-
-    fn member(owner: &str, token: u64, until_ms: i64) -> Member {
-        Member {
-            owner: owner.into(),
-            token,
-            depth: 1,
-            until_ms,
-            holder: Holder::default(),
-        }
-    }
 
     fn readers() -> Group {
         let mut g = Group::new(Sharing::Shared, member("a", 4, 1_000));
