@@ -116,6 +116,7 @@ fn peers(ctx: &mut Ctx) -> Peers {
     let cluster = ctx.redis_cluster();
     let postgres = ctx.postgres().map(|(store, _)| store);
     let mysql = ctx.mysql().map(|(store, _)| store);
+    let zookeeper = ctx.zookeeper();
     let lockfile = ctx.file("contention.flock");
     let mut peers: Peers = Vec::new();
     peers.push((
@@ -133,6 +134,7 @@ fn peers(ctx: &mut Ctx) -> Peers {
         ("memcached", memcached),
         ("postgres", postgres),
         ("mysql", mysql),
+        ("zookeeper", zookeeper),
     ] {
         let name = format!("dlock exec ({label})");
         let bin = ctx.dlock.clone();

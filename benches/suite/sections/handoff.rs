@@ -86,6 +86,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         ctx.etcd_store(),
         ctx.postgres().map(|(store, _)| store),
         ctx.mysql().map(|(store, _)| store),
+        ctx.zookeeper(),
     ];
     let mut table = Table::new(&[
         "backend",
@@ -100,7 +101,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let mut etcd_p50 = Err("not measured".to_string());
     for (i, store) in stores.into_iter().enumerate() {
         let label = store.as_ref().map_or(
-            ["local", "redis", "etcd", "postgres", "mysql"][i],
+            ["local", "redis", "etcd", "postgres", "mysql", "zookeeper"][i],
             Store::label,
         );
         for waiters in [1usize, 4] {
