@@ -18,8 +18,9 @@ use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, LastRuns, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
 
-/// How often a compare-and-swap that lost a race is tried again.
-pub(super) const CAS_TRIES: usize = 5;
+/// How often a compare-and-swap that lost a race is tried again: the holders of a shared
+/// or semaphore key all change its one item, so races are common there.
+pub(super) const CAS_TRIES: usize = 16;
 
 /// Whether a fresh grant's token is checked against what this process saw and the
 /// last-run record (one server), or left to the caller (a quorum, which raises what is

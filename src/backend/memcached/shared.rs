@@ -53,6 +53,7 @@ impl MemcachedStore {
     pub(super) async fn take_shared(&self, req: &AcquireRequest) -> Result<Attempt> {
         let keys = self.keys(&req.key)?;
         let secs = ttl::seconds(req.ttl, &req.key, &self.name)?;
+        let mut last = None;
         for _ in 0..CAS_TRIES {
             let replies = self
                 .call(&req.key, &[Request::get(&keys.lock, "v t c")])
@@ -68,14 +69,15 @@ impl MemcachedStore {
                 Reply::Missing => (Group::new(req.sharing, self.member(req, 0, secs)), None),
                 other => return Err(self.unexpected(&req.key, other)),
             };
+            last = Some(group.clone());
             if let Some(attempt) = self.join(req, &keys, group, cas, secs).await? {
                 return Ok(attempt);
             }
         }
-        Err(self.client.unavailable(
-            &format!("lock '{}'", req.key),
-            "the lock item kept changing under us",
-        ))
+        // Every write lost a race: others are joining and leaving the group. That is a
+        // busy key, not a broken server: the caller waits and looks again.
+        let group = last.expect("at least one try");
+        Ok(Attempt::Busy(busy(req, &group, now())))
     }
 
     fn member(&self, req: &AcquireRequest, token: u64, secs: u64) -> Member {
