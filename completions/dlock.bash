@@ -415,12 +415,16 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__status)
-            opts="-u -q -v -h --watch --url --json --quiet --verbose --log-format --help"
+            opts="-s -u -q -v -h --watch --limit --shared --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

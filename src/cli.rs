@@ -187,7 +187,9 @@ pub enum Command {
     ///
     /// For each named key, also how its last `exec` run ended (`last run: ok (exit 0) 4m
     /// ago on ci-2, ran 12.3s`) and, when that run failed, the last success. Exits 0 when
-    /// every named key is held, 1 when one is free.
+    /// every named key is held, 1 when one is free; with --shared or --limit N, 0 when a
+    /// caller with those options would have to wait for every named key (or would be
+    /// refused), 1 when one has room for it.
     Status(StatusArgs),
 
     /// Block until KEY is free, without taking it.
@@ -264,14 +266,16 @@ pub struct SharingOpts {
     /// A semaphore: up to N holders of KEY at once, each with its own owner id and fencing
     /// token, served in arrival order (as consul lock -n N). Every caller of KEY must give
     /// the same N: a different one, or a caller without --limit, is refused (exit 2) while
-    /// holders exist. 1 is the default exclusive lock. Local store and Redis only, so far.
+    /// holders exist. 1 is the default exclusive lock. On every backend (Redlock and
+    /// Memcached keep no queue, so there in no order).
     #[arg(long, value_name = "N", conflicts_with = "shared",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
 
     /// Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller
     /// without it (a writer) holds KEY alone. In arrival order: a waiting writer stops
-    /// later readers, so readers cannot starve it. Local store and Redis only, so far.
+    /// later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so
+    /// there in no order).
     #[arg(short = 's', long)]
     pub shared: bool,
 }
@@ -433,6 +437,11 @@ pub struct StatusArgs {
     /// on Ctrl-C (SIGINT), SIGTERM or SIGHUP, with exit 0.
     #[arg(long)]
     pub watch: bool,
+
+    /// For the exit code: whether a caller with these options could take each key now
+    /// (1 when one has room for it), rather than whether it is held.
+    #[command(flatten)]
+    pub sharing: SharingOpts,
 
     #[command(flatten)]
     pub late: Late,

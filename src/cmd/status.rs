@@ -1,6 +1,7 @@
 //! `dlock status [KEY...]`: who holds what, and for named keys how their last run went.
 
-use crate::backend::{Backend, KeyStatus, LastRuns};
+use crate::backend::sharing::Admission;
+use crate::backend::{Backend, KeyStatus, LastRuns, Sharing};
 use crate::cli::{Global, StatusArgs};
 use crate::config::check_key;
 use crate::error::{Error, Result};
@@ -45,13 +46,18 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
         }
         return Ok(code);
     }
-    Ok(exit_code(&states))
+    Ok(exit_code(&states, args.sharing.sharing()))
 }
 
-/// 0 when every key shown is held, 1 when one is free.
-pub fn exit_code(states: &[KeyStatus]) -> u8 {
-    let all_held = states.iter().all(|s| s.lock.is_some());
-    if all_held {
+/// 0 when a caller asking for `sharing` could take none of the keys shown now (held, or
+/// held in a way it must not join), 1 when one has room for it. For the default exclusive
+/// caller: 0 when every key is held, 1 when one is free.
+pub fn exit_code(states: &[KeyStatus], sharing: Sharing) -> u8 {
+    let no_room = |s: &KeyStatus| {
+        let holders = s.holders.len().max(1) as u32;
+        s.lock.is_some() && sharing.admit(Some(s.sharing), holders, &[]) != Admission::Admit
+    };
+    if states.iter().all(no_room) {
         exit::OK
     } else {
         exit::FREE
@@ -82,4 +88,54 @@ pub async fn last_runs(
         });
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Holder, LockInfo};
+
+    /// A key held by `holders` holders as `sharing` (none: free).
+    fn key(sharing: Sharing, holders: usize) -> KeyStatus {
+        let holder = |i: usize| LockInfo {
+            key: "k".into(),
+            owner: format!("o{i}"),
+            fencing_token: i as u64,
+            holder: Holder::default(),
+            ttl_left_ms: None,
+            depth: 1,
+        };
+        let all: Vec<LockInfo> = (0..holders).map(holder).collect();
+        KeyStatus {
+            key: "k".into(),
+            lock: all.first().cloned(),
+            holders: if sharing.is_exclusive() {
+                Vec::new()
+            } else {
+                all
+            },
+            sharing,
+            waiters: None,
+            servers: None,
+        }
+    }
+
+    #[test]
+    fn the_exit_code_says_whether_a_caller_like_this_one_has_room() {
+        use Sharing::{Exclusive, Limit, Shared};
+        assert_eq!(exit_code(&[key(Exclusive, 1)], Exclusive), exit::OK);
+        assert_eq!(exit_code(&[key(Exclusive, 0)], Exclusive), exit::FREE);
+        // Any holder makes a key "held" for an exclusive caller, readers too.
+        assert_eq!(exit_code(&[key(Shared, 2)], Exclusive), exit::OK);
+        assert_eq!(exit_code(&[key(Shared, 2)], Shared), exit::FREE);
+        assert_eq!(exit_code(&[key(Exclusive, 1)], Shared), exit::OK);
+        assert_eq!(exit_code(&[key(Limit(3), 2)], Limit(3)), exit::FREE);
+        assert_eq!(exit_code(&[key(Limit(3), 3)], Limit(3)), exit::OK);
+        // Held as another N: no room for this caller either.
+        assert_eq!(exit_code(&[key(Limit(2), 1)], Limit(3)), exit::OK);
+        assert_eq!(
+            exit_code(&[key(Limit(3), 3), key(Limit(3), 1)], Limit(3)),
+            exit::FREE
+        );
+    }
 }
