@@ -61,19 +61,7 @@ fn run_lease_range(runs: &[u8]) -> RequestOp {
 /// if absent, then reads every contender (oldest first) and the lease of the run records.
 /// Answers: [put, contenders, runs] when created, else [contenders, runs].
 pub fn enter_shared(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64, runs: &[u8]) -> TxnRequest {
-    let absent = Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(0)),
-        range_end: Vec::new(),
-    };
-    let put = PutRequest {
-        key: key.to_vec(),
-        value,
-        lease,
-        ..Default::default()
-    };
+    let (absent, put) = super::recipe::create_if_absent(key, value, lease);
     let all = || op(Request::Range(contenders(dir, 0)));
     TxnRequest {
         compare: vec![absent],

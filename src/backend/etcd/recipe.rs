@@ -168,6 +168,25 @@ pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
     }
 }
 
+/// The check that `key` does not exist yet, and the write that creates it on `lease`: the
+/// start of every contender's transaction.
+pub fn create_if_absent(key: &[u8], value: Vec<u8>, lease: i64) -> (Compare, PutRequest) {
+    let absent = Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(0)),
+        range_end: Vec::new(),
+    };
+    let put = PutRequest {
+        key: key.to_vec(),
+        value,
+        lease,
+        ..Default::default()
+    };
+    (absent, put)
+}
+
 /// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
 /// `tryAcquire`): responses are [put or our key, the oldest contender, how many contend,
 /// how many are ahead of us], and last the lease of the lock's run records (`runs`, see
@@ -182,19 +201,7 @@ pub fn enter(
     queued_at: Option<i64>,
     runs: &[u8],
 ) -> TxnRequest {
-    let absent = Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(0)),
-        range_end: Vec::new(),
-    };
-    let put = PutRequest {
-        key: key.to_vec(),
-        value,
-        lease,
-        ..Default::default()
-    };
+    let (absent, put) = create_if_absent(key, value, lease);
     let ours = RangeRequest {
         key: key.to_vec(),
         ..Default::default()
