@@ -75,14 +75,7 @@ pub fn enter_shared(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64, runs: &[
 /// very write, is its own fencing token, later than any token handed out before, even to a
 /// contender admitted by the same release.
 pub fn stamp(key: &[u8], created: i64, value: Vec<u8>) -> TxnRequest {
-    let ours = Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(created)),
-        range_end: Vec::new(),
-    };
-    super::recipe::put_if(ours, value)
+    super::recipe::put_if(super::recipe::created_at(key, created), value)
 }
 
 #[cfg(test)]

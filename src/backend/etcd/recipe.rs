@@ -171,13 +171,7 @@ pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
 /// The check that `key` does not exist yet, and the write that creates it on `lease`: the
 /// start of every contender's transaction.
 pub fn create_if_absent(key: &[u8], value: Vec<u8>, lease: i64) -> (Compare, PutRequest) {
-    let absent = Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(0)),
-        range_end: Vec::new(),
-    };
+    let absent = created_at(key, 0);
     let put = PutRequest {
         key: key.to_vec(),
         value,
@@ -258,13 +252,7 @@ pub fn standing(dir: &[u8], key: &[u8], rev: i64, runs: &[u8]) -> TxnRequest {
 /// which an `etcdctl lock` holder's token precedes). Otherwise nothing is written, and the
 /// responses are those of an [`enter`] that found our key.
 pub fn take_turn(dir: &[u8], key: &[u8], rev: i64, value: Vec<u8>, runs: &[u8]) -> TxnRequest {
-    let ours = Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(rev)),
-        range_end: Vec::new(),
-    };
+    let ours = created_at(key, rev);
     // Every key under `dir` was created at `rev` or later: none is ahead of ours.
     let first = Compare {
         result: CompareResult::Greater as i32,
@@ -333,6 +321,17 @@ pub fn release(
             keys_only: true,
             ..Default::default()
         }))],
+    }
+}
+
+/// The check that `key` was created at `revision` (0: that it does not exist).
+pub fn created_at(key: &[u8], revision: i64) -> Compare {
+    Compare {
+        result: CompareResult::Equal as i32,
+        target: CompareTarget::Create as i32,
+        key: key.to_vec(),
+        target_union: Some(TargetUnion::CreateRevision(revision)),
+        range_end: Vec::new(),
     }
 }
 
