@@ -116,6 +116,26 @@ impl Group {
         Some(m)
     }
 
+    /// The place a caller holds already: `owner`'s own grant whose answer was lost (its
+    /// lease extended to `until_ms` when that is later), or else a re-entry of the first of
+    /// `reenter` that is a member (one level deeper). Its owner, token, and whether it was
+    /// a re-entry; `None` when neither is a member.
+    pub fn hold_again(
+        &mut self,
+        owner: &str,
+        reenter: &[String],
+        until_ms: i64,
+    ) -> Option<(String, u64, bool)> {
+        if let Some(m) = self.member(owner) {
+            let until = m.until_ms.max(until_ms);
+            let token = self.renew(owner, until)?.token;
+            return Some((owner.to_string(), token, false));
+        }
+        reenter
+            .iter()
+            .find_map(|o| Some((o.clone(), self.reenter(o, until_ms)?.token, true)))
+    }
+
     /// Extends `owner`'s lease to `until_ms` (a renewal sets it, shorter or longer).
     pub fn renew(&mut self, owner: &str, until_ms: i64) -> Option<&Member> {
         let m = self.members.iter_mut().find(|m| m.owner == owner)?;
@@ -222,6 +242,22 @@ mod tests {
         assert_eq!(g.release("a", true), None);
         assert_eq!(g.release("b", false), Some(0));
         assert!(g.is_empty());
+    }
+
+    #[test]
+    fn a_caller_holds_again_its_lost_grant_or_reenters_a_member() {
+        let mut g = Group::new(Shared, member("a", 1, 500));
+        g.join(member("b", 2, 500));
+        // Its own grant: the lease only ever extended.
+        assert_eq!(g.hold_again("a", &[], 300), Some(("a".into(), 1, false)));
+        assert_eq!(g.member("a").map(|m| (m.until_ms, m.depth)), Some((500, 1)));
+        assert_eq!(g.hold_again("a", &[], 900).map(|h| h.1), Some(1));
+        assert_eq!(g.member("a").map(|m| m.until_ms), Some(900));
+        // A nested caller re-enters the member it acts for.
+        let outer = ["x".to_string(), "b".to_string()];
+        assert_eq!(g.hold_again("c", &outer, 700), Some(("b".into(), 2, true)));
+        assert_eq!(g.member("b").map(|m| (m.until_ms, m.depth)), Some((700, 2)));
+        assert_eq!(g.hold_again("c", &["x".to_string()], 700), None);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use super::schema::Sql;
 use super::share::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
-use crate::backend::group::GROUP_OWNER;
+use crate::backend::group::{Queued, GROUP_OWNER};
 use crate::backend::sql::{holder_json, info, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released, Sharing};
@@ -278,7 +278,7 @@ async fn attempt_tx(
         return attempt_shared(tx, sql, &how, current).await;
     }
     let queue = match req.fair {
-        true => read_queue(&mut tx, sql, key, w).await?,
+        true => read_queue(&mut tx, sql, key, w, false).await?,
         false => Queue::default(),
     };
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
@@ -328,23 +328,45 @@ pub(super) async fn lock_row(tx: &mut Transaction<'_>, sql: &Sql, key: &str) -> 
 }
 
 /// The live waiters of `key` in order, and whether `w` has a row; dead rows are pruned.
-async fn read_queue(
+/// With `sharing` (a shared or semaphore attempt, or one beside a group), also the sharing
+/// of the waiters ahead of `w` (all of them when it has no row): only then are the
+/// waiters' holder columns read.
+pub(super) async fn read_queue(
     tx: &mut Transaction<'_>,
     sql: &Sql,
     key: &str,
     w: &MyWaiter,
+    sharing: bool,
 ) -> MyResult<Queue> {
-    let all: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
-    let queued = all.iter().any(|(id, _)| *id == w.id);
-    let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left)| *left > 0);
+    let all: Vec<(String, i64, Option<String>)> = match sharing {
+        true => tx.exec(sql.queued.as_str(), (key,)).await?,
+        false => {
+            let rows: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            rows.into_iter()
+                .map(|(id, left)| (id, left, None))
+                .collect()
+        }
+    };
+    let queued = all.iter().any(|(id, _, _)| *id == w.id);
+    let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left, _)| *left > 0);
     if !dead.is_empty() {
         tx.exec_drop(sql.prune.as_str(), (key,)).await?;
     }
+    let ahead = match sharing {
+        true => {
+            let mine = live.iter().position(|(id, _, _)| *id == w.id);
+            live[..mine.unwrap_or(live.len())]
+                .iter()
+                .map(|(_, _, json)| Queued::read(json.as_deref().unwrap_or_default()).sharing)
+                .collect()
+        }
+        false => Vec::new(),
+    };
     Ok(Queue {
-        head_left_ms: live.first().map_or(0, |(_, left)| *left),
-        ids: live.into_iter().map(|(id, _)| id).collect(),
+        head_left_ms: live.first().map_or(0, |(_, left, _)| *left),
+        ids: live.into_iter().map(|(id, _, _)| id).collect(),
         queued,
-        ahead: Vec::new(),
+        ahead,
     })
 }
 

@@ -18,7 +18,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::ms;
-use super::lease::{lock_row, Current, Freed, MyResult, MyWaiter, Queue};
+use super::lease::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue};
 use super::schema::Sql;
 use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
 use crate::backend::sharing::Admission;
@@ -70,7 +70,7 @@ pub(super) async fn attempt_shared(
         None => (None, 0),
     };
     let queue = match req.fair {
-        true => read_queued(&mut tx, sql, key, how.w).await?,
+        true => read_queue(&mut tx, sql, key, how.w, true).await?,
         false => Queue::default(),
     };
     match req.sharing.admit(held, holders, &queue.ahead) {
@@ -111,15 +111,8 @@ const ROW_ROOM: usize = 60_000;
 /// The caller's own grant whose answer was lost (claimed again), or a re-entry of one of
 /// the owners it acts for: both extend the member's lease to `until`.
 fn hold_again(g: &mut Group, req: &AcquireRequest, until: i64) -> Option<Outcome> {
-    if let Some(m) = g.member(&req.owner) {
-        let until = m.until_ms.max(until);
-        let token = g.renew(&req.owner, until)?.token;
-        return Some(granted(&req.owner, token, false));
-    }
-    req.reenter.iter().find_map(|owner| {
-        let token = g.reenter(owner, until)?.token;
-        Some(granted(owner, token, true))
-    })
+    let (owner, token, reentered) = g.hold_again(&req.owner, &req.reenter, until)?;
+    Some(granted(&owner, token, reentered))
 }
 
 fn granted(owner: &str, token: u64, reentered: bool) -> Outcome {
@@ -228,33 +221,6 @@ async fn refuse(
         position: position.map(|p| p as u64 + 1),
         waiters: req.fair.then_some(waiters as u64),
         retry: Some(Duration::from_millis(retry.max(0) as u64 + 1)),
-    })
-}
-
-/// The live waiters of `key` in order, whether `w` has a row, and the sharing of those
-/// ahead of it (all of them when it has none); dead rows are pruned.
-async fn read_queued(
-    tx: &mut Transaction<'_>,
-    sql: &Sql,
-    key: &str,
-    w: &MyWaiter,
-) -> MyResult<Queue> {
-    let all: Vec<(String, i64, Option<String>)> = tx.exec(sql.queued.as_str(), (key,)).await?;
-    let queued = all.iter().any(|(id, _, _)| *id == w.id);
-    let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left, _)| *left > 0);
-    if !dead.is_empty() {
-        tx.exec_drop(sql.prune.as_str(), (key,)).await?;
-    }
-    let mine = live.iter().position(|(id, _, _)| *id == w.id);
-    let ahead = live[..mine.unwrap_or(live.len())]
-        .iter()
-        .map(|(_, _, json)| Queued::read(json.as_deref().unwrap_or_default()).sharing)
-        .collect();
-    Ok(Queue {
-        head_left_ms: live.first().map_or(0, |(_, left, _)| *left),
-        ids: live.into_iter().map(|(id, _, _)| id).collect(),
-        queued,
-        ahead,
     })
 }
 

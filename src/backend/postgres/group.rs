@@ -188,21 +188,8 @@ async fn again(tx: &Transaction<'_>, ask: &Ask<'_>, locked: &Locked) -> PgResult
     };
     let req = ask.req;
     let until = locked.now_ms + ms(req.ttl);
-    let (owner, reentered) = match g.member(&req.owner) {
-        Some(_) => (req.owner.clone(), false),
-        None => match req.reenter.iter().find(|o| g.member(o).is_some()) {
-            Some(o) => (o.clone(), true),
-            None => return Ok(None),
-        },
-    };
-    let token = match reentered {
-        true => g.reenter(&owner, until).map(|m| m.token),
-        false => g
-            .renew(
-                &owner,
-                until.max(g.member(&owner).map_or(0, |m| m.until_ms)),
-            )
-            .map(|m| m.token),
+    let Some((owner, token, reentered)) = g.hold_again(&req.owner, &req.reenter, until) else {
+        return Ok(None);
     };
     let put = Write {
         key: &req.key,
@@ -214,7 +201,7 @@ async fn again(tx: &Transaction<'_>, ask: &Ask<'_>, locked: &Locked) -> PgResult
     write(tx, ask.st, &ask.names.channel, put).await?;
     Ok(Some(Outcome::Granted {
         owner,
-        token: token.unwrap_or_default() as i64,
+        token: token as i64,
         reentered,
     }))
 }
