@@ -303,3 +303,65 @@ fn a_killed_waiter_leaves_the_line_when_its_session_ends() {
     let status = wait_exit(&mut behind, Duration::from_secs(20)).expect("the next waiter hung");
     assert!(status.success(), "{status:?}");
 }
+
+/// Waits until `server` has no client connection open: with `maxClientCnxns=1`, its
+/// four-letter command is answered only then (a closed client may take a moment to go).
+fn await_no_client(server: &ZkServer) {
+    let free = crate::support::wait_for(Duration::from_secs(10), || server.mode().is_some());
+    assert!(free, "a connection stayed open{}", server.log_tail());
+}
+
+/// One `dlock exec` is one connection: its lease's session carries every request, so a
+/// server that takes one connection per address (`maxClientCnxns=1`) runs it, keeps its
+/// run record and answers `status`.
+#[test]
+fn an_exec_uses_one_connection() {
+    let server = ZkServer::start_with("maxClientCnxns=1\n");
+    let url = server.url();
+    await_no_client(&server);
+    let out = run(&url, &["exec", "job", "--", "true"]);
+    assert!(out.status.success(), "{out:?}{}", server.log_tail());
+    await_no_client(&server);
+    let out = run(&url, &["--json", "status", "job"]);
+    assert_eq!(out.status.code(), Some(1), "free: {out:?}");
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["last_run"]["exit_code"], 0, "{st}");
+    assert_eq!(st["held"], false, "the released exec left a node: {st}");
+}
+
+/// A holder, a waiter in line and `status` are three processes, three connections: a
+/// server taking three per address serves them all, and the waiter runs once the holder
+/// is done.
+#[test]
+fn a_holder_and_a_waiter_use_one_connection_each() {
+    let server = ZkServer::start_with("maxClientCnxns=3\n");
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &[]);
+    token_of(dir.path());
+    let ran = dir.path().join("waiter-ran");
+    let mut waiter = dlock()
+        .env("DLOCK_URL", &url)
+        .args(["exec", "job", "-w", "60s", "--", "touch"])
+        .arg(&ran)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = crate::support::wait_for(Duration::from_secs(15), || {
+        let out = run(&url, &["--json", "status", "job"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["waiters"].as_array().map_or(0, Vec::len) == 1
+    });
+    if !queued {
+        crate::support::send_signal(held.id(), "TERM");
+        let _ = held.wait();
+        let out = waiter.wait_with_output().unwrap();
+        panic!("the waiter never queued: {out:?}{}", server.log_tail());
+    }
+    assert!(!ran.exists(), "the waiter ran while the lock was held");
+    crate::support::send_signal(held.id(), "TERM");
+    wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
+    let status = wait_exit(&mut waiter, Duration::from_secs(20)).expect("the waiter hung");
+    assert!(status.success(), "{status:?}");
+    assert!(ran.exists(), "the waiter did not run");
+}

@@ -264,7 +264,7 @@ fn check_zookeeper(url: &str) -> Result<()> {
 fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let target = zookeeper::url::parse(url)?;
-        let store = zookeeper::ZkStore::connect(target).await?;
+        let store = zookeeper::ZkStore::new(target);
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

@@ -32,7 +32,7 @@ impl ZkStore {
         w: &ZkWaiter,
         node: &str,
     ) -> Result<Acquired> {
-        let client = w.session.as_ref().unwrap_or(&self.client);
+        let client = self.client_of(w, &req.key).await?;
         let ttl = match &w.session {
             Some(s) => session::lease_ttl(s.session_timeout()),
             None => req.ttl,
@@ -58,8 +58,9 @@ impl ZkStore {
     /// Deletes the waiter's node, if it has one.
     pub(super) async fn drop_node(&self, w: &mut ZkWaiter) {
         if let Some(node) = w.node.take() {
-            let client = w.session.as_ref().unwrap_or(&self.client);
-            let _ = client.delete(&node, None).await;
+            if let Ok(client) = self.client_of(w, "").await {
+                let _ = client.delete(&node, None).await;
+            }
         }
         w.blocker = None;
     }
@@ -103,8 +104,8 @@ impl ZkStore {
         }
         let node = w.node.clone().unwrap_or_default();
         let name = node.rsplit('/').next().unwrap_or_default();
-        let client = w.session.as_ref().unwrap_or(&self.client);
-        let line = queue::read(client, &path, true, Some(name))
+        let client = self.client_of(w, &req.key).await?;
+        let line = queue::read(&client, &path, true, Some(name))
             .await
             .map_err(|e| self.fail(&req.key, e))?;
         let Some(behind) = line.ours else {
@@ -184,7 +185,7 @@ impl ZkStore {
         watch: &Watch,
         pause: Duration,
     ) -> Result<()> {
-        let client = w.session.as_ref().unwrap_or(&self.client);
+        let client = self.client_of(w, &req.key).await?;
         let watcher = match watch {
             Watch::Node(node) => match client.check_and_watch_stat(node).await {
                 Ok((Some(_), watcher)) => watcher,

@@ -14,10 +14,11 @@ impl ZkStore {
     /// Every lock path under the chroot, as keys: a node with a contender among its
     /// children is a lock. ZooKeeper's own `/zookeeper` is skipped.
     pub(super) async fn lock_keys(&self) -> Result<Vec<String>> {
+        let client = self.client("").await?;
         let mut keys = Vec::new();
         let mut todo = vec!["/".to_string()];
         while let Some(dir) = todo.pop() {
-            let children = match self.client.list_children(&dir).await {
+            let children = match client.list_children(&dir).await {
                 Ok(c) => c,
                 Err(ZkError::NoNode) => continue,
                 Err(e) => return Err(self.fail(&dir, e)),
@@ -40,11 +41,13 @@ impl ZkStore {
     /// Returns when the line of one of `keys` changes (a contender comes or goes, the
     /// lock node appears), or after `pause`.
     pub(super) async fn watch_keys(&self, keys: &[String], pause: Duration) -> Result<()> {
+        let first = keys.first().map_or("", String::as_str);
+        let client = self.client(first).await?;
         let mut watchers = Vec::new();
         for key in keys {
             let path = self.path(key)?;
             // A key with no contender is free: `watch` waits for releases, so it is done.
-            match self.client.get_and_watch_children(&path).await {
+            match client.get_and_watch_children(&path).await {
                 Ok((children, _, w)) if children.iter().any(|c| layout::sequence(c).is_some()) => {
                     watchers.push(w.changed().boxed())
                 }

@@ -3,7 +3,7 @@
 //! ensemble enables TTL nodes, so that retired keys go away; else a persistent node, kept
 //! until someone deletes it.
 
-use zookeeper_client::{CreateMode, Error as ZkError};
+use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use super::layout::RUNS_SUFFIX;
 use super::queue;
@@ -36,7 +36,7 @@ impl ZkStore {
 
     pub(super) async fn read_runs(&self, key: &str) -> Result<LastRuns> {
         let path = self.runs_path(key)?;
-        match self.client.get_data(&path).await {
+        match self.client(key).await?.get_data(&path).await {
             Ok((data, _)) => Ok(serde_json::from_slice(&data).unwrap_or_default()),
             Err(ZkError::NoNode) => Ok(LastRuns::default()),
             Err(e) => Err(self.fail(key, e)),
@@ -46,9 +46,10 @@ impl ZkStore {
     pub(super) async fn write_run(&self, key: &str, run: &RunRecord) -> Result<()> {
         let path = self.runs_path(key)?;
         let run = bounded(run);
+        let client = self.client(key).await?;
         // Compare-and-set on the version read: two runs ending together both land.
         for _ in 0..5 {
-            let (mut runs, version) = match self.client.get_data(&path).await {
+            let (mut runs, version) = match client.get_data(&path).await {
                 Ok((data, stat)) => (
                     serde_json::from_slice::<LastRuns>(&data).unwrap_or_default(),
                     Some(stat.version),
@@ -62,8 +63,8 @@ impl ZkStore {
             runs.last = Some(run.clone());
             let data = serde_json::to_vec(&runs).unwrap_or_default();
             let written = match version {
-                Some(v) => self.client.set_data(&path, &data, Some(v)).await.map(drop),
-                None => self.create_runs(&path, &data).await,
+                Some(v) => client.set_data(&path, &data, Some(v)).await.map(drop),
+                None => self.create_runs(&client, &path, &data).await,
             };
             match written {
                 Ok(()) => return Ok(()),
@@ -78,16 +79,16 @@ impl ZkStore {
     }
 
     /// Creates the record node: a TTL node when the ensemble allows them.
-    async fn create_runs(&self, path: &str, data: &[u8]) -> Result<(), ZkError> {
+    async fn create_runs(&self, client: &Client, path: &str, data: &[u8]) -> Result<(), ZkError> {
         let acl = acls(&self.target);
         let parents = CreateMode::Container.with_acls(acl);
         let ttl = CreateMode::Persistent
             .with_acls(acl)
             .with_ttl(RUN_RECORD_TTL);
-        match queue::create(&self.client, path, data, &ttl, &parents).await {
+        match queue::create(client, path, data, &ttl, &parents).await {
             Err(ZkError::Unimplemented) => {
                 let plain = CreateMode::Persistent.with_acls(acl);
-                queue::create(&self.client, path, data, &plain, &parents)
+                queue::create(client, path, data, &plain, &parents)
                     .await
                     .map(drop)
             }

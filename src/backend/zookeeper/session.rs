@@ -9,6 +9,7 @@
 //! `syncLimit × tickTime` while the new leader already counts down, so dlock gives the
 //! command only half the timeout (see [`lease_ttl`]).
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
@@ -36,8 +37,13 @@ pub fn acls(t: &Target) -> Acls<'static> {
 }
 
 /// Opens a session of `timeout` (the server clamps it to 2–20 × its tickTime) on the
-/// ensemble `t` names, under its chroot, creating the chroot when it is missing.
-pub async fn connect(t: &Target, timeout: Duration) -> Result<Client> {
+/// ensemble `t` names, under its chroot, creating the chroot when it is missing. Its
+/// errors name `key`, the lock it is for (when not empty).
+pub async fn connect(t: &Target, timeout: Duration, key: &str) -> Result<Client> {
+    let what = |doing: &str| match key {
+        "" => doing.to_string(),
+        key => format!("lock '{key}': {doing}"),
+    };
     let mut connector = Client::connector()
         .with_session_timeout(timeout)
         .with_connection_timeout(CONNECT_TIMEOUT)
@@ -49,14 +55,14 @@ pub async fn connect(t: &Target, timeout: Duration) -> Result<Client> {
     let client = connector
         .connect(&servers)
         .await
-        .map_err(|e| unavailable(&t.name, "cannot connect", e))?;
+        .map_err(|e| unavailable(&t.name, &what("cannot connect"), e))?;
     if t.chroot.is_empty() {
         return Ok(client);
     }
     let options = CreateMode::Persistent.with_acls(acls(t));
     match client.mkdir(&t.chroot, &options).await {
         Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
-        Err(e) => return Err(unavailable(&t.name, "cannot create the chroot", e)),
+        Err(e) => return Err(unavailable(&t.name, &what("cannot create the chroot"), e)),
     }
     client
         .chroot(t.chroot.clone())
@@ -70,6 +76,45 @@ pub fn check_negotiated(name: &str, key: &str, asked: Duration, client: &Client)
         let (asked_ms, got_ms) = (asked.as_millis() as u64, got.as_millis() as u64);
         log::warn!(target: "dlock", event = "ttl_clamped", key = key, asked_ms = asked_ms, got_ms = got_ms;
             "lock '{key}' on {name}: the ensemble clamped the session timeout (--ttl) from {asked:?} to {got:?} (its min/maxSessionTimeout, 2-20 x tickTime by default)");
+    }
+}
+
+/// The session a store sends its requests on. ZooKeeper takes at most `maxClientCnxns`
+/// connections (60 by default) from one address, so a `dlock exec` must keep to one: its
+/// waiter's session, adopted here as soon as it exists, carries the store's reads and
+/// writes too. A session of the store's own is opened only when none is (`status`,
+/// `unlock`, a detached lease), or when the adopted one ended (expired, or closed on
+/// release): a dead session is never handed out.
+#[derive(Default)]
+pub struct Current(Mutex<Option<Client>>);
+
+impl Current {
+    fn slot(&self) -> MutexGuard<'_, Option<Client>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session in use, unless there is none or it ended.
+    pub fn live(&self) -> Option<Client> {
+        self.slot().as_ref().filter(|c| !ended(c)).cloned()
+    }
+
+    /// Makes `client` the session in use unless a live one is there already (two calls
+    /// racing to connect keep the first); returns the one in use.
+    pub fn adopt(&self, client: Client) -> Client {
+        let mut slot = self.slot();
+        match slot.as_ref() {
+            Some(c) if !ended(c) => c.clone(),
+            _ => slot.insert(client).clone(),
+        }
+    }
+
+    /// Stops using `client`'s session, so that it closes once its last holder lets go
+    /// (a lease released, a waiter that gave up).
+    pub fn forget(&self, client: &Client) {
+        let mut slot = self.slot();
+        if slot.as_ref().map(Client::session_id) == Some(client.session_id()) {
+            *slot = None;
+        }
     }
 }
 

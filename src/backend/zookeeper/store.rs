@@ -1,7 +1,8 @@
 //! The ZooKeeper [`LockStore`]: Curator's `InterProcessMutex` recipe on the store seam.
 //!
 //! A lease of `dlock exec` is an ephemeral sequential node on a session of its own, whose
-//! timeout is `--ttl`: it ends when the process dies or is cut off for that long. A lease
+//! timeout is `--ttl`: it ends when the process dies or is cut off for that long, and it
+//! carries the store's other requests of that run too (one connection per process). A lease
 //! of `dlock lock` must outlive the process, which no session does: it is a persistent
 //! TTL node (servers started with `zookeeper.extendedTypesEnabled=true`) whose expiry dlock
 //! writes into the node and honours itself, since the server reaps TTL nodes only now and
@@ -33,10 +34,10 @@ use crate::error::{Error, Result};
 /// The timeout of the store's own session (status, release, detached leases).
 const STORE_SESSION: Duration = Duration::from_secs(10);
 
-/// A connection to one ZooKeeper ensemble.
+/// One ZooKeeper ensemble, over one session at a time (see [`session::Current`]).
 pub struct ZkStore {
     pub(super) target: Target,
-    pub(super) client: Client,
+    current: session::Current,
     /// The session and node of each `exec` lease this process holds, by owner:
     /// renewals ask that session.
     sessions: Mutex<HashMap<String, (Client, String)>>,
@@ -56,14 +57,32 @@ pub struct ZkWaiter {
 }
 
 impl ZkStore {
-    /// Connects to the ensemble a `zk://` URL names.
-    pub async fn connect(target: Target) -> Result<ZkStore> {
-        let client = session::connect(&target, STORE_SESSION).await?;
-        Ok(ZkStore {
+    /// The ensemble a `zk://` URL names; connected on first use, so that an `exec`
+    /// connects once, for its lease.
+    pub fn new(target: Target) -> ZkStore {
+        ZkStore {
             target,
-            client,
+            current: session::Current::default(),
             sessions: Mutex::new(HashMap::new()),
-        })
+        }
+    }
+
+    /// The session to send a request about `key` on (empty: none): the one in use, else
+    /// a new session of the store's own.
+    pub(super) async fn client(&self, key: &str) -> Result<Client> {
+        if let Some(client) = self.current.live() {
+            return Ok(client);
+        }
+        let client = session::connect(&self.target, STORE_SESSION, key).await?;
+        Ok(self.current.adopt(client))
+    }
+
+    /// The session of `w`'s requests: its own (`exec`), else the store's.
+    pub(super) async fn client_of(&self, w: &ZkWaiter, key: &str) -> Result<Client> {
+        match &w.session {
+            Some(s) => Ok(s.clone()),
+            None => self.client(key).await,
+        }
     }
 
     pub(super) fn name(&self) -> &str {
@@ -86,7 +105,7 @@ impl ZkStore {
 
     pub(super) async fn line(&self, key: &str, sweep: bool) -> Result<(String, Line)> {
         let path = self.path(key)?;
-        let line = queue::read(&self.client, &path, sweep, None)
+        let line = queue::read(&self.client(key).await?, &path, sweep, None)
             .await
             .map_err(|e| self.fail(key, e))?;
         Ok((path, line))
@@ -118,8 +137,8 @@ impl ZkStore {
         meta.depth += 1;
         meta.token = Some(h.token());
         let node = format!("{path}/{}", h.name);
-        match self
-            .client
+        let client = self.client(&req.key).await?;
+        match client
             .set_data(&node, &meta.encode(), Some(h.version))
             .await
         {
@@ -157,20 +176,18 @@ impl ZkStore {
         let prefix = layout::node_prefix(path, &uuid, req.sharing);
         let acl = acls(&self.target);
         let parents = CreateMode::Container.with_acls(acl);
-        let (client, options) = match &w.session {
-            Some(s) => (s, CreateMode::EphemeralSequential.with_acls(acl)),
+        let options = match &w.session {
+            Some(_) => CreateMode::EphemeralSequential.with_acls(acl),
             None => {
                 let ttl = req.ttl.max(Duration::from_millis(1));
-                (
-                    &self.client,
-                    CreateMode::PersistentSequential
-                        .with_acls(acl)
-                        .with_ttl(ttl),
-                )
+                CreateMode::PersistentSequential
+                    .with_acls(acl)
+                    .with_ttl(ttl)
             }
         };
+        let client = self.client_of(w, &req.key).await?;
         w.sent = Instant::now();
-        let created = queue::create(client, &prefix, &meta.encode(), &options, &parents).await;
+        let created = queue::create(&client, &prefix, &meta.encode(), &options, &parents).await;
         match created {
             Ok((node, stat)) => {
                 w.node = Some(node);
@@ -198,33 +215,36 @@ impl ZkStore {
         if w.refreshed.elapsed() < req.ttl / 3 {
             return Ok(());
         }
-        let (data, stat) = match self.client.get_data(node).await {
+        let client = self.client(&req.key).await?;
+        let (data, stat) = match client.get_data(node).await {
             Ok(found) => found,
             Err(ZkError::NoNode) => return Ok(()),
             Err(e) => return Err(self.fail(&req.key, e)),
         };
         let mut meta = Entry::read("", &data, &stat).meta;
         meta.expires_at_ms = Some(now_ms() + req.ttl.as_millis() as u64);
-        let _ = self
-            .client
+        let _ = client
             .set_data(node, &meta.encode(), Some(stat.version))
             .await;
         w.refreshed = Instant::now();
         Ok(())
     }
 
-    /// Ends the session of `owner`'s lease, if this process holds it.
+    /// Ends the session of `owner`'s lease, if this process holds it: it closes when the
+    /// last request on it (the caller's) is done.
     fn end_session(&self, owner: &str) {
-        let session = self.sessions().remove(owner);
-        drop(session);
+        if let Some((client, _)) = self.sessions().remove(owner) {
+            self.current.forget(&client);
+        }
     }
 
     /// Deletes the nodes of `holders` (every holder, for `unlock --force`); the first is
-    /// the previous owner.
+    /// the previous owner. One session deletes them all, even when it is the lease of one.
     async fn free(&self, key: &str, path: &str, holders: &[Entry]) -> Result<Released> {
+        let client = self.client(key).await?;
         for h in holders {
             let node = format!("{path}/{}", h.name);
-            match self.client.delete(&node, None).await {
+            match client.delete(&node, None).await {
                 Ok(()) | Err(ZkError::NoNode) => {}
                 Err(e) => return Err(self.fail(key, e)),
             }
@@ -292,8 +312,9 @@ impl LockStore for ZkStore {
         let session = match req.detached {
             true => None,
             false => {
-                let client = session::connect(&self.target, req.ttl).await?;
+                let client = session::connect(&self.target, req.ttl, &req.key).await?;
                 session::check_negotiated(self.name(), &req.key, req.ttl, &client);
+                self.current.adopt(client.clone());
                 Some(client)
             }
         };
@@ -350,6 +371,9 @@ impl LockStore for ZkStore {
 
     async fn leave(&self, _req: &AcquireRequest, mut w: ZkWaiter) {
         self.drop_node(&mut w).await;
+        if let Some(s) = &w.session {
+            self.current.forget(s);
+        }
     }
 
     /// A detached lease moves its expiry; a session lease asks its session, which keeps
@@ -371,8 +395,8 @@ impl LockStore for ZkStore {
         meta.token = Some(h.token());
         meta.expires_at_ms = Some(now_ms() + ttl.as_millis() as u64);
         let sent = Instant::now();
-        match self
-            .client
+        let client = self.client(key).await?;
+        match client
             .set_data(&node, &meta.encode(), Some(h.version))
             .await
         {
@@ -396,8 +420,8 @@ impl LockStore for ZkStore {
             let mut meta = h.meta.clone();
             meta.depth -= 1;
             meta.token = Some(h.token());
-            return match self
-                .client
+            let client = self.client(key).await?;
+            return match client
                 .set_data(&node, &meta.encode(), Some(h.version))
                 .await
             {

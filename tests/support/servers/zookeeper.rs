@@ -20,6 +20,8 @@ pub struct ZkServer {
     pub client_port: u16,
     /// `server.N=…` lines of the whole ensemble; empty when standalone.
     ensemble: String,
+    /// More zoo.cfg lines, for one test's server (see [`ZkServer::start_with`]).
+    extra: String,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -27,8 +29,15 @@ pub struct ZkServer {
 impl ZkServer {
     /// Starts a standalone server on a free loopback port.
     pub fn start() -> ZkServer {
+        ZkServer::start_with("")
+    }
+
+    /// Starts a standalone server whose zoo.cfg has the lines `extra` too (e.g.
+    /// `maxClientCnxns=1`).
+    pub fn start_with(extra: &str) -> ZkServer {
         for _ in 0..5 {
             let mut server = ZkServer::new(1, free_port());
+            server.extra = extra.to_string();
             server.spawn();
             if server.await_ready(Duration::from_secs(30)) {
                 return server;
@@ -42,6 +51,7 @@ impl ZkServer {
             id,
             client_port,
             ensemble: String::new(),
+            extra: String::new(),
             child: None,
             dir: tempfile::tempdir().expect("temp dir"),
         }
@@ -59,10 +69,11 @@ impl ZkServer {
             "tickTime=100\ninitLimit=50\nsyncLimit=10\ndataDir={}\nclientPort={}\n\
              clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
              4lw.commands.whitelist=srvr,ruok,stat\nminSessionTimeout=1000\n\
-             maxSessionTimeout=120000\nreconfigEnabled=false\n{}",
+             maxSessionTimeout=120000\nreconfigEnabled=false\n{}{}",
             data.display(),
             self.client_port,
-            self.ensemble
+            self.ensemble,
+            self.extra
         )
     }
 
