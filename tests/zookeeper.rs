@@ -1,11 +1,13 @@
 //! The ZooKeeper store against real servers: detached leases as TTL nodes, the session
 //! timeout the server grants, passwords, and faults (a server killed during a hold, an
-//! ensemble losing its leader, two of three servers frozen, a waiter killed in line).
+//! ensemble losing its leader, two of three servers frozen, a waiter killed in line), one
+//! connection per process, and TLS (`zks://`).
 
+use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{dlock, read_when_ready, wait_exit, ZkEnsemble, ZkServer};
+use crate::support::{self, dlock, pki, read_when_ready, wait_exit, Pki, ZkEnsemble, ZkServer};
 
 fn run(url: &str, args: &[&str]) -> Output {
     dlock().env("DLOCK_URL", url).args(args).output().unwrap()
@@ -364,4 +366,97 @@ fn a_holder_and_a_waiter_use_one_connection_each() {
     let status = wait_exit(&mut waiter, Duration::from_secs(20)).expect("the waiter hung");
     assert!(status.success(), "{status:?}");
     assert!(ran.exists(), "the waiter did not run");
+}
+
+/// `dlock exec secure -- echo $DLOCK_FENCING_TOKEN` on `url` with only the TLS variables
+/// `env` set.
+fn exec_tls(url: &str, env: &[(&str, &Path)]) -> Output {
+    let mut c = dlock();
+    c.env("DLOCK_URL", url);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.args([
+        "exec",
+        "secure",
+        "--",
+        "sh",
+        "-c",
+        "echo $DLOCK_FENCING_TOKEN",
+    ]);
+    c.output().unwrap()
+}
+
+/// Exit 69 and one line naming the key and the server.
+fn assert_unavailable(out: &Output, port: u16) {
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("zks://127.0.0.1:{port}")), "{err}");
+    assert!(err.contains("'secure'"), "{err}");
+}
+
+/// A server with TLS on its secure port, its certificate signed by a private CA; `None`
+/// without openssl.
+fn tls_server(dir: &Path, need_client_cert: bool) -> Option<(ZkServer, u16, Pki)> {
+    let pki = pki(dir)?;
+    // ZooKeeper's PEM key store is the certificate and its key in one file.
+    let keystore = dir.join("server-keystore.pem");
+    let cert = std::fs::read_to_string(&pki.server_cert).unwrap();
+    let key = std::fs::read_to_string(&pki.server_key).unwrap();
+    std::fs::write(&keystore, cert + &key).unwrap();
+    let (server, port) = ZkServer::start_tls(&keystore, &pki.ca, need_client_cert);
+    Some((server, port, pki))
+}
+
+/// `zks://` checks the server's certificate against `DLOCK_TLS_CA`: with the CA that signed
+/// it `exec` runs over TLS; with another CA, or the system's roots, it is one line, 69.
+#[test]
+fn tls_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((server, port, pki)) = tls_server(dir.path(), false) else {
+        println!("skipped: openssl is not installed");
+        return;
+    };
+    let url = format!("zks://127.0.0.1:{port}");
+    let out = exec_tls(&url, &[("DLOCK_TLS_CA", &pki.ca)]);
+    assert!(out.status.success(), "{out:?}{}", server.log_tail());
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u64>()
+            .is_ok(),
+        "{out:?}"
+    );
+    let other = tempfile::tempdir().unwrap();
+    let wrong = support::pki(other.path()).expect("openssl");
+    assert_unavailable(&exec_tls(&url, &[("DLOCK_TLS_CA", &wrong.ca)]), port);
+    assert_unavailable(&exec_tls(&url, &[]), port);
+}
+
+/// A server that requires a client certificate takes the one of `DLOCK_TLS_CERT` and
+/// `DLOCK_TLS_KEY`, and refuses a client without (one line, 69); a certificate without its
+/// key is a usage error.
+#[test]
+fn tls_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((server, port, pki)) = tls_server(dir.path(), true) else {
+        println!("skipped: openssl is not installed");
+        return;
+    };
+    let url = format!("zks://127.0.0.1:{port}");
+    let all: [(&str, &Path); 3] = [
+        ("DLOCK_TLS_CA", &pki.ca),
+        ("DLOCK_TLS_CERT", &pki.client_cert),
+        ("DLOCK_TLS_KEY", &pki.client_key),
+    ];
+    let out = exec_tls(&url, &all);
+    assert!(out.status.success(), "{out:?}{}", server.log_tail());
+    assert_unavailable(&exec_tls(&url, &all[..1]), port);
+    let out = exec_tls(&url, &all[..2]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("DLOCK_TLS_KEY"),
+        "{out:?}"
+    );
 }

@@ -435,9 +435,28 @@ pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
 async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
     match spec {
         BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
-        BackendSpec::One(url) => (registry::scheme_of(url)?.open)(url, exclusive).await,
-        BackendSpec::Quorum(urls) => (registry::quorum_of(urls)?.1)(urls).await,
+        BackendSpec::One(url) => {
+            install_crypto_provider();
+            (registry::scheme_of(url)?.open)(url, exclusive).await
+        }
+        BackendSpec::Quorum(urls) => {
+            install_crypto_provider();
+            (registry::quorum_of(urls)?.1)(urls).await
+        }
     }
+}
+
+/// Makes ring rustls's process-wide crypto provider, before any TLS connection. Clients
+/// that build their TLS settings without naming a provider (tonic, mysql_async, the
+/// ZooKeeper client) take that one; without it rustls guesses from its features, and
+/// panics when both ring and aws-lc-rs are compiled in (the ZooKeeper client's rustls
+/// brings aws-lc-rs).
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Fails only when another part of the program installed one first: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// Milliseconds since the Unix epoch, for stored timestamps.

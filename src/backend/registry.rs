@@ -90,8 +90,8 @@ pub static SCHEMES: &[Scheme] = &[
         open: open_memcached,
     },
     Scheme {
-        prefixes: &["zk://"],
-        help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe)",
+        prefixes: &["zk://", "zks://"],
+        help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe), zks:// (TLS, port 2281 when none is named)",
         host_list: true,
         family: "zookeeper",
         check: check_zookeeper,

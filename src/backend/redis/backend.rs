@@ -8,10 +8,11 @@ use redis::aio::PubSub;
 use redis::{Client, Cmd, Value};
 
 use super::conn::Conn;
-use super::connect::{install_crypto_provider, tls_from_env, Endpoint, Server, Tuning};
+use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::replicas::{self, MinReplicas};
 use super::scripts::{run_script, Lua};
+use crate::backend::install_crypto_provider;
 use crate::config::redact_url;
 use crate::error::{Error, Result};
 

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -292,15 +292,6 @@ fn sentinel_tls(
             .set_client_to_sentinel_certificates(certs),
         None => builder,
     }
-}
-
-/// rustls 0.23 needs a process-wide crypto provider before any TLS connection.
-pub(super) fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // Fails only when another part of the program installed one first: fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 /// The server as named in messages, and how long we wait for it.

@@ -9,7 +9,8 @@
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
 //! * [`listing`]: every lock in the tree, and watching locks for `dlock wait`.
 //! * [`runs`]: the last-run record beside each lock.
-//! * [`url`]: `zk://` URLs.
+//! * [`tls`]: TLS settings for `zks://`.
+//! * [`url`]: `zk://` and `zks://` URLs.
 
 mod attempt;
 pub mod layout;
@@ -19,6 +20,7 @@ mod runs;
 pub mod session;
 pub mod shares;
 pub mod store;
+mod tls;
 pub mod url;
 
 pub use self::store::ZkStore;

@@ -52,10 +52,20 @@ pub async fn connect(t: &Target, timeout: Duration, key: &str) -> Result<Client>
         connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
     }
     let servers = t.servers.join(",");
-    let client = connector
-        .connect(&servers)
-        .await
-        .map_err(|e| unavailable(&t.name, &what("cannot connect"), e))?;
+    let connected = match t.tls {
+        true => {
+            let tls = super::tls::from_env()?;
+            connector.with_tls(tls).secure_connect(&servers).await
+        }
+        false => connector.connect(&servers).await,
+    };
+    // The client does not say why a handshake failed: the message points at the usual
+    // causes.
+    let failed = match t.tls {
+        true => "cannot connect over TLS (is the CA of DLOCK_TLS_CA the servers'? do they want a client certificate, DLOCK_TLS_CERT and DLOCK_TLS_KEY?)",
+        false => "cannot connect",
+    };
+    let client = connected.map_err(|e| unavailable(&t.name, &what(failed), e))?;
     if t.chroot.is_empty() {
         return Ok(client);
     }

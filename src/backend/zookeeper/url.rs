@@ -1,10 +1,14 @@
 //! `zk://[user:password@]host[:port][,host[:port]…][/chroot]`: the servers of one
-//! ensemble, the chroot every lock path lives under, and digest credentials.
+//! ensemble, the chroot every lock path lives under, and digest credentials; `zks://` the
+//! same over TLS (to the servers' `secureClientPort`).
 
 use crate::error::{Error, Result};
 
 /// ZooKeeper's client port, when a host names none.
 pub const DEFAULT_PORT: u16 = 2181;
+
+/// The usual `secureClientPort` (ZooKeeper has no default), when a `zks://` host names none.
+pub const DEFAULT_TLS_PORT: u16 = 2281;
 
 /// What a `zk://` URL names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +21,8 @@ pub struct Target {
     pub name: String,
     /// `user:password` for the `digest` scheme.
     pub credentials: Option<(String, String)>,
+    /// `zks://`: TLS to every server.
+    pub tls: bool,
 }
 
 impl Target {
@@ -33,11 +39,13 @@ fn usage(url: &str, why: &str) -> Error {
     ))
 }
 
-/// Reads a `zk://` URL.
+/// Reads a `zk://` or `zks://` URL.
 pub fn parse(url: &str) -> Result<Target> {
-    let rest = url
-        .strip_prefix("zk://")
-        .ok_or_else(|| usage(url, "it must start with zk://"))?;
+    let (scheme, rest, port) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
+        (Some(rest), _) => ("zk", rest, DEFAULT_PORT),
+        (_, Some(rest)) => ("zks", rest, DEFAULT_TLS_PORT),
+        _ => return Err(usage(url, "it must start with zk:// or zks://")),
+    };
     if rest.contains('?') {
         return Err(usage(url, "it takes no parameters"));
     }
@@ -71,14 +79,15 @@ pub fn parse(url: &str) -> Result<Target> {
                 servers.push(host.to_string())
             }
             Some(_) => return Err(usage(url, &format!("bad port in '{host}'"))),
-            None => servers.push(format!("{host}:{DEFAULT_PORT}")),
+            None => servers.push(format!("{host}:{port}")),
         }
     }
     Ok(Target {
-        name: format!("zk://{}{chroot}", servers.join(",")),
+        name: format!("{scheme}://{}{chroot}", servers.join(",")),
         servers,
         chroot: chroot.to_string(),
         credentials,
+        tls: scheme == "zks",
     })
 }
 
@@ -111,5 +120,9 @@ mod tests {
         let e = parse("zk://u:secret@a:x").unwrap_err().to_string();
         assert!(!e.contains("secret"), "{e}");
         assert!(parse("zk://nopassword@a").is_err());
+        let t = parse("zks://a,b:9/c").unwrap();
+        assert!(t.tls && !parse("zk://a").unwrap().tls);
+        assert_eq!(t.servers, ["a:2281", "b:9"]);
+        assert_eq!(t.name, "zks://a:2281,b:9/c");
     }
 }

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,6 +13,11 @@ use super::free_port;
 
 /// Where Debian's package puts the server's jar (its manifest names the rest).
 pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+/// What the Netty connection factory (the one that serves TLS) needs beyond the jar's
+/// manifest.
+const NETTY_JARS: &str = "/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar:\
+                          /usr/share/java/netty-transport-native-unix-common.jar";
 
 /// One ZooKeeper server started for one test.
 pub struct ZkServer {
@@ -30,6 +35,29 @@ impl ZkServer {
     /// Starts a standalone server on a free loopback port.
     pub fn start() -> ZkServer {
         ZkServer::start_with("")
+    }
+
+    /// Starts a standalone server that also serves TLS (Netty) on the port returned: its
+    /// certificate and key from the PEM file `keystore`, a client's certificate checked
+    /// against the CA in `ca` and required when `need_client_cert`.
+    pub fn start_tls(keystore: &Path, ca: &Path, need_client_cert: bool) -> (ZkServer, u16) {
+        let port = free_port();
+        let auth = if need_client_cert { "need" } else { "none" };
+        let extra = format!(
+            "secureClientPort={port}\nsecureClientPortAddress=127.0.0.1\n\
+             serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+             ssl.keyStore.location={}\nssl.keyStore.type=PEM\n\
+             ssl.trustStore.location={}\nssl.trustStore.type=PEM\nssl.clientAuth={auth}\n",
+            keystore.display(),
+            ca.display()
+        );
+        let server = ZkServer::start_with(&extra);
+        // The secure port opens after the plain one, which `srvr` asked.
+        let open = super::poll(Duration::from_secs(30), Duration::from_millis(50), || {
+            TcpStream::connect(("127.0.0.1", port)).ok().map(drop)
+        });
+        assert!(open.is_some(), "no TLS port {port}{}", server.log_tail());
+        (server, port)
     }
 
     /// Starts a standalone server whose zoo.cfg has the lines `extra` too (e.g.
@@ -85,11 +113,15 @@ impl ZkServer {
         let cfg = self.dir.path().join("zoo.cfg");
         std::fs::write(&cfg, self.config()).expect("zoo.cfg");
         let log = std::fs::File::create(self.log()).expect("log file");
+        let classpath = match self.extra.contains("NettyServerCnxnFactory") {
+            true => format!("{ZOOKEEPER_JAR}:{NETTY_JARS}"),
+            false => ZOOKEEPER_JAR.to_string(),
+        };
         let child = Command::new("java")
             .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
             .arg("-Dzookeeper.extendedTypesEnabled=true")
             .arg("-Dzookeeper.admin.enableServer=false")
-            .args(["-cp", ZOOKEEPER_JAR])
+            .args(["-cp", &classpath])
             .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
             .arg(&cfg)
             .stdin(Stdio::null())
