@@ -277,6 +277,7 @@ impl ZkStore {
     async fn check_session(&self, key: &str, owner: &str) -> Option<Result<Lease>> {
         let (client, node) = self.sessions().get(owner).cloned()?;
         if session::ended(&client) {
+            self.current.forget(&client);
             return Some(Err(Error::lease_gone("renew", key, self.name())));
         }
         let sent = Instant::now();
@@ -286,7 +287,11 @@ impl ZkStore {
                 let ttl = session::lease_ttl(client.session_timeout());
                 Ok(self.lease(key, owner, entry.token(), ttl, sent))
             }
-            Err(ZkError::NoNode | ZkError::SessionExpired) => {
+            Err(ZkError::NoNode) => Err(Error::lease_gone("renew", key, self.name())),
+            Err(ZkError::SessionExpired) => {
+                // Whatever the client's state says yet, the run record goes over a new
+                // session.
+                self.current.forget(&client);
                 Err(Error::lease_gone("renew", key, self.name()))
             }
             Err(e) => Err(self.fail(key, e)),
