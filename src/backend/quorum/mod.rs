@@ -6,9 +6,11 @@
 //! * [`modes`]: how the holders this process acquired hold their keys.
 //! * [`outcome`]: the quorum's answer to a request sent to every server (renew and
 //!   release errors, run records, `status` combined from each server's view).
+//! * [`renew`]: a renewal on as many servers as the holder's sharing needs.
 
 pub mod modes;
 pub mod outcome;
+pub mod renew;
 pub mod votes;
 
 #[cfg(test)]
