@@ -9,10 +9,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::deletion::Watched;
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
-use super::store::{EtcdStore, EtcdWaiter, Watched};
+use super::store::{EtcdStore, EtcdWaiter};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, Released};
