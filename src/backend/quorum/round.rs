@@ -1,14 +1,41 @@
-//! What every quorum's acquire round does on its servers once the answers are counted,
-//! whatever the store of each server (Redlock, the memcached quorum): aligning the fencing
-//! counters on the round's token, and taking back what is not kept. Each store says how
-//! one of its servers is asked.
+//! What every quorum's round does on its servers, whatever the store of each server
+//! (Redlock, the memcached quorum): telling a server that failed from one that did not
+//! answer in time, and, once an acquire round's answers are counted, aligning the fencing
+//! counters on its token and taking back what is not kept. Each store says how one of its
+//! servers is asked.
 
 use std::future::Future;
 
 use futures_util::future::{join_all, JoinAll};
 
-use super::votes::{self, GiveBack, Tally};
+use super::votes::{self, Answer, GiveBack, Tally};
 use crate::backend::ReleaseMode;
+use crate::error::Error;
+
+/// Why one server's request failed.
+pub enum Failure {
+    /// Not connected, connection refused or reset, or an error reply.
+    Down(Error),
+    /// No answer in time: the server may be busy or frozen, and may have done it.
+    Slow(Error),
+}
+
+impl Failure {
+    pub fn into_error(self) -> Error {
+        match self {
+            Failure::Down(e) | Failure::Slow(e) => e,
+        }
+    }
+}
+
+impl From<Failure> for Answer<Error> {
+    fn from(failure: Failure) -> Answer<Error> {
+        match failure {
+            Failure::Down(e) => Answer::Down(e),
+            Failure::Slow(e) => Answer::Slow(e),
+        }
+    }
+}
 
 /// Aligns the fencing counters on `token`, the round's: `stamp(i)` raises the counter of
 /// server `i`, which answered with less (refused, re-entered for another owner, or a fresh

@@ -54,9 +54,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::member::{Failure, Member};
+use super::member::Member;
 use super::RedlockBackend;
-use crate::backend::quorum::round;
+use crate::backend::quorum::round::{self, Failure};
 use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::redis::{Attempt, Busy, Vote};
 use crate::backend::{
@@ -336,8 +336,7 @@ impl From<Result<Vote, Failure>> for Answer<Error> {
             Ok(Vote::Attempt(Attempt::Busy(busy))) => Answer::Busy(busy),
             // Sorted out before the count (see `conflict`).
             Ok(Vote::Conflict(_)) => Answer::Busy(Busy::default()),
-            Err(Failure::Down(e)) => Answer::Down(e),
-            Err(Failure::Slow(e)) => Answer::Slow(e),
+            Err(failure) => failure.into(),
         }
     }
 }

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::member::{Failure, OnSuspect};
+use super::member::OnSuspect;
 use super::store::MemcachedQuorum;
 use crate::backend::memcached::{fence, ttl};
 use crate::backend::quorum::outcome::joined;
-use crate::backend::quorum::round;
+use crate::backend::quorum::round::{self, Failure};
 use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{AcquireRequest, Acquired, Lease, CANCEL_GRACE};
@@ -69,8 +69,7 @@ impl MemcachedQuorum {
                 Answer::Granted(acquired.lease)
             }
             Ok((Attempt::Busy(busy), _)) => Answer::Busy(busy),
-            Err(Failure::Down(e)) => Answer::Down(e),
-            Err(Failure::Slow(e)) => Answer::Slow(e),
+            Err(failure) => failure.into(),
         });
         let answers: Vec<Answer<Error>> = answers.collect();
         let tally = votes::tally(answers, high.max(run_floor));
