@@ -8,10 +8,11 @@
 //! or took its turn once its predecessors were gone (no earlier than the previous holder's
 //! release).
 //!
-//! Round trips of one `exec` on a free lock: the lease grant and the transaction that
-//! creates the key, sent together; at the end, a read of the next waiter, one transaction
-//! that writes the run's record and deletes the key (the lock is free from there), then the
-//! revoke of the lease. That transaction also hands the lock over to the next waiter if it
+//! Round trips of one `exec` on a free lock: the lease grant, then the transaction that
+//! creates the key; at the end, a read of the next waiter, then one transaction that writes
+//! the run's record and deletes the key (the lock is free from there); the lease, with
+//! nothing left on it, expires on its own. Three Raft writes, as `etcdctl lock` makes
+//! (grant, create, revoke). That transaction also hands the lock over to the next waiter if it
 //! is dlock's: it rewrites the waiter's key, whose mod revision, the release's, becomes its
 //! token, so that the waiter, woken by the deletion, holds after one read and no write; a
 //! waiter not handed the lock (after `etcdctl lock`, or a waiter that left) takes its turn
@@ -93,9 +94,9 @@ impl EtcdStore {
     }
 
     /// Sends `txn` (which puts our key on lease `id`), and grants lease `id` first when
-    /// this acquisition has none yet: both at once, saving a round trip. etcd may apply the
-    /// put before the grant (each request has its own goroutine): the put is then refused
-    /// ("requested lease not found") and sent again once the lease exists.
+    /// this acquisition has none yet. The two go one after the other: sent together, etcd
+    /// applies the put first about as often as not (each request has its own goroutine), and
+    /// the refused put costs a Raft write of its own, more than the round trip saved.
     pub(super) async fn granted_txn(
         &self,
         req: &AcquireRequest,
@@ -103,32 +104,16 @@ impl EtcdStore {
         id: i64,
         txn: TxnRequest,
     ) -> Result<TxnResponse> {
-        if w.lease.is_some() {
-            return self.client.txn(txn).await;
+        if w.lease.is_none() {
+            let sent = Instant::now();
+            let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
+            w.lease = Some(Granted {
+                id,
+                ttl: Duration::from_secs(granted.ttl.max(1) as u64),
+                refreshed: sent,
+            });
         }
-        let sent = Instant::now();
-        let grant = self.client.grant_id(whole_seconds(req.ttl), id);
-        let (granted, entered) = tokio::join!(grant, self.client.txn(txn.clone()));
-        let granted = match granted {
-            Ok(g) => g,
-            Err(e) => {
-                // The id was someone else's lease (a chance of one in 2^63): undo our put.
-                if entered.is_ok_and(|r| r.succeeded) {
-                    let key = recipe::contender_key(&self.dir(&req.key), id);
-                    let _ = self.client.delete_key(key).await;
-                }
-                return Err(e);
-            }
-        };
-        w.lease = Some(Granted {
-            id,
-            ttl: Duration::from_secs(granted.ttl.max(1) as u64),
-            refreshed: sent,
-        });
-        match entered {
-            Err(e) if lease_not_found(&e) => self.client.txn(txn).await,
-            other => other,
-        }
+        self.client.txn(txn).await
     }
 
     /// Every contender for `key`, oldest (the holder) first.
