@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::deletion::Watched;
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
@@ -153,7 +152,6 @@ impl EtcdStore {
     /// `pause`.
     pub(super) async fn await_release(&self, key: &str, seen: i64, pause: Duration) -> Result<()> {
         let dir = self.dir(key);
-        self.await_deletion(Watched::Prefix(&dir), seen + 1, pause)
-            .await
+        self.await_deletion(&dir, seen + 1, pause).await
     }
 }

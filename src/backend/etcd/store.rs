@@ -56,6 +56,8 @@ pub struct EtcdWaiter {
     pub(super) runs: i64,
     /// The revision of the last attempt's read: a shared waiter watches from there.
     pub(super) seen: i64,
+    /// Our key as the holder before us rewrote it to hand the lock over, seen by the watch.
+    pub(super) handed: Option<KeyValue>,
 }
 
 pub(super) struct Granted {
@@ -248,6 +250,9 @@ impl EtcdStore {
         rev: i64,
         id: i64,
     ) -> Result<Attempt> {
+        if let Some(granted) = self.handed_over(req, w, rev, id) {
+            return Ok(granted);
+        }
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let runs = super::runs::last_key(&self.prefix, &req.key);
@@ -421,7 +426,8 @@ impl LockStore for EtcdStore {
             }
             (Some(rev), Some(g)) => {
                 let pause = pause.min(g.ttl / 3);
-                self.await_predecessor(&req.key, rev, pause).await?;
+                let ours = recipe::contender_key(&self.dir(&req.key), g.id);
+                w.handed = self.await_turn(&req.key, &ours, rev, pause).await?;
             }
             _ => {
                 let pause = crate::backend::waiting::backoff(round).min(pause);
