@@ -15,9 +15,14 @@
 //! * [`env`]: every environment variable dlock reads or sets.
 //! * [`error`] and [`exit`]: one error type, and every exit code in one place.
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
-//! * [`backend`]: the [`backend::Backend`] trait and one file per store: [`backend::local`]
-//!   (embedded, the default), [`backend::redis`] (one server, or the master Sentinel names),
-//!   and [`backend::redlock`] (a majority of several Redis servers, on top of `redis`).
+//! * [`backend`]: the [`backend::Backend`] trait the commands call; the store seam
+//!   [`backend::store::LockStore`], whose implementors write only their primitives, and
+//!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`];
+//!   one folder per store: [`backend::local`] (embedded, the default), [`backend::redis`]
+//!   (one server, Sentinel, Cluster), [`backend::redlock`] (a majority of Redis servers),
+//!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],
+//!   [`backend::memcached`] (one server or a quorum); [`backend::quorum`] counts votes for
+//!   both quorums.
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`cmd`]: one file per subcommand.

@@ -85,6 +85,13 @@ impl Group {
         self.members.retain(|m| m.until_ms > now_ms);
     }
 
+    /// The group without the members whose lease ended by `now_ms`; `None` when none is
+    /// left.
+    pub fn alive(mut self, now_ms: i64) -> Option<Group> {
+        self.prune(now_ms);
+        (!self.is_empty()).then_some(self)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }

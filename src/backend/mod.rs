@@ -7,9 +7,10 @@
 //!   increasing per key, for every acquisition, and never reset.
 //! * Acquiring a key already held by one of `reenter` owners re-enters it: the depth goes
 //!   up, the owner and token stay the same, and only the matching number of releases frees it.
-//! * Waiting is the backend's job, because only it knows how to be told of a release
-//!   (a Redis `BLPOP` on the waiter's own wake list or pub/sub, kernel file locks) instead
-//!   of polling.
+//! * Each store knows how to be told of a release (a Redis `BLPOP` on the waiter's own wake
+//!   list, an etcd or ZooKeeper watch, PostgreSQL `LISTEN`, kernel file locks) and says so in
+//!   [`store::LockStore::sleep`]; the waiting around it (deadline, cancellation, progress,
+//!   back-off) is written once, in [`waiting`].
 
 pub mod etcd;
 pub mod group;

@@ -67,10 +67,9 @@ pub fn info(
 /// store's now in the members' clock: the row expires with its last member, `left_ms`
 /// from now. `None` for an exclusive lease (or a group with no member left).
 pub fn live_group(owner: &str, holder: Option<&str>, left_ms: i64) -> Option<(Group, i64)> {
-    let mut group = Group::read(Some(owner), holder)?;
+    let group = Group::read(Some(owner), holder)?;
     let now_ms = group.until_ms() - left_ms.max(1);
-    group.prune(now_ms);
-    (!group.is_empty()).then_some((group, now_ms))
+    Some((group.alive(now_ms)?, now_ms))
 }
 
 /// What an attempt's transaction decided, before it is turned into a lease.
@@ -191,21 +190,27 @@ pub fn no_answer(name: &str, what: &str, limit: Duration) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{identifier, live_group};
+    use super::{identifier, live_group, statuses};
     use crate::backend::group::{Group, Member, GROUP_OWNER};
     use crate::backend::Sharing;
 
-    #[test]
-    fn a_group_row_reads_as_its_live_members() {
-        let member = |owner: &str, until_ms| Member {
-            owner: owner.into(),
+    fn member(until_ms: i64) -> Member {
+        Member {
+            owner: "a".into(),
             token: 1,
             depth: 1,
             until_ms,
             holder: Default::default(),
-        };
-        let mut g = Group::new(Sharing::Shared, member("a", 100));
-        g.join(member("b", 300));
+        }
+    }
+
+    #[test]
+    fn a_group_row_reads_as_its_live_members() {
+        let mut g = Group::new(Sharing::Shared, member(100));
+        g.join(Member {
+            owner: "b".into(),
+            ..member(300)
+        });
         let json = g.encode();
         // 50 ms left of the row: now is 250 on the members' clock, and "a" is gone.
         let (live, now) = live_group(GROUP_OWNER, Some(&json), 50).unwrap();
@@ -213,6 +218,37 @@ mod tests {
         assert_eq!(live.members[0].owner, "b");
         assert!(live_group("0123abcd", Some(&json), 50).is_none());
         assert!(live_group(GROUP_OWNER, None, 50).is_none());
+    }
+
+    #[test]
+    fn status_lists_every_live_member_and_the_first_on_top() {
+        let mut g = Group::new(Sharing::Shared, member(1_000));
+        g.join(Member {
+            owner: "b".into(),
+            token: 2,
+            ..member(2_000)
+        });
+        // The row expires with its last member: `left_ms` from the store's now.
+        let seen = |left_ms| {
+            let row = (
+                "k".into(),
+                GROUP_OWNER.into(),
+                5,
+                1,
+                Some(g.encode()),
+                left_ms,
+            );
+            statuses(vec!["k".into()], &[row], &[]).remove(0)
+        };
+        let s = seen(1_500);
+        let owners: Vec<&str> = s.holders.iter().map(|h| h.owner.as_str()).collect();
+        assert_eq!((owners, s.sharing), (vec!["a", "b"], Sharing::Shared));
+        assert_eq!(s.lock.as_ref().map(|l| l.fencing_token), Some(1));
+        assert_eq!(s.holders[1].ttl_left_ms, Some(1_500));
+        // A member past its end is no longer shown, and the next one is on top.
+        let s = seen(800);
+        assert_eq!(s.holders.len(), 1);
+        assert_eq!(s.lock.as_ref().map(|l| l.owner.as_str()), Some("b"));
     }
 
     #[test]

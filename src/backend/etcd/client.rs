@@ -444,6 +444,23 @@ impl Watch {
         self.open(create).await
     }
 
+    /// Watches every change to the keys from `key` up to (not including) `range_end`, from
+    /// `start_revision` on, as [`Watch::create`].
+    pub async fn create_range(
+        &mut self,
+        key: &[u8],
+        range_end: &[u8],
+        start_revision: i64,
+    ) -> Result<i64> {
+        let create = WatchCreateRequest {
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            start_revision,
+            ..Default::default()
+        };
+        self.open(create).await
+    }
+
     /// Watches the deletions of every key under `prefix` from `start_revision` on, as
     /// [`Watch::create`].
     pub async fn create_prefix(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {

@@ -9,6 +9,7 @@
 //! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
 //! * [`runs`]: the last run and last success of each lock name.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
+//! * [`deletion`]: a waiter's wait for the contender before it (or any) to go.
 //! * [`status`]: `dlock status`, each lock's holder and waiters.
 //! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
 //!   watching a lock for a release (`dlock wait`).
@@ -17,6 +18,7 @@
 //! * [`url`]: `etcd://` and `etcds://` URLs.
 
 pub mod client;
+pub mod deletion;
 pub mod holders;
 pub mod linger;
 pub mod proto;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
-use super::store::{EtcdStore, EtcdWaiter, Watched};
+use super::store::{EtcdStore, EtcdWaiter};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, Released};
@@ -152,7 +152,6 @@ impl EtcdStore {
     /// `pause`.
     pub(super) async fn await_release(&self, key: &str, seen: i64, pause: Duration) -> Result<()> {
         let dir = self.dir(key);
-        self.await_deletion(Watched::Prefix(&dir), seen + 1, pause)
-            .await
+        self.await_deletion(&dir, seen + 1, pause).await
     }
 }

@@ -8,10 +8,11 @@
 //! or took its turn once its predecessors were gone (no earlier than the previous holder's
 //! release).
 //!
-//! Round trips of one `exec` on a free lock: the lease grant and the transaction that
-//! creates the key, sent together; at the end, a read of the next waiter, one transaction
-//! that writes the run's record and deletes the key (the lock is free from there), then the
-//! revoke of the lease. That transaction also hands the lock over to the next waiter if it
+//! Round trips of one `exec` on a free lock: the lease grant, then the transaction that
+//! creates the key; at the end, a read of the next waiter, then one transaction that writes
+//! the run's record and deletes the key (the lock is free from there); the lease, with
+//! nothing left on it, expires on its own. Three Raft writes, as `etcdctl lock` makes
+//! (grant, create, revoke). That transaction also hands the lock over to the next waiter if it
 //! is dlock's: it rewrites the waiter's key, whose mod revision, the release's, becomes its
 //! token, so that the waiter, woken by the deletion, holds after one read and no write; a
 //! waiter not handed the lock (after `etcdctl lock`, or a waiter that left) takes its turn
@@ -34,13 +35,6 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 
-/// What a waiter watches for a deletion: the contender just before it, or (a shared or
-/// semaphore waiter, which any leaving holder may admit) every contender of the lock.
-pub(super) enum Watched<'a> {
-    Key(&'a [u8]),
-    Prefix(&'a [u8]),
-}
-
 /// A connection to one etcd cluster, holding locks under `prefix`.
 pub struct EtcdStore {
     pub(super) client: Client,
@@ -62,6 +56,8 @@ pub struct EtcdWaiter {
     pub(super) runs: i64,
     /// The revision of the last attempt's read: a shared waiter watches from there.
     pub(super) seen: i64,
+    /// Our key as the holder before us rewrote it to hand the lock over, seen by the watch.
+    pub(super) handed: Option<KeyValue>,
 }
 
 pub(super) struct Granted {
@@ -70,9 +66,6 @@ pub(super) struct Granted {
     /// When the last grant or keep-alive that was answered was sent.
     pub(super) refreshed: Instant,
 }
-
-/// The pause after a watch broke, before looking again.
-pub(super) const WATCH_RETRY: Duration = Duration::from_millis(100);
 
 /// etcd TTLs are whole seconds: a TTL is rounded up, never shortened.
 pub fn whole_seconds(ttl: Duration) -> i64 {
@@ -103,9 +96,9 @@ impl EtcdStore {
     }
 
     /// Sends `txn` (which puts our key on lease `id`), and grants lease `id` first when
-    /// this acquisition has none yet: both at once, saving a round trip. etcd may apply the
-    /// put before the grant (each request has its own goroutine): the put is then refused
-    /// ("requested lease not found") and sent again once the lease exists.
+    /// this acquisition has none yet. The two go one after the other: sent together, etcd
+    /// applies the put first about as often as not (each request has its own goroutine), and
+    /// the refused put costs a Raft write of its own, more than the round trip saved.
     pub(super) async fn granted_txn(
         &self,
         req: &AcquireRequest,
@@ -113,32 +106,16 @@ impl EtcdStore {
         id: i64,
         txn: TxnRequest,
     ) -> Result<TxnResponse> {
-        if w.lease.is_some() {
-            return self.client.txn(txn).await;
+        if w.lease.is_none() {
+            let sent = Instant::now();
+            let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
+            w.lease = Some(Granted {
+                id,
+                ttl: Duration::from_secs(granted.ttl.max(1) as u64),
+                refreshed: sent,
+            });
         }
-        let sent = Instant::now();
-        let grant = self.client.grant_id(whole_seconds(req.ttl), id);
-        let (granted, entered) = tokio::join!(grant, self.client.txn(txn.clone()));
-        let granted = match granted {
-            Ok(g) => g,
-            Err(e) => {
-                // The id was someone else's lease (a chance of one in 2^63): undo our put.
-                if entered.is_ok_and(|r| r.succeeded) {
-                    let key = recipe::contender_key(&self.dir(&req.key), id);
-                    let _ = self.client.delete_key(key).await;
-                }
-                return Err(e);
-            }
-        };
-        w.lease = Some(Granted {
-            id,
-            ttl: Duration::from_secs(granted.ttl.max(1) as u64),
-            refreshed: sent,
-        });
-        match entered {
-            Err(e) if lease_not_found(&e) => self.client.txn(txn).await,
-            other => other,
-        }
+        self.client.txn(txn).await
     }
 
     /// Every contender for `key`, oldest (the holder) first.
@@ -273,6 +250,9 @@ impl EtcdStore {
         rev: i64,
         id: i64,
     ) -> Result<Attempt> {
+        if let Some(granted) = self.handed_over(req, w, rev, id) {
+            return Ok(granted);
+        }
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let runs = super::runs::last_key(&self.prefix, &req.key);
@@ -363,51 +343,6 @@ impl EtcdStore {
         g.refreshed = sent;
         Ok(true)
     }
-
-    /// Waits until the contender just before `rev` is deleted, for at most `pause`.
-    async fn await_predecessor(&self, key: &str, rev: i64, pause: Duration) -> Result<()> {
-        let dir = self.dir(key);
-        let resp = self.client.range(recipe::predecessor(&dir, rev)).await?;
-        let Some(pred) = resp.kvs.first() else {
-            return Ok(()); // we are first: attempt again
-        };
-        let from = resp.header.map_or(0, |h| h.revision) + 1;
-        self.await_deletion(Watched::Key(&pred.key), from, pause)
-            .await
-    }
-
-    /// Waits until `watched` sees a deletion at revision `from` or later, for at most
-    /// `pause`.
-    pub(super) async fn await_deletion(
-        &self,
-        watched: Watched<'_>,
-        from: i64,
-        pause: Duration,
-    ) -> Result<()> {
-        let mut watch = self.client.watch_stream();
-        let deleted = async {
-            match watched {
-                Watched::Key(key) => watch.create(key, from).await?,
-                Watched::Prefix(prefix) => watch.create_prefix(prefix, from).await?,
-            };
-            loop {
-                let answer = watch.next().await?;
-                let delete = EventType::Delete as i32;
-                if answer.events.iter().any(|e| e.r#type == delete) {
-                    return Ok::<(), Error>(());
-                }
-            }
-        };
-        match tokio::time::timeout(pause, deleted).await {
-            // A broken watch (its member died) is not the end of the wait: the next attempt
-            // looks again through a member that answers, or fails if none does.
-            Ok(Err(_)) => {
-                tokio::time::sleep(WATCH_RETRY.min(pause)).await;
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Refuses an exclusive caller a lock held as a semaphore (see [`Admission::Conflict`]): it
@@ -491,7 +426,8 @@ impl LockStore for EtcdStore {
             }
             (Some(rev), Some(g)) => {
                 let pause = pause.min(g.ttl / 3);
-                self.await_predecessor(&req.key, rev, pause).await?;
+                let ours = recipe::contender_key(&self.dir(&req.key), g.id);
+                w.handed = self.await_turn(&req.key, &ours, rev, pause).await?;
             }
             _ => {
                 let pause = crate::backend::waiting::backoff(round).min(pause);

@@ -1,7 +1,7 @@
 //! The locks this process took, kept so that their release needs no read first: an `exec`
 //! frees its lock in one transaction that also writes the record of its run (one Raft
-//! write fewer than writing it apart, and still before the next holder's), then revokes
-//! the lease, on which nothing is left.
+//! write fewer than writing it apart, and still before the next holder's), and leaves the
+//! lease, on which nothing is left, to expire on its own.
 
 use std::sync::PoisonError;
 
@@ -89,8 +89,8 @@ impl EtcdStore {
 
     /// Frees `key`, which lease `t.lease` took, writing the run kept for it in the same
     /// transaction, and hands it over to the next waiter if dlock's (see
-    /// [`recipe::release`]); the lease is revoked after. False when the key was no longer
-    /// there.
+    /// [`recipe::release`]); the lease is revoked only when the key was no longer there
+    /// (then false, unless the lease still was).
     pub(super) async fn release_with_record(&self, key: &str, t: &Took) -> Result<bool> {
         let Some(run) = &t.record else {
             return self.client.revoke_found(t.lease).await;
@@ -143,8 +143,11 @@ impl EtcdStore {
             // Still ours, but the next waiter left meanwhile: freed without a hand-over.
             freed = self.client.txn(txn(runs, None)).await?;
         }
-        // Nothing is on the lease any more when the key was freed; else it is ours to end.
-        let revoked = self.client.revoke_found(t.lease).await;
-        Ok(freed.succeeded || revoked?)
+        if freed.succeeded {
+            // Nothing is left on the lease: etcd ends it when its TTL runs out, and waiting
+            // for a revoke would cost this process one more Raft write.
+            return Ok(true);
+        }
+        self.client.revoke_found(t.lease).await
     }
 }

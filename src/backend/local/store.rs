@@ -357,11 +357,17 @@ impl<'a> Session<'a> {
         if admit {
             return self.grant(a);
         }
-        let holder = live.as_ref().map(|l| self.lock_info(l));
         if a.nowait {
+            let holder = live.as_ref().map(|l| self.lock_info(l));
             self.commit()?;
             return Ok(Step::Busy { holder });
         }
+        self.queue(a, live)
+    }
+
+    /// Queues `a` (or keeps its place), and says what it waits for: the waiter ahead, or
+    /// the holder `live`.
+    fn queue(&mut self, a: &Attempt, live: Option<LeaseRecord>) -> Result<Step> {
         let (ticket, joined) = match a.me {
             Some(n) => (n, None),
             None => {
@@ -371,24 +377,9 @@ impl<'a> Session<'a> {
         };
         let ahead = locks::waiter_before(self.file(), ticket)
             .map_err(|e| io_err("cannot probe", &self.kf.path, e))?;
-        let target = match (ahead, &live) {
-            (Some(p), _) => Target::Lock {
-                at: wait_lock(p),
-                head: false,
-            },
-            (None, Some(_)) if self.held_by_many() => Target::Expiry(self.next_change()),
-            (None, Some(l)) if l.bound => Target::Lock {
-                at: hold_lock(l.ticket),
-                head: true,
-            },
-            (None, Some(l)) => Target::Expiry(Duration::from_millis(
-                l.expires_boot_ms.saturating_sub(boot_ms()),
-            )),
-            // The waiter ahead left between two probes.
-            (None, None) => Target::Again,
-        };
+        let target = self.target(ahead, live.as_ref());
         let mut info = WaitInfo {
-            holder,
+            holder: live.as_ref().map(|l| self.lock_info(l)),
             ..WaitInfo::default()
         };
         if a.want_position {
@@ -412,6 +403,27 @@ impl<'a> Session<'a> {
             target,
             info,
         })
+    }
+
+    /// What a queued waiter waits for: the waiter `ahead` of it to leave the line, or, at
+    /// the head, the holder `live` to go.
+    fn target(&self, ahead: Option<u64>, live: Option<&LeaseRecord>) -> Target {
+        match (ahead, live) {
+            (Some(p), _) => Target::Lock {
+                at: wait_lock(p),
+                head: false,
+            },
+            (None, Some(_)) if self.held_by_many() => Target::Expiry(self.next_change()),
+            (None, Some(l)) if l.bound => Target::Lock {
+                at: hold_lock(l.ticket),
+                head: true,
+            },
+            (None, Some(l)) => Target::Expiry(Duration::from_millis(
+                l.expires_boot_ms.saturating_sub(boot_ms()),
+            )),
+            // The waiter ahead left between two probes.
+            (None, None) => Target::Again,
+        }
     }
 
     /// Grants a fresh lease to `a`.

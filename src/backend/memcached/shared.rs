@@ -134,15 +134,10 @@ impl MemcachedStore {
             group.prune(now);
         }
         let until = now + (secs * 1000) as i64;
-        // Our own earlier attempt, granted but unheard of, or a re-entry.
-        let again = std::iter::once((&req.owner, false))
-            .chain(req.reenter.iter().map(|o| (o, true)))
-            .find(|(o, _)| cas.is_some() && group.member(o).is_some());
-        if let Some((owner, nested)) = again {
-            let owner = owner.clone();
-            if nested {
-                group.reenter(&owner, until);
-            }
+        // Our own earlier attempt, granted but unheard of, or a re-entry (an item read: a
+        // new group's only member is the caller, not yet granted).
+        let again = cas.and_then(|_| group.hold_again(&req.owner, &req.reenter, until));
+        if let Some((owner, _, nested)) = again {
             let m = group.member(&owner).cloned().expect("a member");
             return self.write(req, keys, group, cas, now, m, nested).await;
         }

@@ -1,5 +1,6 @@
 //! Shared holders (`--shared`) and semaphores (`--limit N`) in the key's one row, with no
-//! schema change: the row names the owner [`GROUP_OWNER`], keeps the [`Group`] as JSON in
+//! schema change: the row names the owner
+//! [`GROUP_OWNER`](crate::backend::group::GROUP_OWNER), keeps the [`Group`] as JSON in
 //! `holder`, and expires with its last member (see [`crate::backend::group`]). So the
 //! exclusive statements, which match on the owner and the expiry, see the key held and
 //! never touch a group: renew, hold-at-least and release come here only when they found
@@ -20,11 +21,11 @@ use mysql_async::{Conn, Transaction, TxOpts};
 use super::backend::ms;
 use super::lease::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue};
 use super::schema::Sql;
-use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
+use crate::backend::group::{Group, Member, Queued};
 use crate::backend::sharing::Admission;
-use crate::backend::sql::{holder_json, info, HeldRow, Outcome};
+use crate::backend::sql::{holder_json, info, Outcome};
 use crate::backend::store::Busy;
-use crate::backend::{now_ms, AcquireRequest, Holder, KeyStatus, Released, Sharing};
+use crate::backend::{now_ms, AcquireRequest, Holder, Released, Sharing};
 
 /// What an attempt's transaction decided.
 // Returned once per attempt and consumed at once: boxing the large variant would only
@@ -233,12 +234,8 @@ async fn server_now(tx: &mut Transaction<'_>, sql: &Sql) -> MyResult<i64> {
 /// The group `current`'s row keeps, its ended members dropped; `None` for an exclusive
 /// lease, a free key, or a group whose members have all ended.
 fn live_group(current: &Current, now: i64) -> Option<Group> {
-    if !current.is_group() {
-        return None;
-    }
-    let mut group = Group::read(current.owner.as_deref(), current.holder.as_deref())?;
-    group.prune(now);
-    Some(group).filter(|g| !g.is_empty())
+    let group = Group::read(current.owner.as_deref(), current.holder.as_deref());
+    group.filter(|_| current.live())?.alive(now)
 }
 
 /// Writes `group` to the key's row (locked by `tx`), which expires with its last member.
@@ -351,30 +348,10 @@ pub(super) async fn first_member(
     Ok(group.and_then(|g| g.members.into_iter().next().map(|m| m.owner)))
 }
 
-/// `status` of keys held by groups: every live member in `holders`, the first in `lock`.
-/// `now`: the server's clock when the rows were read.
-pub(super) fn fill_groups(statuses: &mut [KeyStatus], held: &[HeldRow], now: i64) {
-    for status in statuses {
-        let Some(lock) = status.lock.as_ref().filter(|l| l.owner == GROUP_OWNER) else {
-            continue;
-        };
-        let row = held.iter().find(|r| r.0 == lock.key);
-        let group = row.and_then(|r| Group::read(Some(&r.1), r.4.as_deref()));
-        let Some(mut group) = group else {
-            continue;
-        };
-        group.prune(now);
-        status.holders = group.infos(&status.key, now);
-        status.lock = status.holders.first().cloned();
-        status.sharing = group.sharing;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::group::member;
-    use crate::backend::LockInfo;
+    use crate::backend::group::{member, GROUP_OWNER};
 
     fn readers() -> Group {
         let mut g = Group::new(Sharing::Shared, member("a", 4, 1_000));
@@ -442,38 +419,5 @@ mod tests {
             Some((2, 2_000))
         );
         assert!(hold_again(&mut g, &request("new", &["x"]), 900).is_none());
-    }
-
-    #[test]
-    fn status_lists_every_live_member_and_the_first_on_top() {
-        let held: Vec<HeldRow> = vec![(
-            "k".into(),
-            GROUP_OWNER.into(),
-            5,
-            1,
-            Some(readers().encode()),
-            500,
-        )];
-        let seen = |now| {
-            let mut statuses = vec![KeyStatus {
-                key: "k".into(),
-                lock: Some(info("k", GROUP_OWNER, 5, 1, None, 500)),
-                holders: Vec::new(),
-                sharing: Sharing::Exclusive,
-                waiters: Some(Vec::new()),
-                servers: None,
-            }];
-            fill_groups(&mut statuses, &held, now);
-            statuses.remove(0)
-        };
-        let s = seen(500);
-        let owners: Vec<&str> = s.holders.iter().map(|h| h.owner.as_str()).collect();
-        assert_eq!((owners, s.sharing), (vec!["a", "b"], Sharing::Shared));
-        assert_eq!(s.lock.as_ref().map(|l: &LockInfo| l.fencing_token), Some(4));
-        assert_eq!(s.holders[1].ttl_left_ms, Some(1_500));
-        // A member past its end is no longer shown, and the next one is on top.
-        let s = seen(1_200);
-        assert_eq!(s.holders.len(), 1);
-        assert_eq!(s.lock.as_ref().map(|l| l.owner.as_str()), Some("b"));
     }
 }

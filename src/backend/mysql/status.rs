@@ -5,8 +5,6 @@ use mysql_async::{Params, Value};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::schema::placeholders;
-use super::share::fill_groups;
-use crate::backend::group::GROUP_OWNER;
 use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
 use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
@@ -18,7 +16,7 @@ fn keys_params(keys: &[String]) -> Params {
 impl MysqlStore {
     /// The named keys in order, or every live lease by key.
     pub(super) async fn read_status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
-        let (held, waiting, names, now) = on_conn!(self, "cannot read status", |c| {
+        let (held, waiting, names) = on_conn!(self, "cannot read status", |c| {
             let held: Vec<HeldRow> = match keys {
                 [] => {
                     let text = format!("{} ORDER BY lock_key", self.sql.held);
@@ -48,18 +46,9 @@ impl MysqlStore {
                     c.exec(text.as_str(), keys_params(&names)).await?
                 }
             };
-            // Groups' members end on the server's clock: read it only when one is shown.
-            let now = match held.iter().any(|r| r.1 == GROUP_OWNER) {
-                true => c.exec_first::<i64, _, _>(self.sql.now.as_str(), ()).await?,
-                false => None,
-            };
-            Ok((held, waiting, names, now))
+            Ok((held, waiting, names))
         })?;
-        let mut statuses = statuses(names, &held, &waiting);
-        if let Some(now) = now {
-            fill_groups(&mut statuses, &held, now);
-        }
-        Ok(statuses)
+        Ok(statuses(names, &held, &waiting))
     }
 
     /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].

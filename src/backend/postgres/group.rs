@@ -45,15 +45,12 @@ impl Locked {
     fn read(row: &Row) -> Locked {
         let current = Current::read(row);
         let now_ms: i64 = row.get(6);
-        let mut group = match current.live {
+        let group = match current.live {
             true => Group::read(current.owner.as_deref(), current.holder.as_deref()),
             false => None,
         };
-        if let Some(g) = group.as_mut() {
-            g.prune(now_ms);
-        }
         Locked {
-            group: group.filter(|g| !g.is_empty()),
+            group: group.and_then(|g| g.alive(now_ms)),
             current,
             now_ms,
         }

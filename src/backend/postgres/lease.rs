@@ -339,23 +339,7 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
         return Ok(step);
     }
     let key = &req.key;
-    let (current, queue) = loop {
-        let (row, queue) = match req.fair {
-            true => {
-                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [key];
-                let (row, q) = tokio::try_join!(
-                    tx.query_opt(&st.lock_row, &args),
-                    tx.query_one(&st.queue, &args)
-                )?;
-                (row, Some(q))
-            }
-            false => (tx.query_opt(&st.lock_row, &[key]).await?, None),
-        };
-        match row {
-            Some(row) => break (Current::read(&row), queue.map(|q| read_queue(&q))),
-            None => tx.execute(&st.insert_row, &[key]).await?,
-        };
-    };
+    let (current, queue) = lock_row(&tx, ask).await?;
     let ttl = ms(req.ttl);
     if let Some(owner) = current.owner.as_ref().filter(|_| current.live) {
         if *owner == GROUP_OWNER {
@@ -387,31 +371,53 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
         tx.commit().await?;
         return Ok(Step::Done(granted));
     }
-    let blocked = Blocked {
-        holder: current
-            .owner
-            .as_ref()
-            .filter(|_| current.live)
-            .map(|owner| {
-                let holder = current.holder.as_deref();
-                info(
-                    key,
-                    owner,
-                    current.token,
-                    current.depth,
-                    holder,
-                    current.left_ms,
-                )
-            }),
+    let busy = refused(&tx, ask, &queue, blocked(key, &current, &queue)).await?;
+    tx.commit().await?;
+    Ok(Step::Done(Outcome::Busy(busy)))
+}
+
+/// Locks the key's row (made if missing) and reads it, with the queue when the caller
+/// waits in line.
+async fn lock_row(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<(Current, Option<Queue>)> {
+    let (st, key) = (ask.st, &ask.req.key);
+    loop {
+        let (row, queue) = match ask.req.fair {
+            true => {
+                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [key];
+                let (row, q) = tokio::try_join!(
+                    tx.query_opt(&st.lock_row, &args),
+                    tx.query_one(&st.queue, &args)
+                )?;
+                (row, Some(q))
+            }
+            false => (tx.query_opt(&st.lock_row, &[key]).await?, None),
+        };
+        match row {
+            Some(row) => return Ok((Current::read(&row), queue.map(|q| read_queue(&q)))),
+            None => tx.execute(&st.insert_row, &[key]).await?,
+        };
+    }
+}
+
+/// What keeps an exclusive caller out of `key`: its live holder, or the waiters ahead.
+fn blocked(key: &str, current: &Current, queue: &Queue) -> Blocked {
+    let holder = current
+        .owner
+        .as_ref()
+        .filter(|_| current.live)
+        .map(|owner| {
+            let holder = current.holder.as_deref();
+            let (token, depth, left) = (current.token, current.depth, current.left_ms);
+            info(key, owner, token, depth, holder, left)
+        });
+    Blocked {
+        holder,
         live: current.live,
         retry_ms: match current.live {
             true => current.left_ms,
             false => queue.head_left_ms,
         },
-    };
-    let busy = refused(&tx, ask, &queue, blocked).await?;
-    tx.commit().await?;
-    Ok(Step::Done(Outcome::Busy(busy)))
+    }
 }
 
 /// An exclusive grant of a free key (its row locked).

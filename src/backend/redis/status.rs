@@ -47,15 +47,8 @@ impl RedisBackend {
     /// The shared or semaphore holders of each key (`None` when it has none), read in
     /// pipelines with the server's time (their ends are in server ms).
     async fn read_groups(&self, keys: &[String]) -> Result<Vec<Option<Group>>> {
-        let conn = self.conn().await?;
-        let (chunk, parallel) = Self::grouping(&conn);
-        let reads: Vec<_> = keys
-            .chunks(chunk)
-            .map(|chunk| self.read_group_chunk(conn.clone(), chunk))
-            .collect();
-        let reads = stream::iter(reads).buffered(parallel);
-        let chunks: Vec<Vec<Option<Group>>> = reads.try_collect().await?;
-        Ok(chunks.into_iter().flatten().collect())
+        self.in_chunks(keys, |conn, chunk| self.read_group_chunk(conn, chunk))
+            .await
     }
 
     async fn read_group_chunk(
@@ -89,6 +82,21 @@ impl RedisBackend {
         Ok(groups)
     }
 
+    /// `read` of each chunk of `keys` (one pipeline each, see [`Self::grouping`]), the
+    /// answers in the order of `keys`.
+    async fn in_chunks<'a, T, F, Fut>(&self, keys: &'a [String], read: F) -> Result<Vec<T>>
+    where
+        F: Fn(Conn, &'a [String]) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<T>>>,
+    {
+        let conn = self.conn().await?;
+        let (chunk, parallel) = Self::grouping(&conn);
+        // Futures made first: a closure in `map` would not be `Send` for every lifetime.
+        let reads: Vec<Fut> = keys.chunks(chunk).map(|c| read(conn.clone(), c)).collect();
+        let chunks: Vec<Vec<T>> = stream::iter(reads).buffered(parallel).try_collect().await?;
+        Ok(chunks.into_iter().flatten().collect())
+    }
+
     /// How keys are grouped in pipelines: many per pipeline on one server; on a Cluster one
     /// lock per pipeline (its keys share a slot, another lock's may not), several at once.
     fn grouping(conn: &Conn) -> (usize, usize) {
@@ -101,16 +109,8 @@ impl RedisBackend {
 
     /// The lease of each key (`None` when free), read in pipelines.
     async fn read_leases(&self, keys: &[String]) -> Result<Vec<Option<LockInfo>>> {
-        let conn = self.conn().await?;
-        let (chunk, parallel) = Self::grouping(&conn);
-        // Futures made first: a closure in `map` would not be `Send` for every lifetime.
-        let reads: Vec<_> = keys
-            .chunks(chunk)
-            .map(|chunk| self.read_lease_chunk(conn.clone(), chunk))
-            .collect();
-        let reads = stream::iter(reads).buffered(parallel);
-        let chunks: Vec<Vec<Option<LockInfo>>> = reads.try_collect().await?;
-        Ok(chunks.into_iter().flatten().collect())
+        self.in_chunks(keys, |conn, chunk| self.read_lease_chunk(conn, chunk))
+            .await
     }
 
     async fn read_lease_chunk(
@@ -141,16 +141,8 @@ impl RedisBackend {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let conn = self.conn().await?;
-        let (chunk, parallel) = Self::grouping(&conn);
-        // Futures made first: a closure in `map` would not be `Send` for every lifetime.
-        let reads: Vec<_> = keys
-            .chunks(chunk)
-            .map(|chunk| self.read_waiter_chunk(conn.clone(), chunk))
-            .collect();
-        let reads = stream::iter(reads).buffered(parallel);
-        let chunks: Vec<Vec<Vec<WaiterInfo>>> = reads.try_collect().await?;
-        Ok(chunks.into_iter().flatten().collect())
+        self.in_chunks(keys, |conn, chunk| self.read_waiter_chunk(conn, chunk))
+            .await
     }
 
     /// The live waiters of each key of `keys`, in one pipeline.

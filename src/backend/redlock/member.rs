@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::{join_all, FutureExt};
 
 use super::RedlockTuning;
+use crate::backend::quorum::round::Failure;
 use crate::backend::redis::RedisBackend;
 use crate::error::{Error, Result};
 
@@ -124,22 +125,6 @@ impl Member {
         match request.now_or_never() {
             Some(Ok(v)) => Ok(v),
             _ => Err(Failure::Slow(self.timed_out(what, limit))),
-        }
-    }
-}
-
-/// Why one server's request failed.
-pub(super) enum Failure {
-    /// Not connected, connection refused or reset, or an error reply.
-    Down(Error),
-    /// No answer in time: the server may be busy, or frozen.
-    Slow(Error),
-}
-
-impl Failure {
-    pub(super) fn into_error(self) -> Error {
-        match self {
-            Failure::Down(e) | Failure::Slow(e) => e,
         }
     }
 }

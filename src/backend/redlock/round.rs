@@ -54,9 +54,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::member::{Failure, Member};
+use super::member::Member;
 use super::RedlockBackend;
-use crate::backend::quorum::votes::{self, Answer, Decision, Tally};
+use crate::backend::quorum::round::{self, Failure};
+use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::redis::{Attempt, Busy, Vote};
 use crate::backend::{
     AcquireRequest, Lease, LockInfo, ReleaseMode, Sharing, WaitInfo, CANCEL_GRACE,
@@ -195,8 +196,8 @@ impl RedlockBackend {
             }
         };
         if let Some(held) = conflict(&replies) {
-            let all: Vec<usize> = (0..self.members.len()).collect();
-            self.take_back(req, &all, &[], limit).await;
+            self.take_back(req, &round::everywhere(self.members.len()), limit)
+                .await;
             guard.armed = false;
             return Round::Conflict(held);
         }
@@ -229,7 +230,7 @@ impl RedlockBackend {
         // re-entered, or re-entries where a majority granted afresh). Lost: every grant,
         // and anything a server that did not answer may have granted, everywhere at once.
         let back = votes::settle(&tally, lease.as_ref().map(|(won, _)| won));
-        self.take_back(req, &back.fresh, &back.nested, limit).await;
+        self.take_back(req, &back, limit).await;
         guard.armed = false;
         let winner = lease.and_then(|(won, validity)| Some((won.winner(&req.owner)?, validity)));
         match winner {
@@ -279,11 +280,8 @@ impl RedlockBackend {
         Ok(replies)
     }
 
-    /// Aligns the fencing counters on `token`, the largest of the fresh grants: raises the
-    /// counter of every server that answered with less (refused or re-entered for another
-    /// owner; fresh grants below `token`) and stamps `token` on the lease where
-    /// `req.owner` holds it. True when a majority holds the lease stamped with `token`.
-    /// Skipped when every server that answered granted with `token` (the usual case).
+    /// Aligns the fencing counters on `token`, the largest of the fresh grants (see
+    /// [`round::confirm`]): stamped with `fence.lua`.
     async fn confirm(
         &self,
         req: &AcquireRequest,
@@ -291,61 +289,34 @@ impl RedlockBackend {
         tally: &Tally<Error>,
         limit: Duration,
     ) -> bool {
-        let (agreeing, behind) = votes::behind(&tally.fresh, token);
-        let others = tally.others();
-        let needed = self.needed(req);
-        if behind.is_empty() && others.is_empty() {
-            return agreeing >= needed;
-        }
         let what = format!("cannot acquire lock '{}'", req.key);
-        let (key, owner) = (&req.key, &req.owner);
-        let targets: Vec<usize> = behind.iter().chain(&others).copied().collect();
-        let calls = targets.iter().map(|&i| {
-            self.members[i].call(&what, limit, |b| async move {
+        let (what, key, owner) = (&what, &req.key, &req.owner);
+        round::confirm(tally, token, self.needed(req), |i| async move {
+            let stamp = self.members[i].call(what, limit, |b| async move {
                 b.confirm_token(key, owner, token).await
-            })
-        });
-        let confirmed = join_all(calls).await;
-        let stamped = targets
-            .iter()
-            .zip(confirmed)
-            .filter(|(i, r)| matches!(r, Ok(true)) && behind.contains(i))
-            .count();
-        agreeing + stamped >= needed
+            });
+            matches!(stamp.await, Ok(true))
+        })
+        .await
     }
 
-    /// Takes back, on all the given servers at once and waking nobody, the fresh grants to
-    /// `req.owner` on `fresh` and one level of the re-entries on `nested`.
-    async fn take_back(
-        &self,
-        req: &AcquireRequest,
-        fresh: &[usize],
-        nested: &[(usize, String)],
-        limit: Duration,
-    ) {
+    /// Takes back what `back` names, on all its servers at once and waking nobody.
+    async fn take_back(&self, req: &AcquireRequest, back: &GiveBack, limit: Duration) {
         let key = &req.key;
-        let calls = fresh
-            .iter()
-            .map(|i| (*i, req.owner.as_str(), ReleaseMode::All))
-            .chain(
-                nested
-                    .iter()
-                    .map(|(i, o)| (*i, o.as_str(), ReleaseMode::One)),
-            )
-            .map(|(i, owner, mode)| {
-                self.members[i].call("take back", limit, move |b| async move {
-                    b.take_back(key, owner, mode).await
-                })
-            });
-        join_all(calls).await;
+        round::take_back(&req.owner, back, |i, owner, mode| {
+            self.members[i].call("take back", limit, move |b| async move {
+                b.take_back(key, owner, mode).await
+            })
+        })
+        .await;
     }
 
     /// Takes back, on every server, whatever a round cut short by a cancel may have been
     /// granted; sent on the connections the round used, so a server that answers late runs
     /// it after the grant. Bounded by [`CANCEL_GRACE`]: a signal ends the wait at once.
     pub(super) async fn give_back_cancelled(&self, req: &AcquireRequest) {
-        let all: Vec<usize> = (0..self.members.len()).collect();
-        let giving_back = self.take_back(req, &all, &[], CANCEL_GRACE);
+        let all = round::everywhere(self.members.len());
+        let giving_back = self.take_back(req, &all, CANCEL_GRACE);
         let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
     }
 }
@@ -365,8 +336,7 @@ impl From<Result<Vote, Failure>> for Answer<Error> {
             Ok(Vote::Attempt(Attempt::Busy(busy))) => Answer::Busy(busy),
             // Sorted out before the count (see `conflict`).
             Ok(Vote::Conflict(_)) => Answer::Busy(Busy::default()),
-            Err(Failure::Down(e)) => Answer::Down(e),
-            Err(Failure::Slow(e)) => Answer::Slow(e),
+            Err(failure) => failure.into(),
         }
     }
 }

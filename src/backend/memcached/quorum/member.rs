@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::backend::memcached::MemcachedStore;
+use crate::backend::quorum::round::Failure;
 use crate::error::{Error, Result};
 
 /// How long a server that did not answer in time stays suspect.
@@ -22,22 +23,6 @@ pub(super) struct Member {
     /// `memcached://host:port`, for messages.
     pub(super) shown: String,
     suspect_until: Mutex<Option<Instant>>,
-}
-
-/// Why one server's request failed.
-pub(super) enum Failure {
-    /// Connection refused or reset, or an error reply.
-    Down(Error),
-    /// No answer in time: the server may be busy or frozen, and may have done it.
-    Slow(Error),
-}
-
-impl Failure {
-    pub(super) fn into_error(self) -> Error {
-        match self {
-            Failure::Down(e) | Failure::Slow(e) => e,
-        }
-    }
 }
 
 /// What a request does on a suspect server.

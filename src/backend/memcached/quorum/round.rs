@@ -27,13 +27,14 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::member::{Failure, OnSuspect};
+use super::member::OnSuspect;
 use super::store::MemcachedQuorum;
 use crate::backend::memcached::{fence, ttl};
 use crate::backend::quorum::outcome::joined;
-use crate::backend::quorum::votes::{self, Answer, Decision, Tally};
+use crate::backend::quorum::round::{self, Failure};
+use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{AcquireRequest, Acquired, Lease, ReleaseMode, CANCEL_GRACE};
+use crate::backend::{AcquireRequest, Acquired, Lease, CANCEL_GRACE};
 use crate::error::{Error, Result};
 
 /// How long one server may take to answer an acquire request for a lease of `ttl`:
@@ -68,36 +69,12 @@ impl MemcachedQuorum {
                 Answer::Granted(acquired.lease)
             }
             Ok((Attempt::Busy(busy), _)) => Answer::Busy(busy),
-            Err(Failure::Down(e)) => Answer::Down(e),
-            Err(Failure::Slow(e)) => Answer::Slow(e),
+            Err(failure) => failure.into(),
         });
         let answers: Vec<Answer<Error>> = answers.collect();
         let tally = votes::tally(answers, high.max(run_floor));
         *floor = tally.max_token;
-        let mut note = None;
-        let won = match votes::decide(&tally, self.needed(req.sharing)) {
-            Decision::Granted { token } => {
-                // Above every token seen, not only above the grants.
-                let token = if tally.max_token > token {
-                    tally.max_token + 1
-                } else {
-                    token
-                };
-                if self.confirm(req, token, &tally, limit).await {
-                    Some(Decision::Granted { token })
-                } else {
-                    // Beside other holders, the token may be one another holder has on a
-                    // server: a race, tried again like a refusal.
-                    if req.sharing.is_exclusive() {
-                        note =
-                            Some("the servers' fencing counters could not be aligned".to_string());
-                    }
-                    None
-                }
-            }
-            Decision::Lost => None,
-            reentered => Some(reentered),
-        };
+        let (won, mut note) = self.decide(req, &tally, limit).await;
         let validity = won
             .as_ref()
             .and_then(|_| votes::validity(secs - ttl::EARLY, sent.elapsed()));
@@ -110,7 +87,7 @@ impl MemcachedQuorum {
         }
         let won = won.filter(|_| validity.is_some());
         let back = votes::settle(&tally, won.as_ref());
-        self.take_back(req, &back.fresh, &back.nested, limit).await;
+        self.take_back(req, &back, limit).await;
         if let (Some(won), Some(validity)) = (won, validity) {
             let (owner, token, reentered) = won.winner(&req.owner).expect("won");
             if !reentered {
@@ -123,6 +100,37 @@ impl MemcachedQuorum {
             return Ok(Attempt::Granted(Acquired { lease, guard: None }));
         }
         self.lost(req, tally, note)
+    }
+
+    /// What a round's answers decide, its fresh grants' token aligned on the servers;
+    /// with a note when a majority granted an exclusive caller but the tokens could not be
+    /// aligned.
+    async fn decide(
+        &self,
+        req: &AcquireRequest,
+        tally: &Tally<Error>,
+        limit: Duration,
+    ) -> (Option<Decision>, Option<String>) {
+        match votes::decide(tally, self.needed(req.sharing)) {
+            Decision::Granted { token } => {
+                // Above every token seen, not only above the grants.
+                let token = if tally.max_token > token {
+                    tally.max_token + 1
+                } else {
+                    token
+                };
+                if self.confirm(req, token, tally, limit).await {
+                    return (Some(Decision::Granted { token }), None);
+                }
+                // Beside other holders, the token may be one another holder has on a
+                // server: a race, tried again like a refusal.
+                let note = req.sharing.is_exclusive();
+                let note = note.then_some("the servers' fencing counters could not be aligned");
+                (None, note.map(String::from))
+            }
+            Decision::Lost => (None, None),
+            reentered => (Some(reentered), None),
+        }
     }
 
     /// A lost round: refused by a majority (busy), or an error when no majority
@@ -153,10 +161,8 @@ impl MemcachedQuorum {
         }))
     }
 
-    /// Aligns the fencing counters on `token`: raises the counter of every server that
-    /// answered with less and stamps `token` where `req.owner` holds the lease. True
-    /// when a majority holds the lease stamped `token`. Skipped when every server that
-    /// answered granted with `token` (the usual case).
+    /// Aligns the fencing counters on `token` (see [`round::confirm`]): skipped on a
+    /// suspect server.
     async fn confirm(
         &self,
         req: &AcquireRequest,
@@ -164,63 +170,37 @@ impl MemcachedQuorum {
         tally: &Tally<Error>,
         limit: Duration,
     ) -> bool {
-        let (agreeing, behind) = votes::behind(&tally.fresh, token);
-        let others = tally.others();
-        let needed = self.needed(req.sharing);
-        if behind.is_empty() && others.is_empty() {
-            return agreeing >= needed;
-        }
         let what = format!("cannot acquire lock '{}'", req.key);
-        let targets: Vec<usize> = behind.iter().chain(&others).copied().collect();
-        let confirmed = join_all(targets.iter().map(|&i| {
+        let what = &what;
+        round::confirm(tally, token, self.needed(req.sharing), |i| {
             let (k, o) = (req.key.clone(), req.owner.clone());
-            self.members[i].call(&what, limit, OnSuspect::Skip, move |s| async move {
+            let stamp = self.members[i].call(what, limit, OnSuspect::Skip, move |s| async move {
                 s.raise(&k, &o, token).await
-            })
-        }))
-        .await;
-        let stamped = targets
-            .iter()
-            .zip(confirmed)
-            .filter(|(i, r)| matches!(r, Ok(true)) && behind.contains(i))
-            .count();
-        agreeing + stamped >= needed
+            });
+            async move { matches!(stamp.await, Ok(true)) }
+        })
+        .await
     }
 
-    /// Takes back, on all the given servers at once, the fresh grants to `req.owner` on
-    /// `fresh` and one level of the re-entries on `nested`.
-    async fn take_back(
-        &self,
-        req: &AcquireRequest,
-        fresh: &[usize],
-        nested: &[(usize, String)],
-        limit: Duration,
-    ) {
-        let calls = fresh
-            .iter()
-            .map(|i| (*i, req.owner.clone(), ReleaseMode::All))
-            .chain(
-                nested
-                    .iter()
-                    .map(|(i, o)| (*i, o.clone(), ReleaseMode::One)),
+    /// Takes back what `back` names, on all its servers at once.
+    async fn take_back(&self, req: &AcquireRequest, back: &GiveBack, limit: Duration) {
+        round::take_back(&req.owner, back, |i, owner, mode| {
+            let (key, owner) = (req.key.clone(), owner.to_string());
+            self.members[i].call(
+                "take back",
+                limit,
+                OnSuspect::Background,
+                move |s| async move { s.take_back(&key, &owner, mode).await },
             )
-            .map(|(i, owner, mode)| {
-                let key = req.key.clone();
-                self.members[i].call(
-                    "take back",
-                    limit,
-                    OnSuspect::Background,
-                    move |s| async move { s.take_back(&key, &owner, mode).await },
-                )
-            });
-        join_all(calls).await;
+        })
+        .await;
     }
 
     /// Takes back, on every server, whatever a round cut short may have been granted.
     /// Bounded by [`CANCEL_GRACE`]: a signal ends the wait at once.
     pub(super) async fn give_back_everywhere(&self, req: &AcquireRequest) {
-        let all: Vec<usize> = (0..self.members.len()).collect();
-        let giving_back = self.take_back(req, &all, &[], CANCEL_GRACE);
+        let all = round::everywhere(self.members.len());
+        let giving_back = self.take_back(req, &all, CANCEL_GRACE);
         let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
     }
 }

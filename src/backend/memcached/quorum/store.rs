@@ -13,6 +13,7 @@ use crate::backend::memcached::client::Tuning;
 use crate::backend::memcached::url::Target;
 use crate::backend::memcached::{ttl, MemcachedStore};
 use crate::backend::quorum::modes::Modes;
+use crate::backend::quorum::renew::{self, Renewal};
 use crate::backend::quorum::{outcome, votes};
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
@@ -76,32 +77,40 @@ impl MemcachedQuorum {
         votes::quorum_for(self.members.len(), sharing)
     }
 
-    /// One renewal on every server at once, done when `needed` of them renewed.
-    async fn renew_on(
-        &self,
-        key: &str,
-        owner: &str,
-        ttl: Duration,
-        needed: usize,
-    ) -> Result<Lease> {
+    /// One renewal sent to every server at once (see [`renew::on_quorum`]).
+    async fn renew_on_quorum(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let secs = self.whole(ttl, key)?;
         let limit = crate::backend::redlock::renew_timeout(secs);
         let what = format!("cannot renew lock '{key}'");
-        let sent = Instant::now();
-        let calls = self
-            .members
-            .iter()
-            .map(|m| {
-                let (k, o) = (key.to_string(), owner.to_string());
-                m.ask(&what, limit, move |s| async move {
-                    s.renew_lease(&k, &o, secs).await
+        let (what, members) = (&what, &self.members);
+        let round = move |needed| {
+            let sent = Instant::now();
+            let calls = members
+                .iter()
+                .map(|m| {
+                    let (k, o) = (key.to_string(), owner.to_string());
+                    m.ask(what, limit, move |s| async move {
+                        s.renew_lease(&k, &o, secs).await
+                    })
                 })
-            })
-            .collect();
-        let renewals = outcome::gather_renewals(calls, needed).await;
-        // An item may expire a second early: the lease counts from a second before.
-        let granted = ttl::granted_at(sent);
-        outcome::renewed(&self.name, (key, owner), (secs, granted), renewals, needed)
+                .collect();
+            // An item may expire a second early: the lease counts from a second before.
+            async move {
+                (
+                    outcome::gather_renewals(calls, needed).await,
+                    ttl::granted_at(sent),
+                )
+            }
+        };
+        let at = Renewal {
+            name: &self.name,
+            key,
+            owner,
+            ttl: secs,
+            servers: members.len(),
+        };
+        let status = || async move { self.status(&[key.to_string()]).await };
+        renew::on_quorum(at, &self.modes, round, status).await
     }
 
     /// The servers' names, in order.
@@ -154,23 +163,7 @@ impl LockStore for MemcachedQuorum {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let known = self.modes.get(key, owner);
-        let needed = known.map_or(self.quorum, |s| self.needed(s));
-        let lease = self.renew_on(key, owner, ttl, needed).await;
-        if known.is_some() || lease.is_err() {
-            return lease;
-        }
-        // Renewed on a majority by a process that did not acquire it: a semaphore holder
-        // needs more, as the servers say how the key is held.
-        let keys = [key.to_string()];
-        let sharing = match self.status(&keys).await {
-            Ok(states) => states.first().map_or(Sharing::Exclusive, |s| s.sharing),
-            Err(_) => Sharing::Exclusive,
-        };
-        if self.needed(sharing) > needed {
-            return self.renew_on(key, owner, ttl, self.needed(sharing)).await;
-        }
-        lease
+        self.renew_on_quorum(key, owner, ttl).await
     }
 
     /// Held on every server (a majority must keep it), rounded up as on one memcached.
