@@ -237,12 +237,20 @@ impl Ctx {
         self.tmp.path().join(name)
     }
 
+    /// This binary, then the `--baseline` one if given: how their rows start, and the path.
+    pub fn binaries(&self) -> Vec<(&'static str, PathBuf)> {
+        let mut bins = vec![("dlock", self.dlock.clone())];
+        bins.extend(self.o.baseline.clone().map(|b| (sections::BASELINE, b)));
+        bins
+    }
+
     /// A `dlock` command pointed at `store`, with none of the caller's dlock variables.
     pub fn dlock(&self, store: &Store) -> Command {
         dlock_cmd(&self.dlock, store)
     }
 }
 
+/// [`Ctx::dlock`] with another binary.
 pub fn dlock_cmd(bin: &Path, store: &Store) -> Command {
     let mut c = Command::new(bin);
     for v in dlock::env::INHERITED {
@@ -324,13 +332,19 @@ fn context(o: Opts, dlock: PathBuf) -> Result<Ctx, String> {
         .prefix("dlock-bench-")
         .tempdir()
         .map_err(|e| format!("temp dir: {e}"))?;
+    if let Some(b) = o.baseline.as_ref().filter(|b| !b.is_file()) {
+        return Err(format!("--baseline {}: no such file", b.display()));
+    }
     let _ = ROOT.set(tmp.path().to_path_buf());
     handle_signals();
     println!(
-        "dlock benchmark suite{}: sections {}; binary {}",
+        "dlock benchmark suite{}: sections {}; binary {}{}",
         if o.quick { " (--quick)" } else { "" },
         o.only.join(","),
-        dlock.display()
+        dlock.display(),
+        o.baseline
+            .as_ref()
+            .map_or(String::new(), |b| format!("; baseline {}", b.display()))
     );
     Ok(Ctx {
         o,

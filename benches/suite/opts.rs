@@ -60,6 +60,13 @@ struct Args {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 
+    /// Another dlock binary (an older build) measured beside this one, in the same rounds:
+    /// rows `dlock (baseline) …` on the local store and Redis in exec, contention, rss and
+    /// status, and their ratios (this / baseline). Hand-off and throughput go through the
+    /// library, not the binary, and are not compared.
+    #[arg(long, value_name = "PATH")]
+    baseline: Option<PathBuf>,
+
     /// Passed by `cargo bench` to every bench binary; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -76,6 +83,7 @@ pub struct Opts {
     pub requests: usize,
     pub locks: usize,
     pub out: Option<PathBuf>,
+    pub baseline: Option<PathBuf>,
 }
 
 impl Opts {
@@ -96,6 +104,7 @@ impl Opts {
             requests: a.requests.unwrap_or(if quick { 20_000 } else { 100_000 }),
             locks: a.locks.unwrap_or(if quick { 10_000 } else { 100_000 }),
             out: a.out,
+            baseline: a.baseline,
         }
     }
 
@@ -107,7 +116,7 @@ impl Opts {
         json!({
             "quick": self.quick, "only": self.only, "runs": self.runs, "cycles": self.cycles,
             "iters": self.iters, "secs": self.secs, "requests": self.requests,
-            "locks": self.locks,
+            "locks": self.locks, "baseline": self.baseline,
         })
     }
 }

@@ -49,6 +49,44 @@ impl Section {
     }
 }
 
+/// `--baseline`: figures of this binary over the same figures of the baseline binary,
+/// measured in the same rounds: the median of the rounds' ratios, and their range.
+pub struct Versus {
+    table: Table,
+    json: Vec<Value>,
+}
+
+impl Versus {
+    pub fn new() -> Versus {
+        let head = ["row", "figure", "this / baseline", "rounds"];
+        Versus {
+            table: Table::new(&head).text_cols(2),
+            json: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, row: &str, figure: &str, r: Option<(f64, f64, f64)>) {
+        let range = r.map_or_else(|| "n/a".into(), |(_, lo, hi)| format!("{lo:.2}–{hi:.2}"));
+        let cells = vec![row.into(), figure.into(), ratio(r.map(|r| r.0)), range];
+        self.table.row(cells);
+        self.json.push(json!({
+            "row": row, "figure": figure, "ratio": r.map(|r| r.0),
+            "min": r.map(|r| r.1), "max": r.map(|r| r.2),
+        }));
+    }
+
+    /// The table, and `baseline` in the section's JSON; nothing without `--baseline`.
+    pub fn finish(self, section: &mut Section, title: &str) {
+        if self.json.is_empty() {
+            return;
+        }
+        if let Some(Value::Object(m)) = &mut section.json {
+            m.insert("baseline".into(), Value::Array(self.json));
+        }
+        section.table(format!("{title}: this binary / --baseline"), self.table);
+    }
+}
+
 /// The whole run's results, section by section.
 pub struct Report {
     started: Instant,

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{MakeCmd, Stats};
+use super::{current_of, spread, MakeCmd, Stats, BASELINE};
 use crate::procs::{interrupted, run, run_checked, status_error};
-use crate::report::{ms, rate, ratio, Goal, Section, Table};
+use crate::report::{ms, rate, ratio, Goal, Section, Table, Versus};
 use crate::{dlock_cmd, Ctx};
 
 struct Contention {
@@ -38,17 +38,10 @@ fn rates(runs: &[Result<Contention, String>]) -> Vec<Option<f64>> {
         .collect()
 }
 
-/// Each round's rate over flock's rate in the same round (runs next to each other, so a
-/// machine that speeds up or slows down between rounds cancels out), as (median, min,
-/// max); `None` when no round of both ran.
+/// Each round's rate over flock's (or the baseline's) rate in the same round, as (median,
+/// min, max); `None` when no round of both ran.
 fn paired_ratios(runs: &[Option<f64>], flock: &[Option<f64>]) -> Option<(f64, f64, f64)> {
-    let mut r: Vec<f64> = runs
-        .iter()
-        .zip(flock)
-        .filter_map(|(a, f)| Some((*a)? / (*f)?))
-        .collect();
-    r.sort_by(f64::total_cmp);
-    Some((*r.get(r.len() / 2)?, r[0], r[r.len() - 1]))
+    spread(runs.iter().zip(flock).map(|(a, f)| Some(((*a)?, (*f)?))))
 }
 
 /// The run with the median rate (the first error if any run failed); `None` when none ran.
@@ -127,7 +120,8 @@ fn peers(ctx: &mut Ctx) -> Peers {
             c
         })),
     ));
-    for (label, store) in [
+    let (base_local, base_redis) = (local.clone(), redis.clone());
+    let mut stores: Vec<_> = [
         ("local", Ok(local)),
         ("redis", redis),
         ("redis-cluster", cluster),
@@ -135,9 +129,15 @@ fn peers(ctx: &mut Ctx) -> Peers {
         ("postgres", postgres),
         ("mysql", mysql),
         ("zookeeper", zookeeper),
-    ] {
-        let name = format!("dlock exec ({label})");
-        let bin = ctx.dlock.clone();
+    ]
+    .map(|(label, store)| ("dlock", ctx.dlock.clone(), label, store))
+    .into();
+    if let Some(base) = &ctx.o.baseline {
+        stores.push((BASELINE, base.clone(), "local", Ok(base_local)));
+        stores.push((BASELINE, base.clone(), "redis", base_redis));
+    }
+    for (who, bin, label, store) in stores {
+        let name = format!("{who} exec ({label})");
         let make = store.map(|store| -> MakeCmd {
             Box::new(move || {
                 let mut c = dlock_cmd(&bin, &store);
@@ -150,6 +150,27 @@ fn peers(ctx: &mut Ctx) -> Peers {
         peers.push((name, make));
     }
     peers
+}
+
+/// `--baseline`: each baseline row's cycles/s against this binary's, round by round.
+fn against_baseline(
+    v: &mut Versus,
+    peers: &Peers,
+    runs: &[Vec<Result<Contention, String>>],
+    nm: &str,
+) {
+    let rates_of = |name: &str| {
+        let i = peers.iter().position(|(n, _)| n == name)?;
+        Some(rates(&runs[i]))
+    };
+    for (name, _) in peers {
+        let Some(cur) = current_of(name) else {
+            continue;
+        };
+        if let (Some(a), Some(b)) = (rates_of(&cur), rates_of(name)) {
+            v.add(&format!("{nm} {cur}"), "cycles/s", paired_ratios(&a, &b));
+        }
+    }
 }
 
 /// `etcdctl lock` first (the etcd rows are compared with it), then `dlock exec` on the same
@@ -267,9 +288,11 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     // machine does: each row is run several times, interleaved with its peers, and the
     // run with the median rate is reported.
     let rounds = if ctx.o.quick { 1 } else { CONTENTION_ROUNDS };
+    let mut versus = Versus::new();
     for n in [2usize, 8, 32] {
         let m = ctx.o.cycles.div_ceil(n).max(1);
         let runs = rounds_of(&peers, n, m, rounds);
+        against_baseline(&mut versus, &peers, &runs, &format!("{n} × {m}"));
         rows.add(&peers, n, m, runs);
     }
     let etcd = etcd_rows(ctx, rounds);
@@ -294,6 +317,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     section.json = Some(json!({
         "runs": rows.out, "etcd_runs": etcd.out, "sharing_runs": sharing.out,
     }));
+    versus.finish(&mut section, "2d. contention (table 2)");
     let v = etcd
         .at8
         .get("dlock exec (etcd)")

@@ -7,12 +7,13 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::json;
 
-use super::{MakeCmd, Peer};
+use super::{current_of, spread, MakeCmd, Peer, Stats, BASELINE};
 use crate::procs::interrupted;
-use crate::report::{ms, ratio, Goal, Section, Table};
+use crate::report::{ms, ratio, Goal, Section, Table, Versus};
 use crate::servers::etcdctl;
 use crate::{dlock_cmd, Ctx, Store};
 
@@ -75,6 +76,14 @@ pub fn measure(ctx: &mut Ctx) -> Section {
             "metrics_file_redis": r(&metrics_redis),
         },
     }));
+    let mut versus = Versus::new();
+    for base in peers.iter().filter(|p| p.name.starts_with(BASELINE)) {
+        let name = current_of(&base.name).unwrap_or_default();
+        if let Some(cur) = peers.iter().find(|p| p.name == name) {
+            versus.add(&name, "median ms", fifths(cur, base));
+        }
+    }
+    versus.finish(&mut section, "1b. exec overhead");
     let x = "x";
     section.target(
         "exec: dlock-local / flock",
@@ -101,6 +110,20 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         Goal::AtMost(0.3),
     );
     section
+}
+
+/// This binary's median over the baseline's in each fifth of the runs (the two took turns,
+/// so each fifth of one saw the same machine as that of the other).
+fn fifths(cur: &Peer, base: &Peer) -> Option<(f64, f64, f64)> {
+    cur.stats().ok()?;
+    base.stats().ok()?;
+    let (a, b) = (&cur.samples, &base.samples);
+    let n = a.len().min(b.len());
+    let median = |s: &[Duration]| Stats::of(s).map(|s| s.p50);
+    spread((0..5).map(|k| {
+        let part = k * n / 5..(k + 1) * n / 5;
+        Some((median(&a[part.clone()])?, median(&b[part])?))
+    }))
 }
 
 /// A peer that runs `program ARGS…`; `shown` is its command line in the JSON.
@@ -155,6 +178,7 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
     let memcached_quorum = ctx.memcached_quorum();
     let cluster = ctx.redis_cluster();
     let replicated = ctx.redis_replicated();
+    let (base_local, base_redis) = (local.clone(), redis.clone());
     for (label, store, with_metrics) in [
         ("local", Ok(local.clone()), false),
         ("redis", redis.clone(), false),
@@ -190,6 +214,15 @@ fn peers(ctx: &mut Ctx, runs: usize, etcd_runs: usize) -> Vec<Peer> {
                 peers.push(Peer::new(&name, shown, make, runs))
             }
             Err(e) => peers.push(Peer::failed(&name_of(label), shown, e)),
+        }
+    }
+    if let Some(base) = ctx.o.baseline.clone() {
+        let v = [OsStr::new("--version")];
+        let name = format!("{BASELINE} --version");
+        peers.push(plain(&name, "dlock --version", &base, &v, runs));
+        for (label, store) in [("local", Ok(base_local)), ("redis", base_redis)] {
+            let name = format!("{BASELINE} exec ({label})");
+            peers.push(exec_peer(&name, &base, store, runs));
         }
     }
     peers.push(etcd_peer(etcd, etcd_runs));
@@ -299,6 +332,23 @@ fn etcd_peer(etcd: Result<String, String>, etcd_runs: usize) -> Peer {
             p
         }
         Err(e) => Peer::failed("etcdctl lock", shown, e),
+    }
+}
+
+/// `dlock exec bench-exec -- true` run by `bin` on `store`.
+fn exec_peer(name: &str, bin: &Path, store: Result<Store, String>, runs: usize) -> Peer {
+    let shown = "dlock exec bench-exec -- true";
+    match store {
+        Ok(store) => {
+            let bin = bin.to_path_buf();
+            let make: MakeCmd = Box::new(move || {
+                let mut c = dlock_cmd(&bin, &store);
+                c.args(["exec", "bench-exec", "--", "true"]);
+                c
+            });
+            Peer::new(name, shown, make, runs)
+        }
+        Err(e) => Peer::failed(name, shown, e),
     }
 }
 

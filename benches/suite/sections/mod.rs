@@ -62,6 +62,24 @@ impl Stats {
 
 pub type MakeCmd = Box<dyn Fn() -> Command + Send + Sync>;
 
+/// How the rows of the `--baseline` binary start (this binary's start with `dlock`).
+pub const BASELINE: &str = "dlock (baseline)";
+
+/// The name of this binary's row for a baseline row's name; `None` for other rows.
+pub fn current_of(name: &str) -> Option<String> {
+    name.strip_prefix(BASELINE)
+        .map(|rest| format!("dlock{rest}"))
+}
+
+/// Round-by-round ratios a / b (pairs measured next to each other, so a machine that speeds
+/// up or slows down between rounds cancels out), as (median, min, max); `None` when no
+/// round has both.
+pub fn spread(pairs: impl IntoIterator<Item = Option<(f64, f64)>>) -> Option<(f64, f64, f64)> {
+    let mut r: Vec<f64> = pairs.into_iter().flatten().map(|(a, b)| a / b).collect();
+    r.sort_by(f64::total_cmp);
+    Some((*r.get(r.len() / 2)?, r[0], r[r.len() - 1]))
+}
+
 /// A command measured side by side with the others.
 pub struct Peer {
     pub name: String,

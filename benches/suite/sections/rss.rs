@@ -3,16 +3,17 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{cpu_ticks, tick_ms, vm_rss_kib};
+use super::{cpu_ticks, current_of, spread, tick_ms, vm_rss_kib, BASELINE};
 use crate::procs::{check, die_with_parent, Guard};
-use crate::report::{ms, Goal, Section, Table};
+use crate::report::{ms, Goal, Section, Table, Versus};
 use crate::servers::etcdctl;
-use crate::{Ctx, Store};
+use crate::{dlock_cmd, Ctx, Store};
 
 type Holders = Vec<(String, Result<Command, String>)>;
 
@@ -34,15 +35,18 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let mut table = Table::new(&["holder", "RSS MiB", "CPU ms by 1 s", "CPU ms 1–3 s"]);
     let mut out = Vec::new();
     let mut figures: BTreeMap<String, Result<(f64, f64), String>> = BTreeMap::new();
+    let mut rss = BTreeMap::new();
     for ((name, _), r) in started.iter().zip(readings) {
-        let label = if name.contains("(local)") {
+        let label = if name.starts_with("dlock exec (local)") {
             "local"
-        } else if name.contains("(redis)") {
+        } else if name.starts_with("dlock exec (redis)") {
             "redis"
         } else {
             ""
         };
-        figures.insert(label.into(), row(&mut table, &mut out, name, r, tick_ms));
+        let figure = row(&mut table, &mut out, name, r, tick_ms);
+        rss.insert(name.clone(), figure.as_ref().ok().map(|f| f.0));
+        figures.insert(label.into(), figure);
     }
     // Let them finish (sleep 5), so that nothing is left holding.
     let deadline = t0 + Duration::from_secs(15);
@@ -61,6 +65,15 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         table,
     );
     section.json = Some(json!({ "holders": out }));
+    let mut versus = Versus::new();
+    for name in rss.keys() {
+        let Some(cur) = current_of(name) else {
+            continue;
+        };
+        let pair = |cur: &String| Some((rss.get(cur).copied()??, rss.get(name).copied()??));
+        versus.add(&cur, "RSS MiB", spread([pair(&cur)]));
+    }
+    versus.finish(&mut section, "5b. a holder's footprint (one reading)");
     targets(&mut section, &figures, tick_ms);
     section
 }
@@ -74,14 +87,17 @@ fn holders(ctx: &mut Ctx) -> Holders {
     let mut flock = Command::new("flock");
     flock.arg(ctx.file("rss.flock")).args(["sleep", "5"]);
     holders.push(("flock FILE sleep 5".into(), Ok(flock)));
-    for store in [Ok(local), redis] {
+    let exec = |who: &str, bin: &Path, key: &str, store: Result<Store, String>| {
         let label = store.as_ref().map_or("redis", Store::label);
         let cmd = store.map(|s| {
-            let mut c = ctx.dlock(&s);
-            c.args(["exec", "bench-rss", "--", "sleep", "5"]);
+            let mut c = dlock_cmd(bin, &s);
+            c.args(["exec", key, "--", "sleep", "5"]);
             c
         });
-        holders.push((format!("dlock exec ({label}) -- sleep 5"), cmd));
+        (format!("{who} exec ({label}) -- sleep 5"), cmd)
+    };
+    for store in [Ok(local.clone()), redis.clone()] {
+        holders.push(exec("dlock", &ctx.dlock, "bench-rss", store));
     }
     let cmd = etcd.map(|ep| {
         let mut c = etcdctl(&ep);
@@ -89,6 +105,12 @@ fn holders(ctx: &mut Ctx) -> Holders {
         c
     });
     holders.push(("etcdctl lock KEY sleep 5".into(), cmd));
+    // Another key, so that the baseline holds beside this binary instead of waiting.
+    if let Some(base) = &ctx.o.baseline {
+        for store in [Ok(local), redis] {
+            holders.push(exec(BASELINE, base, "bench-rss-baseline", store));
+        }
+    }
     holders
 }
 

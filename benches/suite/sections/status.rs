@@ -1,6 +1,7 @@
 //! Section 6, status over many held locks: `dlock status` and `dlock --json status` listing every
 //! lock held on a Redis server of the section's own.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,11 +10,11 @@ use dlock::backend::{Backend, WaitOptions};
 use serde_json::{json, Map, Value};
 use tokio::task::JoinSet;
 
-use super::{bench_holder, join_all, open, request, with_timeout, Stats};
+use super::{bench_holder, join_all, open, request, spread, with_timeout, Stats};
 use crate::procs::{check, interrupted, run, run_checked};
-use crate::report::{rate, Goal, Section, Table};
+use crate::report::{rate, Goal, Section, Table, Versus};
 use crate::servers::Redis;
-use crate::{Ctx, Store};
+use crate::{dlock_cmd, Ctx, Store};
 
 /// Holds `n` locks through `tasks` concurrent tasks.
 async fn fill(b: Arc<dyn Backend>, n: usize, tasks: usize) -> Result<(), String> {
@@ -47,6 +48,9 @@ async fn fill(b: Arc<dyn Backend>, n: usize, tasks: usize) -> Result<(), String>
 
 type Targets = Vec<(String, Result<f64, String>)>;
 
+/// Per binary: the lines its first run printed, and the times of the runs after it.
+type Listing = Result<(usize, Vec<Duration>), String>;
+
 pub fn measure(ctx: &mut Ctx) -> Section {
     let n = ctx.o.locks;
     eprintln!("== status over {n} held locks");
@@ -67,6 +71,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         Ok((store, start.elapsed()))
     });
     let mut targets = Vec::new();
+    let mut versus = Versus::new();
     match created {
         Err(e) => {
             table.failed(format!("create {n} locks"), &e);
@@ -93,6 +98,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
                     &mut table,
                     &mut out,
                     &mut targets,
+                    &mut versus,
                 );
             }
         }
@@ -103,6 +109,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         table,
     );
     section.json = Some(Value::Object(out));
+    versus.finish(&mut section, "6b. status (3 rounds)");
     for (name, v) in targets {
         section.target(
             &format!("dlock {name}, {n} locks (redis)"),
@@ -114,7 +121,8 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     section
 }
 
-/// Times `dlock [--json] status` over the held locks: one row.
+/// Times `dlock [--json] status` over the held locks: one row per binary, the binaries
+/// taking turns.
 fn list(
     ctx: &Ctx,
     store: &Store,
@@ -122,41 +130,79 @@ fn list(
     table: &mut Table,
     out: &mut Map<String, Value>,
     targets: &mut Targets,
+    versus: &mut Versus,
 ) {
     let args: &[&str] = if json_flag {
         &["--json", "status"]
     } else {
         &["status"]
     };
-    let limit = Duration::from_secs(120);
-    // First run: checked, output counted (one line per lock, plus a header
-    // for the table); then timed runs with stdout on /dev/null.
-    let r = run_checked(ctx.dlock(store).args(args), limit).and_then(|(_, text)| {
-        let listed = text.lines().filter(|l| !l.trim().is_empty()).count();
-        let mut times = Vec::new();
-        for _ in 0..3 {
-            let (took, status) = run(ctx.dlock(store).args(args), limit)?;
-            check(status, "")?;
-            times.push(took);
-        }
-        Ok((Stats::of(&times).ok_or("no samples")?, listed))
-    });
-    match r {
-        Ok((s, listed)) => {
-            table.row(vec![
-                format!("dlock {name} > /dev/null"),
-                s.n.to_string(),
-                format!("{:.3}", s.p50 / 1e3),
-                format!("{:.3}", s.min / 1e3),
-                listed.to_string(),
-            ]);
-            out.insert(name.into(), json!({"stats": s.json(), "lines": listed}));
-            targets.push((name.to_string(), Ok(s.p50 / 1e3)));
-        }
-        Err(e) => {
-            table.failed(format!("dlock {name}"), &e);
-            out.insert(name.into(), json!({ "error": e }));
-            targets.push((name.to_string(), Err(e)));
+    let bins = ctx.binaries();
+    let runs = time_each(&bins, store, args);
+    let secs = |r: &Listing, i: usize| Some(r.as_ref().ok()?.1.get(i)?.as_secs_f64());
+    if let [cur, base] = &runs[..] {
+        versus.add(
+            &format!("dlock {name}"),
+            "wall s",
+            spread((0..3).map(|i| Some((secs(cur, i)?, secs(base, i)?)))),
+        );
+    }
+    for ((who, _), r) in bins.iter().zip(runs) {
+        let r = r.and_then(|(listed, times)| Ok((Stats::of(&times).ok_or("no samples")?, listed)));
+        let key = match *who {
+            "dlock" => name.to_string(),
+            _ => format!("{name} (baseline)"),
+        };
+        let v = match r {
+            Ok((s, listed)) => {
+                table.row(vec![
+                    format!("{who} {name} > /dev/null"),
+                    s.n.to_string(),
+                    format!("{:.3}", s.p50 / 1e3),
+                    format!("{:.3}", s.min / 1e3),
+                    listed.to_string(),
+                ]);
+                out.insert(key, json!({"stats": s.json(), "lines": listed}));
+                Ok(s.p50 / 1e3)
+            }
+            Err(e) => {
+                table.failed(format!("{who} {name}"), &e);
+                out.insert(key, json!({ "error": e }));
+                Err(e)
+            }
+        };
+        if *who == "dlock" {
+            targets.push((name.to_string(), v));
         }
     }
+}
+
+/// Runs `dlock ARGS` with each binary: first checked, its lines counted (one per lock, plus
+/// a header for the table); then 3 timed runs with stdout on /dev/null, the binaries taking
+/// turns.
+fn time_each(bins: &[(&str, PathBuf)], store: &Store, args: &[&str]) -> Vec<Listing> {
+    let limit = Duration::from_secs(120);
+    let mut runs: Vec<Listing> = bins
+        .iter()
+        .map(|(_, bin)| {
+            let (_, text) = run_checked(dlock_cmd(bin, store).args(args), limit)?;
+            let listed = text.lines().filter(|l| !l.trim().is_empty()).count();
+            Ok((listed, Vec::new()))
+        })
+        .collect();
+    for _ in 0..3 {
+        for ((_, bin), r) in bins.iter().zip(runs.iter_mut()) {
+            if r.is_err() {
+                continue;
+            }
+            let took = run(dlock_cmd(bin, store).args(args), limit)
+                .and_then(|(took, status)| check(status, "").map(|_| took));
+            match (took, r.as_mut()) {
+                (Ok(took), Ok((_, times))) => times.push(took),
+                (Err(e), _) => *r = Err(e),
+                _ => {}
+            }
+        }
+    }
+    runs
 }
