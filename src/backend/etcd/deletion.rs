@@ -126,3 +126,43 @@ impl EtcdStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventType, key: &[u8], created: i64, modified: i64) -> Event {
+        let kv = KeyValue {
+            key: key.to_vec(),
+            create_revision: created,
+            mod_revision: modified,
+            ..KeyValue::default()
+        };
+        Event {
+            r#type: kind as i32,
+            kv: Some(kv),
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn a_hand_over_is_a_rewrite_of_our_key_as_created() {
+        let freed = [
+            event(EventType::Put, b"k/2", 7, 9),
+            event(EventType::Delete, b"k/1", 0, 9),
+        ];
+        assert_eq!(handed(&freed, b"k/2", 7).map(|kv| kv.mod_revision), Some(9));
+        // Someone else's key rewritten, or only the deletion: not handed to us.
+        assert!(handed(&freed, b"k/3", 8).is_none());
+        assert!(handed(&freed[1..], b"k/2", 7).is_none());
+    }
+
+    #[test]
+    fn our_own_creation_or_an_earlier_key_of_ours_is_no_hand_over() {
+        let created = [event(EventType::Put, b"k/2", 7, 7)];
+        assert!(handed(&created, b"k/2", 7).is_none());
+        // The same key id on an earlier lease queue (created at 5): not this wait's key.
+        let earlier = [event(EventType::Put, b"k/2", 5, 9)];
+        assert!(handed(&earlier, b"k/2", 7).is_none());
+    }
+}
