@@ -114,25 +114,7 @@ fn tls_with_a_private_ca_and_a_client_certificate() {
         "yes",
     ]);
     let url = format!("rediss://127.0.0.1:{tls_port}");
-    let dlock = |env: &[(&str, &PathBuf)]| {
-        let mut c = support::dlock();
-        c.env("DLOCK_URL", &url);
-        for var in ["DLOCK_TLS_CA", "DLOCK_TLS_CERT", "DLOCK_TLS_KEY"] {
-            c.env_remove(var);
-        }
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        c.args([
-            "exec",
-            "secure",
-            "--",
-            "sh",
-            "-c",
-            "echo $DLOCK_FENCING_TOKEN",
-        ]);
-        c.output().unwrap()
-    };
+    let dlock = |env: &[(&str, &PathBuf)]| support::exec_tls(&url, env);
     let all = [
         ("DLOCK_TLS_CA", &pki.ca),
         ("DLOCK_TLS_CERT", &pki.client_cert),

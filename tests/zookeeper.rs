@@ -7,7 +7,9 @@ use std::path::Path;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::{self, dlock, pki, read_when_ready, wait_exit, Pki, ZkEnsemble, ZkServer};
+use crate::support::{
+    self, dlock, exec_tls, pki, read_when_ready, wait_exit, Pki, ZkEnsemble, ZkServer,
+};
 
 fn run(url: &str, args: &[&str]) -> Output {
     dlock().env("DLOCK_URL", url).args(args).output().unwrap()
@@ -368,25 +370,6 @@ fn a_holder_and_a_waiter_use_one_connection_each() {
     assert!(ran.exists(), "the waiter did not run");
 }
 
-/// `dlock exec secure -- echo $DLOCK_FENCING_TOKEN` on `url` with only the TLS variables
-/// `env` set.
-fn exec_tls(url: &str, env: &[(&str, &Path)]) -> Output {
-    let mut c = dlock();
-    c.env("DLOCK_URL", url);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.args([
-        "exec",
-        "secure",
-        "--",
-        "sh",
-        "-c",
-        "echo $DLOCK_FENCING_TOKEN",
-    ]);
-    c.output().unwrap()
-}
-
 /// Exit 69 and one line naming the key and the server.
 fn assert_unavailable(out: &Output, port: u16) {
     assert_eq!(out.status.code(), Some(69), "{out:?}");
@@ -431,7 +414,7 @@ fn tls_with_a_private_ca() {
     let other = tempfile::tempdir().unwrap();
     let wrong = support::pki(other.path()).expect("openssl");
     assert_unavailable(&exec_tls(&url, &[("DLOCK_TLS_CA", &wrong.ca)]), port);
-    assert_unavailable(&exec_tls(&url, &[]), port);
+    assert_unavailable(&exec_tls::<&Path>(&url, &[]), port);
 }
 
 /// A server that requires a client certificate takes the one of `DLOCK_TLS_CERT` and

@@ -19,6 +19,22 @@ pub fn dlock() -> Command {
     c
 }
 
+/// `dlock exec secure -- echo $DLOCK_FENCING_TOKEN` on `url` with only the TLS variables of
+/// `env` set (the TLS tests of every store).
+pub fn exec_tls<P: AsRef<std::ffi::OsStr>>(url: &str, env: &[(&str, P)]) -> std::process::Output {
+    let mut c = dlock();
+    c.env("DLOCK_URL", url);
+    for var in ["DLOCK_TLS_CA", "DLOCK_TLS_CERT", "DLOCK_TLS_KEY"] {
+        c.env_remove(var);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let token = "echo $DLOCK_FENCING_TOKEN";
+    c.args(["exec", "secure", "--", "sh", "-c", token]);
+    c.output().unwrap()
+}
+
 /// Polls `cond` every millisecond until it holds or `limit` passes; returns whether it held.
 pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
