@@ -354,21 +354,9 @@ fn exec_peer(name: &str, bin: &Path, store: Result<Store, String>, runs: usize) 
 
 /// `dlock exec` on the etcd `etcdctl lock` uses, as often as etcdctl runs.
 fn dlock_etcd_peer(bin: &Path, store: Result<Store, String>, etcd_runs: usize) -> Peer {
-    let shown = "dlock exec bench-exec -- true";
-    match store {
-        Ok(store) => {
-            let bin = bin.to_path_buf();
-            let make: MakeCmd = Box::new(move || {
-                let mut c = dlock_cmd(&bin, &store);
-                c.args(["exec", "bench-exec", "--", "true"]);
-                c
-            });
-            let mut p = Peer::new("dlock exec (etcd)", shown, make, etcd_runs);
-            p.warm = 3;
-            p
-        }
-        Err(e) => Peer::failed("dlock exec (etcd)", shown, e),
-    }
+    let mut p = exec_peer("dlock exec (etcd)", bin, store, etcd_runs);
+    p.warm = 3;
+    p
 }
 
 /// A first checked run, the warm-up, then the measured runs.
