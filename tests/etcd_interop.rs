@@ -1,6 +1,7 @@
 //! dlock and `etcdctl lock` contend for the same locks: neither runs its command while the
-//! other holds the lock, in either order, and fencing tokens increase across both; and how
-//! dlock reaches a member: users and passwords, TLS with client certificates.
+//! other holds the lock, in either order, and fencing tokens increase across both; how a
+//! dlock holder hands the lock to a dlock waiter; and how dlock reaches a member: users and
+//! passwords, TLS with client certificates.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -106,6 +107,53 @@ fn etcdctl_waits_for_dlock() {
 #[test]
 fn dlock_waits_for_etcdctl() {
     one_waits_for_the_other("etcdctl", "dlock");
+}
+
+/// The cluster's revision: that of its last write.
+fn revision(server: &EtcdServer) -> i64 {
+    let out = server.ctl(&["get", "job/", "--prefix", "--keys-only", "-w", "json"]);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json["header"]["revision"].as_i64().unwrap()
+}
+
+/// A dlock waiter that queued after the holder took the lock is handed it by the holder's
+/// release: the one write that frees the lock makes the waiter its holder, so the waiter's
+/// token is that write's revision and it writes nothing of its own before it runs.
+#[test]
+fn the_release_hands_the_lock_to_a_waiter_that_came_later() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = dlock_exec(&server, dir.path());
+    read_when_ready(&dir.path().join("dlock-start"), Duration::from_secs(20));
+    let tokens = dir.path().join("waiter-token");
+    let mut c = dlock();
+    c.env("DLOCK_URL", server.url())
+        .args(["exec", "job", "--", "sh", "-c"])
+        .arg(format!(
+            "echo $DLOCK_FENCING_TOKEN > '{}'",
+            tokens.display()
+        ));
+    let mut b = spawn(c);
+    assert!(
+        wait_for(Duration::from_secs(20), || contenders(&server) == 2),
+        "the waiter never queued"
+    );
+    let before = revision(&server);
+    std::fs::write(dir.path().join("go-dlock"), "").unwrap();
+    for (who, child) in [("holder", &mut a), ("waiter", &mut b)] {
+        let status = wait_exit(child, Duration::from_secs(20)).expect("exits");
+        assert!(status.success(), "{who}: {status:?}");
+    }
+    let token: i64 = std::fs::read_to_string(&tokens)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        token,
+        before + 1,
+        "the waiter's token is not the revision of the release (handed over)"
+    );
 }
 
 /// Readers (`exec --shared`) hold together; `etcdctl lock` queued behind them starts only

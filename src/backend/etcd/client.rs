@@ -464,11 +464,27 @@ impl Watch {
     /// Watches the deletions of every key under `prefix` from `start_revision` on, as
     /// [`Watch::create`].
     pub async fn create_prefix(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {
+        self.under(prefix, start_revision, FilterType::NoPut).await
+    }
+
+    /// Watches the writes (no deletions) of every key under `prefix`, as
+    /// [`Watch::create_prefix`].
+    pub async fn create_prefix_puts(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {
+        self.under(prefix, start_revision, FilterType::NoDelete)
+            .await
+    }
+
+    async fn under(
+        &mut self,
+        prefix: &[u8],
+        start_revision: i64,
+        left_out: FilterType,
+    ) -> Result<i64> {
         let create = WatchCreateRequest {
             key: prefix.to_vec(),
             range_end: prefix_end(prefix),
             start_revision,
-            filters: vec![FilterType::NoPut as i32],
+            filters: vec![left_out as i32],
             ..Default::default()
         };
         self.open(create).await

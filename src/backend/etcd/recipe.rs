@@ -149,18 +149,6 @@ pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
     }
 }
 
-/// The oldest contender created after revision `rev`: the one a holder whose key was
-/// created at `rev` hands the lock over to.
-pub fn successor(dir: &[u8], rev: i64) -> RangeRequest {
-    RangeRequest {
-        min_create_revision: rev + 1,
-        // A hint only: the release checks the key it names is unchanged. Served by the
-        // member at once, without the consensus round of a linearizable read.
-        serializable: true,
-        ..contenders(dir, 1)
-    }
-}
-
 /// How many contenders were created before revision `rev` (all of them when `None`),
 /// counted without reading them.
 pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {

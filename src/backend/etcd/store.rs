@@ -9,14 +9,14 @@
 //! release).
 //!
 //! Round trips of one `exec` on a free lock: the lease grant, then the transaction that
-//! creates the key; at the end, a read of the next waiter, then one transaction that writes
-//! the run's record and deletes the key (the lock is free from there); the lease, with
-//! nothing left on it, expires on its own. Three Raft writes, as `etcdctl lock` makes
-//! (grant, create, revoke). That transaction also hands the lock over to the next waiter if it
-//! is dlock's: it rewrites the waiter's key, whose mod revision, the release's, becomes its
-//! token, so that the waiter, woken by the deletion, holds after one read and no write; a
-//! waiter not handed the lock (after `etcdctl lock`, or a waiter that left) takes its turn
-//! with one write.
+//! creates the key; at the end, one transaction that writes the run's record and deletes the
+//! key (the lock is free from there); the lease, with nothing left on it, expires on its own.
+//! Three Raft writes, as `etcdctl lock` makes (grant, create, revoke). That transaction also
+//! hands the lock over to the next waiter if it is dlock's: it rewrites the waiter's key,
+//! whose mod revision, the release's, becomes its token, so that the waiter, which watches its
+//! own key too, holds with no request of its own. The next waiter is read while the command
+//! runs, off the path of the release. A waiter not handed the lock (after `etcdctl lock`, or
+//! when a waiter left) takes its turn with one write.
 
 use std::time::{Duration, Instant};
 
@@ -464,9 +464,9 @@ impl LockStore for EtcdStore {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        if let (ReleaseMode::All, Some(took)) = (mode, self.took_lease(key, owner)) {
+        if let (ReleaseMode::All, Some(mut took)) = (mode, self.took_lease(key, owner)) {
             // The lease that took the lock holds it until it is revoked or expires.
-            if !self.release_with_record(key, &took).await? {
+            if !self.release_with_record(key, &mut took).await? {
                 return Err(Error::lease_gone("release", key, &self.name));
             }
             return Ok(Released {

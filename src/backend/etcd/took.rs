@@ -1,10 +1,16 @@
 //! The locks this process took, kept so that their release needs no read first: an `exec`
 //! frees its lock in one transaction that also writes the record of its run (one Raft
 //! write fewer than writing it apart, and still before the next holder's), and leaves the
-//! lease, on which nothing is left, to expire on its own.
+//! lease, on which nothing is left, to expire on its own. The next waiter, whom that
+//! transaction hands the lock over to, is watched for while the holder's command runs, so
+//! that the release is one round trip.
 
 use std::sync::PoisonError;
 
+use tokio::task::JoinHandle;
+
+use super::client::Client;
+use super::holders;
 use super::proto::KeyValue;
 use super::recipe::{self, Meta};
 use super::store::{lease_not_found, EtcdStore};
@@ -25,6 +31,8 @@ pub struct Took {
     pub sharing: Sharing,
     /// The record of its run, kept for the release to write (see [`LockStore::record_run`](crate::backend::store::LockStore::record_run)).
     pub record: Option<RunRecord>,
+    /// The watch for the oldest waiter behind it, started as it was taken (exclusive only).
+    pub next: Option<JoinHandle<Option<KeyValue>>>,
 }
 
 impl EtcdStore {
@@ -44,6 +52,10 @@ impl EtcdStore {
             runs,
             sharing: req.sharing,
             record: None,
+            next: req
+                .sharing
+                .is_exclusive()
+                .then(|| watch_next(self.client.clone(), self.dir(&req.key), created)),
         });
     }
 
@@ -91,23 +103,23 @@ impl EtcdStore {
     /// transaction, and hands it over to the next waiter if dlock's (see
     /// [`recipe::release`]); the lease is revoked only when the key was no longer there
     /// (then false, unless the lease still was).
-    pub(super) async fn release_with_record(&self, key: &str, t: &Took) -> Result<bool> {
-        let Some(run) = &t.record else {
+    pub(super) async fn release_with_record(&self, key: &str, t: &mut Took) -> Result<bool> {
+        let Some(run) = t.record.take() else {
             return self.client.revoke_found(t.lease).await;
         };
         let dir = self.dir(key);
         let ours = recipe::contender_key(&dir, t.lease);
-        let refresh = async {
-            // The records vanish RUN_RECORD_TTL after the last run: each run refreshes them.
-            if t.runs != 0 {
-                let _ = self.keep_alive.lock().await.once(t.runs).await;
+        // A waiter the watch has not reported yet (or none) is not handed the lock: it takes
+        // its turn.
+        let next = match t.next.take() {
+            Some(watch) if watch.is_finished() => watch.await.ok().flatten(),
+            Some(watch) => {
+                watch.abort();
+                None
             }
+            None => None,
         };
-        let (next, ()) = tokio::join!(
-            self.client.range(recipe::successor(&dir, t.created)),
-            refresh
-        );
-        let next = next?.kvs.into_iter().next().and_then(|kv| {
+        let next = next.and_then(|kv| {
             // Only a waiter for this very lock (not for a lock named below it, `key/…`), and
             // dlock's: an `etcdctl lock` key (no JSON) is left alone, its owner takes its turn.
             // Shared holders and waiters hand nothing over: the next may hold already, or
@@ -128,10 +140,17 @@ impl EtcdStore {
             runs = super::runs::grant(&self.client).await?;
         }
         let txn = |runs, next: Option<&(KeyValue, Vec<u8>)>| {
-            let records = super::runs::puts(&self.prefix, key, run, runs);
+            let records = super::runs::puts(&self.prefix, key, &run, runs);
             recipe::release(&ours, records, next.map(|(kv, v)| (kv, v.clone())))
         };
-        let mut freed = match self.client.txn(txn(runs, next.as_ref())).await {
+        let refresh = async {
+            // The records vanish RUN_RECORD_TTL after the last run: each run refreshes them.
+            if t.runs != 0 {
+                let _ = self.keep_alive.lock().await.once(t.runs).await;
+            }
+        };
+        let (freed, ()) = tokio::join!(self.client.txn(txn(runs, next.as_ref())), refresh);
+        let mut freed = match freed {
             // The records' lease expired since the acquisition read it.
             Err(e) if lease_not_found(&e) => {
                 runs = super::runs::grant(&self.client).await?;
@@ -150,4 +169,28 @@ impl EtcdStore {
         }
         self.client.revoke_found(t.lease).await
     }
+}
+
+/// Watches, in a task of its own, for the first contender for this very lock created after
+/// revision `created` (a waiter there already is replayed): the waiter the release hands the
+/// lock over to. One that comes later is behind it, and one that left is caught by the
+/// release's check; a watch that fails only costs the hand-over.
+fn watch_next(client: Client, dir: Vec<u8>, created: i64) -> JoinHandle<Option<KeyValue>> {
+    tokio::spawn(async move {
+        let mut watch = client.watch_stream();
+        watch.create_prefix_puts(&dir, created + 1).await.ok()?;
+        loop {
+            let resp = watch.next().await.ok()?;
+            if resp.canceled {
+                return None;
+            }
+            let mut created_kvs = resp.events.into_iter().filter_map(|e| e.kv);
+            let first = created_kvs.find(|kv| {
+                kv.version == 1 && kv.create_revision > created && holders::direct(&dir, kv)
+            });
+            if first.is_some() {
+                return first;
+            }
+        }
+    })
 }
