@@ -206,10 +206,32 @@ pub(crate) fn execs_never_overlap(store: &Store, procs: usize, rounds: usize) {
     }
 }
 
+/// Whether signal `num` is ignored in this process (its `SigIgn` mask), and so in every
+/// process it starts.
+fn ignored_here(num: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (num - 1)) != 0
+}
+
 fn forwards_signals_to_the_command(store: Store) {
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
-    for (sig, code) in [("USR1", 41), ("TERM", 42), ("INT", 43), ("HUP", 44)] {
+    for (sig, num, code) in [
+        ("USR1", 10, 41),
+        ("TERM", 15, 42),
+        ("INT", 2, 43),
+        ("HUP", 1, 44),
+    ] {
+        if ignored_here(num) {
+            // Ignored by whoever started the tests (SIGINT under a background `&`): dlock and
+            // CMD start with it ignored, as documented, and it is not delivered at all.
+            continue;
+        }
         let _ = std::fs::remove_file(&ready);
         let script = format!(
             "trap 'exit {code}' {sig}; echo $$ > '{}'; while :; do sleep 0.01; done",
