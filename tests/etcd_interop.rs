@@ -28,10 +28,18 @@ fn spawn(mut c: Command) -> Child {
 }
 
 fn dlock_exec(server: &EtcdServer, dir: &Path) -> Child {
+    exec_job(
+        server,
+        critical_section(dir, "dlock", "$DLOCK_FENCING_TOKEN"),
+    )
+}
+
+/// `dlock exec job -- sh -c SCRIPT` on `server`.
+fn exec_job(server: &EtcdServer, script: String) -> Child {
     let mut c = dlock();
     c.env("DLOCK_URL", server.url())
         .args(["exec", "job", "--", "sh", "-c"])
-        .arg(critical_section(dir, "dlock", "$DLOCK_FENCING_TOKEN"));
+        .arg(script);
     spawn(c)
 }
 
@@ -126,14 +134,8 @@ fn the_release_hands_the_lock_to_a_waiter_that_came_later() {
     let mut a = dlock_exec(&server, dir.path());
     read_when_ready(&dir.path().join("dlock-start"), Duration::from_secs(20));
     let tokens = dir.path().join("waiter-token");
-    let mut c = dlock();
-    c.env("DLOCK_URL", server.url())
-        .args(["exec", "job", "--", "sh", "-c"])
-        .arg(format!(
-            "echo $DLOCK_FENCING_TOKEN > '{}'",
-            tokens.display()
-        ));
-    let mut b = spawn(c);
+    let script = format!("echo $DLOCK_FENCING_TOKEN > '{}'", tokens.display());
+    let mut b = exec_job(&server, script);
     assert!(
         wait_for(Duration::from_secs(20), || contenders(&server) == 2),
         "the waiter never queued"

@@ -35,6 +35,15 @@ pub struct Took {
     pub next: Option<JoinHandle<Option<KeyValue>>>,
 }
 
+impl Drop for Took {
+    /// A lock released another way (or forgotten) needs no watch for its next waiter.
+    fn drop(&mut self) {
+        if let Some(watch) = &self.next {
+            watch.abort();
+        }
+    }
+}
+
 impl EtcdStore {
     /// Notes that lease `id` took `req.key` for `req.owner`; `runs` is the lease of the
     /// lock's run records, `created` our key's create revision.
