@@ -185,7 +185,8 @@ pub enum Command {
 
     /// Show who holds what (every held lock when no key is given).
     ///
-    /// For each named key, also how its last `exec` run ended (`last run: ok (exit 0) 4m
+    /// Under each key, its waiters in queue order, each with the sharing it asks for when
+    /// not exclusive (`(--shared)`, `(--limit 4)`). For each named key, also how its last `exec` run ended (`last run: ok (exit 0) 4m
     /// ago on ci-2, ran 12.3s`) and, when that run failed, the last success. Exits 0 when
     /// every named key is held, 1 when one is free; with --shared or --limit N, 0 when a
     /// caller with those options would have to wait for every named key (or would be

@@ -181,6 +181,9 @@ pub struct WaiterJson<'a> {
     pub waiting_since: String,
     pub waiting_since_ms: u64,
     pub waited_ms: u64,
+    /// `"shared"` or `{"limit": N}` as the waiter asks; absent for an exclusive waiter.
+    #[serde(skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
 }
 
 impl<'a> WaiterJson<'a> {
@@ -195,6 +198,7 @@ impl<'a> WaiterJson<'a> {
             waiting_since: rfc3339_ms(h.acquired_at_ms),
             waiting_since_ms: h.acquired_at_ms,
             waited_ms: now_ms().saturating_sub(h.acquired_at_ms),
+            sharing: w.sharing,
         }
     }
 }
@@ -260,8 +264,12 @@ fn queue_lines(state: &KeyStatus, out: &mut Vec<String>) {
     for (i, w) in state.waiters.iter().flatten().enumerate() {
         let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
         let h = &w.holder;
+        let asks = match w.sharing {
+            Sharing::Exclusive => String::new(),
+            s => format!(" ({})", s.describe()),
+        };
         out.push(format!(
-            "  waiter {}: {}@{} pid {} ({}), waiting {waited}",
+            "  waiter {}: {}@{} pid {} ({}), waiting {waited}{asks}",
             i + 1,
             h.user,
             h.host,

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use serde_json::json;
+
 use crate::support::{dlock_bin, read_when_ready, send_signal, text, wait_exit, wait_for, Store};
 
 on_every_backend!(
@@ -16,6 +18,7 @@ on_every_backend!(
     a_killed_holder_frees_its_slot,
     contending_semaphore_loops_never_exceed_the_limit,
     contending_readers_and_writers_never_overlap,
+    status_lists_each_waiter_with_the_sharing_it_asks_for,
 );
 
 /// Starts `dlock exec KEY FLAGS… -- sh -c SCRIPT` and waits until the command runs;
@@ -63,6 +66,11 @@ fn status(store: &Store, key: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{e}: {line}"))
 }
 
+/// `dlock status KEY`, as printed.
+fn status_text(store: &Store, key: &str) -> String {
+    text(&store.dlock().args(["status", key]).output().unwrap().stdout)
+}
+
 fn waiters(store: &Store, key: &str) -> usize {
     status(store, key)["waiters"].as_array().map_or(0, Vec::len)
 }
@@ -108,7 +116,7 @@ fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
     let st = status(&store, "sem");
     let holders = st["holders"].as_array().expect("holders listed").clone();
     assert_eq!(holders.len(), 2, "{st}");
-    assert_eq!(st["sharing"], serde_json::json!({"limit": 2}), "{st}");
+    assert_eq!(st["sharing"], json!({"limit": 2}), "{st}");
     assert_eq!(
         st["owner"], holders[0]["owner"],
         "the first holder on top: {st}"
@@ -137,6 +145,11 @@ fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
         dir.path(),
         "c",
     );
+    if store.keeps_queue() {
+        let st = status(&store, "sem");
+        assert_eq!(st["waiters"][0]["sharing"], json!({"limit": 2}), "{st}");
+        assert!(status_text(&store, "sem").contains("(--limit 2)"));
+    }
     std::fs::write(&go, "").unwrap();
     for holder in [&mut a, &mut b] {
         let status = wait_exit(holder, Duration::from_secs(20)).expect("a holder hung");
@@ -205,6 +218,10 @@ fn readers_share_and_a_queued_writer_stops_later_readers(store: Store) {
     let wrote_s = wrote.to_str().unwrap();
     let args = ["exec", "rw", "--timeout", "30s", "--", "touch", wrote_s];
     let writer = waiting(&store, "rw", &args, dir.path(), "w");
+    if store.keeps_queue() {
+        let st = status(&store, "rw");
+        assert_eq!(st["waiters"][0].get("sharing"), None, "a writer: {st}");
+    }
     // A reader arriving after the queued writer does not overtake it (where waiters
     // queue: elsewhere readers may starve a writer, as the README says).
     if store.keeps_queue() {
@@ -241,6 +258,29 @@ fn a_killed_holder_frees_its_slot(store: Store) {
     assert!(wait_exit(&mut b, Duration::from_secs(20))
         .unwrap()
         .success());
+}
+
+fn status_lists_each_waiter_with_the_sharing_it_asks_for(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let (mut x, _) = hold(&store, "asks", &[], &until(&go), dir.path(), "x");
+    let args = ["exec", "-s", "asks", "--timeout", "30s", "--", "true"];
+    let reader = waiting(&store, "asks", &args, dir.path(), "r");
+    let st = status(&store, "asks");
+    if store.keeps_queue() {
+        assert_eq!(st["waiters"][0]["sharing"], "shared", "{st}");
+        let shown = status_text(&store, "asks");
+        let line = shown.lines().find(|l| l.contains("waiter 1:"));
+        assert!(line.is_some_and(|l| l.ends_with("(--shared)")), "{shown}");
+    } else {
+        assert!(st["waiters"].is_null(), "no queue to list: {st}");
+    }
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_exit(&mut x, Duration::from_secs(20))
+        .unwrap()
+        .success());
+    let out = reader.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// Lists the markers in `$IN` whose process is alive: a marker is `ROLE` then the pid of the

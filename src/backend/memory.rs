@@ -168,6 +168,7 @@ impl KeyState {
         let waiters = self.queue.iter().map(|(id, holder)| WaiterInfo {
             id: id.clone(),
             holder: holder.clone(),
+            sharing: crate::backend::Sharing::Exclusive,
         });
         KeyStatus {
             key: key.to_string(),

@@ -283,6 +283,10 @@ pub struct WaiterInfo {
     pub id: String,
     #[serde(flatten)]
     pub holder: Holder,
+    /// How it asks to hold the key (`--shared`, `--limit N`); absent from JSON when
+    /// exclusive.
+    #[serde(skip_serializing_if = "Sharing::is_exclusive")]
+    pub sharing: Sharing,
 }
 
 /// The state of one key.

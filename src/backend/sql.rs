@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::group::Group;
+use super::group::{Group, Queued};
 use super::store::{Attempt, Busy};
 use super::{
     now_ms, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, WaiterInfo,
@@ -141,9 +141,13 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
         let waiters = waiting
             .iter()
             .filter(|r| r.0 == key)
-            .map(|r| WaiterInfo {
-                id: r.1.clone(),
-                holder: holder_of(r.2.as_deref()),
+            .map(|r| {
+                let queued = Queued::read(r.2.as_deref().unwrap_or_default());
+                WaiterInfo {
+                    id: r.1.clone(),
+                    holder: queued.holder,
+                    sharing: queued.sharing,
+                }
             })
             .collect();
         KeyStatus {

@@ -85,6 +85,7 @@ impl Entry {
         WaiterInfo {
             id: self.meta.owner.clone(),
             holder: self.meta.holder.clone(),
+            sharing: self.meta.sharing,
         }
     }
 }

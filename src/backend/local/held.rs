@@ -119,6 +119,7 @@ impl Session<'_> {
                     .map(|w| WaiterInfo {
                         id: w.owner,
                         holder: w.holder,
+                        sharing: w.sharing,
                     })
                     .collect(),
             ),

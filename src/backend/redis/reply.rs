@@ -120,11 +120,21 @@ pub(super) fn holder_json(h: &Holder) -> String {
 
 /// Reads [`holder_json`] back.
 pub(super) fn parse_holder(json: &str) -> Option<Holder> {
-    // A waiter asking for --shared or --limit N has its sharing in front (`s|[...]`).
-    let json = match json.split_once('|') {
-        Some((_, rest)) if !json.starts_with('[') => rest,
-        _ => json,
-    };
+    parse_waiter(json).1
+}
+
+/// A waiter's entry in the queue's info hash: the sharing it asks for (`s|[...]` or
+/// `N|[...]` in front, nothing for an exclusive waiter) and its holder.
+pub(super) fn parse_waiter(json: &str) -> (Sharing, Option<Holder>) {
+    match json.split_once('|') {
+        Some((sharing, rest)) if !json.starts_with('[') => {
+            (parse_sharing(sharing), parse_holder_json(rest))
+        }
+        _ => (Sharing::Exclusive, parse_holder_json(json)),
+    }
+}
+
+fn parse_holder_json(json: &str) -> Option<Holder> {
     let (host, pid, user, command, acquired_at_ms) = serde_json::from_str(json).ok()?;
     Some(Holder {
         host,
@@ -200,7 +210,7 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_that_shares_is_read_without_its_sharing() {
+    fn a_waiter_is_read_with_the_sharing_it_asks_for() {
         let h = holder_json(&Holder {
             pid: 9,
             ..Holder::default()
@@ -208,5 +218,9 @@ mod tests {
         assert_eq!(parse_holder(&format!("s|{h}")).unwrap().pid, 9);
         assert_eq!(parse_holder(&format!("4|{h}")).unwrap().pid, 9);
         assert_eq!(parse_holder(&h).unwrap().pid, 9);
+        let asks = |json: &str| parse_waiter(json).0;
+        assert_eq!(asks(&format!("s|{h}")), Sharing::Shared);
+        assert_eq!(asks(&format!("4|{h}")), Sharing::Limit(4));
+        assert_eq!(asks(&h), Sharing::Exclusive);
     }
 }

@@ -11,7 +11,7 @@ use redis::Value;
 use super::cluster::masters;
 use super::conn::Conn;
 use super::keys::{lease_key, lock_name, Keys, SCAN_PATTERN};
-use super::reply::{group_holders, lock_info, parse_holder, Reply, LEASE_FIELDS};
+use super::reply::{group_holders, lock_info, parse_waiter, Reply, LEASE_FIELDS};
 use super::RedisBackend;
 use crate::backend::{KeyStatus, LockInfo, Sharing, WaiterInfo};
 use crate::error::{Error, Result};
@@ -176,11 +176,14 @@ impl RedisBackend {
             let mut info: HashMap<String, String> = r.next()?;
             let live = |id: &String| alive.get(id).is_some_and(|deadline| *deadline > now_ms);
             let waiters = order.into_iter().filter(live).map(|id| {
-                let holder = info
-                    .remove(&id)
-                    .and_then(|json| parse_holder(&json))
-                    .unwrap_or_default();
-                WaiterInfo { id, holder }
+                let json = info.remove(&id).unwrap_or_default();
+                let (sharing, holder) = parse_waiter(&json);
+                let holder = holder.unwrap_or_default();
+                WaiterInfo {
+                    id,
+                    holder,
+                    sharing,
+                }
             });
             all.push(waiters.collect());
         }

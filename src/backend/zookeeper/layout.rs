@@ -245,6 +245,7 @@ impl Entry {
         WaiterInfo {
             id: self.meta.owner.clone(),
             holder: self.meta.holder.clone(),
+            sharing: self.sharing,
         }
     }
 }
