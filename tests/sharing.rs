@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -281,6 +281,51 @@ fn status_lists_each_waiter_with_the_sharing_it_asks_for(store: Store) {
         .success());
     let out = reader.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");
+}
+
+/// The local store only (elsewhere a stopped waiter leaves the line when its lease runs out):
+/// a waiter stopped (`^Z`) at the head of a semaphore's queue keeps a free slot from the
+/// next caller for a second at most, and waits on when it resumes.
+#[test]
+fn a_stopped_waiter_of_a_local_semaphore_does_not_hold_up_the_queue() {
+    let store = Store::local();
+    let dir = tempfile::tempdir().unwrap();
+    let go = |tag: &str| dir.path().join(format!("go-{tag}"));
+    let limit = ["--limit", "2"];
+    let (mut a, _) = hold(&store, "sem", &limit, &until(&go("a")), dir.path(), "a");
+    let (mut b, _) = hold(&store, "sem", &limit, &until(&go("b")), dir.path(), "b");
+    let ran = dir.path().join("ran");
+    let script = format!("touch '{}'", ran.display());
+    let args = ["exec", "--limit", "2", "sem", "--", "sh", "-c", &script];
+    let stopped = waiting(&store, "sem", &args, dir.path(), "s");
+    send_signal(stopped.id(), "STOP");
+    std::fs::write(go("a"), "").unwrap();
+    assert!(wait_exit(&mut a, Duration::from_secs(20))
+        .unwrap()
+        .success());
+    let freed = Instant::now();
+    // At first, an arrival does not overtake the waiter the free slot is for...
+    let (c, err) = code(&store, &["exec", "-n", "--limit", "2", "sem", "--", "true"]);
+    if freed.elapsed() < Duration::from_millis(800) {
+        assert_eq!(c, Some(75), "overtook a waiter at once: {err}");
+    }
+    // ...but once the slot has stayed free for a second, the next caller takes it.
+    let flags = ["--limit", "2", "-w", "15s"];
+    let (mut c, _) = hold(&store, "sem", &flags, &until(&go("c")), dir.path(), "c");
+    let took = freed.elapsed();
+    assert!(took < Duration::from_secs(5), "held up for {took:?}");
+    assert!(!ran.exists(), "the stopped waiter ran");
+    // Resumed, it finds both slots taken, waits on in its place, and runs after them.
+    send_signal(stopped.id(), "CONT");
+    assert_eq!(waiters(&store, "sem"), 1);
+    for (tag, holder) in [("b", &mut b), ("c", &mut c)] {
+        std::fs::write(go(tag), "").unwrap();
+        let status = wait_exit(holder, Duration::from_secs(20)).expect("a holder hung");
+        assert!(status.success(), "{status:?}");
+    }
+    let out = stopped.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(ran.exists());
 }
 
 /// Lists the markers in `$IN` whose process is alive: a marker is `ROLE` then the pid of the

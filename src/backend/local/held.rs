@@ -35,7 +35,7 @@ impl Session<'_> {
             }
             Some(i) => (Some(holders.remove(i)), false),
         };
-        if holders.is_empty() {
+        if !still_held {
             self.st.freed_boot_ms = boot_ms();
         }
         self.set_holders(holders);

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::file::boot_ms;
 use super::queue::UNLISTED;
 use super::record::LeaseRecord;
-use super::store::{Attempt, Session};
+use super::store::{Attempt, Session, STUCK_AFTER_MS};
 use crate::backend::sharing::Admission;
 use crate::backend::Sharing;
 use crate::error::{Error, Result};
@@ -50,9 +50,7 @@ impl Session<'_> {
             }
         }
         if live.len() != all.len() {
-            if live.is_empty() {
-                self.st.freed_boot_ms = boot_ms();
-            }
+            self.st.freed_boot_ms = boot_ms();
             self.set_holders(live.clone());
         }
         Ok(live)
@@ -100,7 +98,10 @@ impl Session<'_> {
 
     /// Whether a shared or semaphore caller fits now beside `holders` holders and the
     /// waiters ahead of it (first come, first served: see [`Sharing::admit`]). Waiters the
-    /// list cannot name (too many) count as blocking.
+    /// list cannot name (too many) count as blocking. A waiter ahead that would fit but has
+    /// not come in for [`STUCK_AFTER_MS`] since a holder last left is stopped (`^Z`) or
+    /// wedged, and does not count, as for an exclusive lock: it keeps its place and waits
+    /// again when it resumes.
     pub(super) fn admits(&self, a: &Attempt, holders: usize, waiter_ahead: bool) -> Result<bool> {
         if holders >= MAX_HOLDERS as usize {
             return Ok(false);
@@ -114,7 +115,15 @@ impl Session<'_> {
                 return Ok(false);
             }
             let mine = a.me.unwrap_or(u64::MAX);
-            ahead.extend(list.iter().filter(|w| w.ticket < mine).map(|w| w.sharing));
+            let stuck = boot_ms().saturating_sub(self.st.freed_boot_ms) >= STUCK_AFTER_MS;
+            for w in list.iter().filter(|w| w.ticket < mine) {
+                let fits = w
+                    .sharing
+                    .admit(Some(self.st.sharing), holders as u32, &ahead);
+                if !(stuck && fits == Admission::Admit) {
+                    ahead.push(w.sharing);
+                }
+            }
         }
         let admission = a
             .req

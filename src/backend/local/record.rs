@@ -51,7 +51,8 @@ pub struct State {
     /// How the holders hold the key (see [`Sharing`]).
     #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
-    /// When the last lease ended (CLOCK_BOOTTIME ms): tells a stuck queue from a hand-off.
+    /// When a holder last left, making room (CLOCK_BOOTTIME ms): tells a stuck queue from a
+    /// hand-off.
     #[serde(default)]
     pub freed_boot_ms: u64,
 }

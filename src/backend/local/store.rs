@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 
 /// A free key not taken by the waiter ahead within this long is taken by whoever comes
 /// next: hand-offs take microseconds, and the head rechecks at least every 250 ms.
-const STUCK_AFTER_MS: u64 = 1000;
+pub(super) const STUCK_AFTER_MS: u64 = 1000;
 
 /// What an acquisition attempt needs.
 pub struct Attempt<'r> {
@@ -504,9 +504,7 @@ impl<'a> Session<'a> {
             all[i].depth -= 1;
         } else {
             all.remove(i);
-            if all.is_empty() {
-                self.st.freed_boot_ms = boot_ms();
-            }
+            self.st.freed_boot_ms = boot_ms();
         }
         self.set_holders(all);
         self.dirty = true;
