@@ -1,7 +1,8 @@
 //! The ZooKeeper store against real servers: detached leases as TTL nodes, the session
 //! timeout the server grants, passwords, and faults (a server killed during a hold, an
-//! ensemble losing its leader, two of three servers frozen, a waiter killed in line), one
-//! connection per process, and TLS (`zks://`).
+//! ensemble losing its leader, two of three servers frozen, a waiter killed in line, a
+//! session expired while its holder was stopped), one connection per process, and TLS
+//! (`zks://`).
 
 use std::path::Path;
 use std::process::{Child, Output, Stdio};
@@ -180,6 +181,32 @@ fn a_dead_server_ends_the_command_before_the_session_can_expire() {
     assert!(token_of(next.path()) > first, "tokens must increase");
     let _ = second.kill();
     let _ = second.wait();
+}
+
+/// A holder whose session expired while it was stopped (SIGSTOP) finds out as it resumes:
+/// CMD is killed (exit 79), and the run's record, written over a new session since the old
+/// one is gone, says that the lease was lost.
+#[test]
+fn a_session_expired_while_stopped_is_recorded_as_a_lost_lease() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "2s"]);
+    token_of(dir.path());
+    support::send_signal(held.id(), "STOP");
+    // The server ends the session at its timeout, and the lock's node with it.
+    let expired = support::wait_for(Duration::from_secs(30), || {
+        run(&url, &["status", "job"]).status.code() == Some(1)
+    });
+    support::send_signal(held.id(), "CONT");
+    assert!(expired, "the session never expired");
+    let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(79), "{status:?}");
+    assert!(!dir.path().join("end").exists(), "the command went on");
+    let out = run(&url, &["status", "--json", "job"]);
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(st["last_run"]["lease_lost"], true, "{st}");
+    assert_eq!(st["last_run"]["exit_code"], 79, "{st}");
 }
 
 /// The leader of a 3-server ensemble is killed during a hold: the holder's session moves
