@@ -25,6 +25,8 @@
 //!   both quorums.
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
+//! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the
+//!   crate's one module with `unsafe` code).
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
@@ -55,4 +57,5 @@ pub mod holder;
 pub mod lease;
 pub mod metrics;
 pub mod output;
+pub mod spawn;
 pub mod supervisor;

@@ -5,22 +5,20 @@
 //! SIGCHLD and reads them from a `signalfd`, which also tells when the child ended. That is
 //! three system calls where tokio's signal and process drivers cost a socket pair, a
 //! handler per signal, a pidfd and a set-up on every run that is a large share of a
-//! `dlock exec` (figures: README, *Benchmarks*). The child starts with an empty signal mask (the `pre_exec` hook clears
-//! it), and threads started later inherit the blocked set, so no signal is ever delivered
-//! to a thread that would let it kill dlock.
+//! `dlock exec` (figures: README, *Benchmarks*). The child starts with an empty signal mask
+//! ([`crate::spawn`] clears it), and threads started later inherit the blocked set, so no
+//! signal is ever delivered to a thread that would let it kill dlock.
 //!
 //! The child must never outlive a dead dlock unprotected: it gets `PR_SET_PDEATHSIG`
-//! (SIGKILL) before `exec`. That is the crate's single `unsafe` block: a `pre_exec` hook
-//! runs between fork and exec, where only async-signal-safe calls are allowed, and we make
-//! exactly three (`pthread_sigmask` to unblock every signal, `prctl`, `getppid`).
+//! (SIGKILL) before `exec`, in [`crate::spawn`], the crate's one module with `unsafe` code.
 //!
-//! The parent-death signal fires when the *thread* that forked exits, so [`spawn`] must be
-//! called from a thread that lives as long as dlock: the main thread, which is where the
-//! current-thread runtime of [`crate::cmd`] runs.
+//! The parent-death signal fires when the *thread* that started the child exits, so
+//! [`spawn`] must be called from a thread that lives as long as dlock: the main thread,
+//! which is where the current-thread runtime of [`crate::cmd`] runs.
 
 use std::io;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::atomic::AtomicBool;
 
 use nix::sys::signal::{killpg, SigSet, Signal};
@@ -30,10 +28,11 @@ use tokio::io::unix::AsyncFd;
 
 use crate::error::Error;
 use crate::exit;
+use crate::spawn::Process;
 
 /// A spawned child and its process group.
 pub struct Supervised {
-    pub child: Child,
+    pub child: Process,
     pub pgid: Pid,
 }
 
@@ -46,41 +45,13 @@ pub struct SpawnError {
 
 /// Spawns `argv` with extra `env`, in a new process group, with a parent-death signal.
 pub fn spawn(argv: &[String], env: &[(&str, String)]) -> Result<Supervised, SpawnError> {
-    let (program, args) = argv.split_first().ok_or_else(|| SpawnError {
+    let program = argv.first().ok_or_else(|| SpawnError {
         code: exit::USAGE,
         message: "no command given".into(),
     })?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .process_group(0);
-    die_with_parent(&mut cmd);
-    let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+    let child = crate::spawn::spawn(argv, env).map_err(|e| spawn_error(program, &e))?;
     let pgid = Pid::from_raw(child.id() as i32);
     Ok(Supervised { child, pgid })
-}
-
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the hook runs in the forked child before exec and only calls
-    // pthread_sigmask(3), prctl(2) and getppid(2), all async-signal-safe; it touches no
-    // memory shared with the parent.
-    unsafe {
-        cmd.pre_exec(move || {
-            // dlock blocks the signals it reads from its signalfd; the command gets none
-            // blocked (a blocked mask survives exec).
-            SigSet::empty().thread_set_mask()?;
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // dlock died between fork and prctl: the signal will never come, so give up.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
 }
 
 fn spawn_error(program: &str, e: &io::Error) -> SpawnError {
@@ -137,24 +108,9 @@ impl Drop for Foreground {
 
 /// Runs `f` with SIGTTOU blocked: a background process group may then take the terminal.
 fn with_sigttou_blocked<T>(f: impl FnOnce() -> T) -> T {
-    let mut set = nix::sys::signal::SigSet::empty();
+    let mut set = SigSet::empty();
     set.add(Signal::SIGTTOU);
-    let mut old = nix::sys::signal::SigSet::empty();
-    let blocked = nix::sys::signal::pthread_sigmask(
-        nix::sys::signal::SigmaskHow::SIG_BLOCK,
-        Some(&set),
-        Some(&mut old),
-    )
-    .is_ok();
-    let out = f();
-    if blocked {
-        let _ = nix::sys::signal::pthread_sigmask(
-            nix::sys::signal::SigmaskHow::SIG_SETMASK,
-            Some(&old),
-            None,
-        );
-    }
-    out
+    crate::spawn::with_signals_blocked(&set, f)
 }
 
 /// Sends `sig` to the whole process group; a group that is already gone is fine.
