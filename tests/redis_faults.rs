@@ -229,3 +229,38 @@ fn hold_at_least_with_the_server_gone_warns_and_keeps_the_exit_code() {
         "{err}"
     );
 }
+
+/// A holder stopped past its lease's deadline resumes while the server is paused: its one
+/// short try goes unanswered, so CMD is killed (exit 79). That is a lease lost to the stop,
+/// not to a silent store: once the server answers again, the run is recorded as a lost
+/// lease (a store that stopped answering while dlock ran is not asked, see `last_run`).
+#[test]
+fn a_holder_resumed_past_its_deadline_records_its_run_once_the_server_answers() {
+    let mut store = Store::redis();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut dlock, pid) = store.hold("resumed", "1s", dir.path());
+    support::send_signal(dlock.id(), "STOP");
+    let expired = support::wait_for(Duration::from_secs(10), || {
+        let st = store.dlock().args(["status", "resumed"]).output().unwrap();
+        st.status.code() == Some(1)
+    });
+    assert!(expired, "the stopped holder's lease did not expire");
+    store.server().pause();
+    support::send_signal(dlock.id(), "CONT");
+    let killed = support::wait_for(Duration::from_secs(10), || !alive(pid));
+    store.server().resume();
+    assert!(killed, "the command outlived its lease");
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    let err = stderr_of(dlock);
+    assert_eq!(status.code(), Some(79), "{err}");
+    let out = store
+        .dlock()
+        .args(["status", "--json", "resumed"])
+        .output()
+        .unwrap();
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        st["last_run"]["lease_lost"], true,
+        "{st}; dlock said: {err}"
+    );
+}

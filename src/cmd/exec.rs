@@ -28,7 +28,12 @@ use crate::{env, exit, metrics};
 #[derive(Debug)]
 enum Doom {
     /// Renewal kept failing: SIGTERM now, SIGKILL follows.
-    Term(String),
+    Term {
+        why: String,
+        /// The store stopped answering; not when the last try was made by a dlock resumed
+        /// past its deadline, which the store had too little time to answer.
+        silent: bool,
+    },
     /// The lease is (about to be) gone: SIGKILL now.
     Kill(String),
 }
@@ -257,7 +262,7 @@ async fn supervise(
             },
             Some(d) = doom.recv() => {
                 let (sig, why, silent) = match d {
-                    Doom::Term(why) => (Signal::SIGTERM, why, true),
+                    Doom::Term { why, silent } => (Signal::SIGTERM, why, silent),
                     Doom::Kill(why) => (Signal::SIGKILL, why, false),
                 };
                 supervisor::signal_group(sup.pgid, sig);
@@ -296,6 +301,7 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
     let mut last_ok = lease.sent_at;
     let mut next = last_ok + plan.renew_every;
     let mut last_error = String::new();
+    let mut late = false;
     loop {
         let term_at = plan.term_at(last_ok, lease.ttl);
         if next >= term_at {
@@ -303,6 +309,7 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         }
         sleep_until(next.into()).await;
         let sent = Instant::now();
+        late = sent >= term_at;
         // Woken past the deadline (this process was stopped): one short try still tells
         // whether the lease survived, since the server renews only a lease that is ours.
         let limit = if sent < term_at {
@@ -334,9 +341,18 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
             "renewing '{key}' failed, retrying: {last_error}");
         next = Instant::now() + plan.retry_every;
     }
-    let why = format!("renewal kept failing ({last_error})");
+    let why = match late {
+        true => format!("dlock was stopped past the lease's deadline ({last_error})"),
+        false => format!("renewal kept failing ({last_error})"),
+    };
     sleep_until(plan.term_at(last_ok, lease.ttl).into()).await;
-    let _ = tx.send(Doom::Term(why.clone())).await;
+    let silent = !late;
+    let _ = tx
+        .send(Doom::Term {
+            why: why.clone(),
+            silent,
+        })
+        .await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
 }
