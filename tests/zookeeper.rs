@@ -201,11 +201,16 @@ fn a_session_expired_while_stopped_is_recorded_as_a_lost_lease() {
     support::send_signal(held.id(), "CONT");
     assert!(expired, "the session never expired");
     let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock ends");
-    assert_eq!(status.code(), Some(79), "{status:?}");
+    let mut said = String::new();
+    let _ = std::io::Read::read_to_string(held.stderr.as_mut().unwrap(), &mut said);
+    assert_eq!(status.code(), Some(79), "{status:?}: {said}");
     assert!(!dir.path().join("end").exists(), "the command went on");
     let out = run(&url, &["status", "--json", "job"]);
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(st["last_run"]["lease_lost"], true, "{st}");
+    assert_eq!(
+        st["last_run"]["lease_lost"], true,
+        "{st}; dlock said: {said}"
+    );
     assert_eq!(st["last_run"]["exit_code"], 79, "{st}");
 }
 

@@ -43,19 +43,47 @@ impl ZkStore {
         }
     }
 
+    /// Writes `run` as the last run of `key` (and its last success when it succeeded).
     pub(super) async fn write_run(&self, key: &str, run: &RunRecord) -> Result<()> {
         let path = self.runs_path(key)?;
         let run = bounded(run);
         let client = self.client(key).await?;
-        // Compare-and-set on the version read: two runs ending together both land.
+        let written = match self.write_run_on(&client, &path, &run).await {
+            // The session ended while this process was stopped, and the client has not
+            // noticed yet: the record goes over a new session.
+            Err(ZkError::SessionExpired) => {
+                self.current.forget(&client);
+                let client = self.client(key).await?;
+                self.write_run_on(&client, &path, &run).await
+            }
+            other => other,
+        };
+        match written {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(crate::error::Error::Unavailable(format!(
+                "{}: lock '{key}': the run record kept changing while it was written",
+                self.name()
+            ))),
+            Err(e) => Err(self.fail(key, e)),
+        }
+    }
+
+    /// Compare-and-set on the version read, so that two runs ending together both land;
+    /// false when the record kept changing.
+    async fn write_run_on(
+        &self,
+        client: &Client,
+        path: &str,
+        run: &RunRecord,
+    ) -> Result<bool, ZkError> {
         for _ in 0..5 {
-            let (mut runs, version) = match client.get_data(&path).await {
+            let (mut runs, version) = match client.get_data(path).await {
                 Ok((data, stat)) => (
                     serde_json::from_slice::<LastRuns>(&data).unwrap_or_default(),
                     Some(stat.version),
                 ),
                 Err(ZkError::NoNode) => (LastRuns::default(), None),
-                Err(e) => return Err(self.fail(key, e)),
+                Err(e) => return Err(e),
             };
             if run.succeeded() {
                 runs.last_success = Some(run.clone());
@@ -63,19 +91,16 @@ impl ZkStore {
             runs.last = Some(run.clone());
             let data = serde_json::to_vec(&runs).unwrap_or_default();
             let written = match version {
-                Some(v) => client.set_data(&path, &data, Some(v)).await.map(drop),
-                None => self.create_runs(&client, &path, &data).await,
+                Some(v) => client.set_data(path, &data, Some(v)).await.map(drop),
+                None => self.create_runs(client, path, &data).await,
             };
             match written {
-                Ok(()) => return Ok(()),
+                Ok(()) => return Ok(true),
                 Err(ZkError::BadVersion | ZkError::NodeExists | ZkError::NoNode) => continue,
-                Err(e) => return Err(self.fail(key, e)),
+                Err(e) => return Err(e),
             }
         }
-        Err(crate::error::Error::Unavailable(format!(
-            "{}: lock '{key}': the run record kept changing while it was written",
-            self.name()
-        )))
+        Ok(false)
     }
 
     /// Creates the record node: a TTL node when the ensemble allows them.

@@ -37,7 +37,7 @@ const STORE_SESSION: Duration = Duration::from_secs(10);
 /// One ZooKeeper ensemble, over one session at a time (see [`session::Current`]).
 pub struct ZkStore {
     pub(super) target: Target,
-    current: session::Current,
+    pub(super) current: session::Current,
     /// The session and node of each `exec` lease this process holds, by owner:
     /// renewals ask that session.
     sessions: Mutex<HashMap<String, (Client, String)>>,
