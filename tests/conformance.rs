@@ -519,9 +519,8 @@ pub mod suite {
         cancel.cancel();
         let hold = b.acquire(&req("c", "a"), &no_wait()).await.unwrap();
         let wait = WaitOptions {
-            deadline: None,
             cancel,
-            progress: None,
+            ..WaitOptions::until(None)
         };
         let e = refused(b.acquire(&req("c", "b"), &wait).await);
         assert!(matches!(e, Error::Cancelled(_, 0)), "{e}");

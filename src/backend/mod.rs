@@ -97,6 +97,9 @@ pub struct WaitOptions {
     pub cancel: CancellationToken,
     /// Called whenever the backend learns something new about the wait (holder, position).
     pub progress: Option<ProgressFn>,
+    /// When the wait began: `deadline` counts from it, and so does the time a wait that
+    /// ran out reports (`gave up after 1s`, not the few ms less since the store was asked).
+    pub since: Instant,
 }
 
 impl WaitOptions {
@@ -106,6 +109,9 @@ impl WaitOptions {
             deadline,
             cancel: CancellationToken::new(),
             progress: None,
+            // tokio's clock, as `expired` reads it: the same as the system's, except in
+            // tests that pause it.
+            since: tokio::time::Instant::now().into_std(),
         }
     }
 

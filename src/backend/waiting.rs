@@ -101,7 +101,7 @@ pub async fn acquire<S: LockStore + ?Sized>(
             &asked,
         ));
     }
-    let started = Instant::now();
+    let started = Instant::from_std(wait.since);
     let mut waiter = match unless_cancelled(&wait.cancel, store.begin(req)).await {
         Some(w) => w?,
         None => return Err(cancelled(store, req)),

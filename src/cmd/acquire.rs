@@ -60,13 +60,14 @@ pub fn owners_for_child(owner: &str) -> String {
     all.join(",")
 }
 
-/// When to stop waiting: now for `--no-wait`, after `--timeout`, or never.
-pub fn deadline(opts: &AcquireOpts) -> Option<Instant> {
+/// When to stop waiting, for a wait beginning `now`: now for `--no-wait`, after
+/// `--timeout`, or never.
+pub fn deadline(opts: &AcquireOpts, now: Instant) -> Option<Instant> {
     if opts.no_wait {
-        Some(Instant::now())
+        Some(now)
     } else {
         // A deadline past what the clock can count is no deadline.
-        opts.timeout.and_then(|t| Instant::now().checked_add(t))
+        opts.timeout.and_then(|t| now.checked_add(t))
     }
 }
 
@@ -81,11 +82,12 @@ async fn acquire(
     if let Some(line) = &line {
         line.connected(&backend.describe());
     }
+    let started = Instant::now();
     let wait = WaitOptions {
         progress: progress(line.as_ref(), &req.key),
-        ..WaitOptions::until(deadline(opts))
+        since: started,
+        ..WaitOptions::until(deadline(opts, started))
     };
-    let started = Instant::now();
     let attempt = backend.acquire(req, &wait);
     tokio::pin!(attempt);
     let signo = tokio::select! {

@@ -319,8 +319,8 @@ impl Backend for LocalBackend {
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
         holders::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
-        let started = Instant::now();
-        let nowait = wait.deadline.is_some_and(|d| d <= started);
+        let started = wait.since;
+        let nowait = wait.deadline.is_some_and(|d| d <= Instant::now());
         let kf = self
             .key_file(&req.key, true, true)?
             .expect("created when missing");

@@ -248,7 +248,7 @@ impl RedlockBackend {
         req: &AcquireRequest,
         wait: &WaitOptions,
     ) -> Result<Acquired> {
-        let started = Instant::now();
+        let started = wait.since;
         let no_wait = wait.expired();
         let mut pace = Pace::new(req, self.tuning);
         let mut floor = 0;
