@@ -158,3 +158,38 @@ impl std::ops::DerefMut for Reaped {
         &mut self.0
     }
 }
+
+/// The remote ports of `pid`'s established TCP connections (from its socket descriptors
+/// and the kernel's connection tables): which servers a process is talking to, seen
+/// from the process itself rather than from a server's counters.
+pub fn tcp_peer_ports(pid: u32) -> Vec<u16> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: Vec<String> = fds
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            let inode = link.strip_prefix("socket:[")?.strip_suffix(']')?;
+            Some(inode.to_string())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for row in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let f: Vec<&str> = row.split_whitespace().collect();
+            let established = f.get(3) == Some(&"01");
+            if established && f.get(9).is_some_and(|i| inodes.iter().any(|n| n == i)) {
+                let port = f[2]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok());
+                ports.extend(port);
+            }
+        }
+    }
+    ports
+}

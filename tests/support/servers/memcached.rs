@@ -12,8 +12,6 @@ pub struct MemcachedServer {
     pub port: u16,
     child: Option<Child>,
     extra: Vec<String>,
-    /// `curr_connections` with no client but the one asking (it counts listeners too).
-    idle: u64,
 }
 
 impl MemcachedServer {
@@ -34,7 +32,6 @@ impl MemcachedServer {
             port: 0,
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
-            idle: 0,
         };
         for _ in 0..20 {
             server.port = free_port();
@@ -68,7 +65,6 @@ impl MemcachedServer {
             // Ready when a real request answers, and from our own process: another
             // test's server may have taken the port first.
             if server_pid(self.port) == Some(child.id()) {
-                self.idle = self.stat("curr_connections");
                 self.child = Some(child);
                 return Ok(true);
             }
@@ -107,12 +103,6 @@ impl MemcachedServer {
             "could not restart memcached on port {}",
             self.port
         );
-    }
-
-    /// How many clients are connected: each `dlock` process keeps one connection while
-    /// it holds or waits, which is all a test can see of a memcached waiter.
-    pub fn clients(&self) -> u64 {
-        self.stat("curr_connections").saturating_sub(self.idle)
     }
 
     /// One number of `stats`.
