@@ -281,3 +281,47 @@ fn status_watch_on_a_terminal_redraws_and_ends_on_ctrl_c(store: Store) {
     );
     assert!(err.is_empty(), "{err}");
 }
+
+/// On Redis, `exec` writes its run's record in the release script: no command of its own
+/// reaches the server (MONITOR shows the script's writes as `lua`), and both records are
+/// there, each run's before the next holder's.
+#[test]
+fn redis_writes_the_record_with_the_release() {
+    let mut store = Store::redis();
+    let port = store.server().port.to_string();
+    let mut monitor = std::process::Command::new("redis-cli")
+        .args(["-p", &port, "MONITOR"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stdout = monitor.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("OK"));
+    assert!(exec(&store, "rec", "exit 0").status.success());
+    assert_eq!(exec(&store, "rec", "exit 3").status.code(), Some(3));
+    // A marker after both runs: everything they sent is before it.
+    store.server().cli(&["ECHO", "end-of-runs"]);
+    let mut sent = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(5)) {
+        if line.contains("end-of-runs") {
+            break;
+        }
+        sent.push(line);
+    }
+    let _ = monitor.kill();
+    let _ = monitor.wait();
+    let by_clients: Vec<&String> = sent.iter().filter(|l| !l.contains(" lua]")).collect();
+    let writes = ["\"SET\"", "\"MULTI\"", "\"EXEC\""];
+    let own = by_clients.iter().filter(|l| writes.iter().any(|w| l.contains(w)));
+    assert_eq!(own.count(), 0, "{by_clients:#?}");
+    let in_scripts = sent.iter().filter(|l| l.contains(" lua]") && l.contains("\"SET\""));
+    assert_eq!(in_scripts.count(), 3, "two last runs and one last success: {sent:#?}");
+    let st = status_json(&store, "rec");
+    assert_eq!(st["last_run"]["exit_code"], 3, "{st}");
+    assert_eq!(st["last_success"]["exit_code"], 0, "{st}");
+}

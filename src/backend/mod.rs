@@ -392,6 +392,14 @@ pub trait Backend: Send + Sync {
     /// for [`RUN_RECORD_TTL`]. Every store keeps them beside its locks.
     async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()>;
 
+    /// [`Backend::record_run`] for a run whose lock this process releases next, with
+    /// [`Backend::release_acquired`]: a store may write the record with the release, in
+    /// the same round trip and still before the next holder's. A failure then shows as
+    /// the release's. The default records at once.
+    async fn record_run_before_release(&self, key: &str, run: &RunRecord) -> Result<()> {
+        self.record_run(key, run).await
+    }
+
     /// What [`Backend::record_run`] kept for `key`.
     async fn last_runs(&self, key: &str) -> Result<LastRuns>;
 }

@@ -170,6 +170,11 @@ pub trait LockStore: Send + Sync {
     /// See [`Backend::record_run`](super::Backend::record_run).
     async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()>;
 
+    /// See [`Backend::record_run_before_release`](super::Backend::record_run_before_release).
+    async fn record_run_before_release(&self, key: &str, run: &RunRecord) -> Result<()> {
+        self.record_run(key, run).await
+    }
+
     /// See [`Backend::last_runs`](super::Backend::last_runs).
     async fn last_runs(&self, key: &str) -> Result<LastRuns>;
 }

@@ -70,6 +70,10 @@ impl<S: LockStore> Backend for S {
         LockStore::record_run(self, key, run).await
     }
 
+    async fn record_run_before_release(&self, key: &str, run: &RunRecord) -> Result<()> {
+        LockStore::record_run_before_release(self, key, run).await
+    }
+
     async fn last_runs(&self, key: &str) -> Result<LastRuns> {
         LockStore::last_runs(self, key).await
     }

@@ -78,10 +78,12 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     };
     // Recorded before the release, so that the next holder's record comes after ours.
     let lease = &acquired.lease;
-    record::record(&*backend, lease, (&argv, code), ending, times, global.quiet).await;
+    // A command that could not be started did not run: nothing to hold off.
+    let hold = args.hold_at_least.filter(|_| ending.started);
+    let release_next = !lost && hold::left(hold, lease, acquired_at).is_none();
+    let how = (global.quiet, release_next);
+    record::record(&*backend, lease, (&argv, code), ending, times, how).await;
     if !lost {
-        // A command that could not be started did not run: nothing to hold off.
-        let hold = args.hold_at_least.filter(|_| ending.started);
         match hold::left(hold, &acquired.lease, acquired_at) {
             Some(left) => hold::linger(!global.quiet, &*backend, acquired, left).await,
             None => release(!global.quiet, &*backend, acquired).await,

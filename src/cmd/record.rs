@@ -37,13 +37,15 @@ pub struct Times {
 
 /// Records the run of `argv` under `lease` that ended with `exit_code`. A lease this
 /// process re-entered belongs to an enclosing `exec`, which records the whole run.
+/// `release_next`: the lock is released right after, and the store may write the record
+/// with the release (see [`Backend::record_run_before_release`]).
 pub async fn record(
     backend: &dyn Backend,
     lease: &Lease,
     (argv, exit_code): (&[String], u8),
     ending: Ending,
     times: Times,
-    quiet: bool,
+    (quiet, release_next): (bool, bool),
 ) {
     if lease.reentered {
         return;
@@ -73,7 +75,13 @@ pub async fn record(
         lease_lost: ending.lease_lost,
         timed_out: ending.timed_out,
     };
-    let error = match tokio::time::timeout(PATIENCE, backend.record_run(key, &run)).await {
+    let recorded = async {
+        match release_next {
+            true => backend.record_run_before_release(key, &run).await,
+            false => backend.record_run(key, &run).await,
+        }
+    };
+    let error = match tokio::time::timeout(PATIENCE, recorded).await {
         Ok(Ok(())) => {
             log::debug!(target: "dlock", event = "run_recorded", key = key;
                 "recorded the run of '{key}'");

@@ -11,6 +11,7 @@ use super::conn::Conn;
 use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::replicas::{self, MinReplicas};
+use super::runs::KeptRun;
 use super::scripts::{run_script, Lua};
 use crate::backend::install_crypto_provider;
 use crate::config::redact_url;
@@ -24,6 +25,8 @@ pub struct RedisBackend {
     pub(super) server: Server,
     /// `?min_replicas`: replicas that must acknowledge each grant and renewal.
     pub(super) min_replicas: Option<MinReplicas>,
+    /// The run kept for the release that follows it (see `runs.rs`).
+    pub(super) kept: Mutex<Option<KeptRun>>,
 }
 
 impl RedisBackend {
@@ -53,6 +56,7 @@ impl RedisBackend {
             conn: Mutex::new(Some(conn)),
             server,
             min_replicas,
+            kept: Mutex::new(None),
         };
         // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
         // A wrong password already failed in `open` (AUTH is part of the handshake), a

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
-use super::keys::Keys;
+use super::keys::{run_keys, Keys};
 use super::reply::{holder_json, lock_info, Reply};
+use super::runs::KeptRun;
 use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
 use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
@@ -282,13 +283,14 @@ impl RedisBackend {
     }
 
     /// Releases as `mode` says; `publish: false` wakes no waiter (Redlock taking back a
-    /// grant that did not make a majority: the lock is no freer than before).
+    /// grant that did not make a majority: the lock is no freer than before). `record`, a
+    /// run kept for this release, is written by the same script.
     pub(crate) async fn release_with(
         &self,
         key: &str,
         owner: &str,
-        mode: ReleaseMode,
-        publish: bool,
+        (mode, publish): (ReleaseMode, bool),
+        record: Option<&KeptRun>,
     ) -> Result<Released> {
         let k = Keys::new(key);
         let mode_arg = match mode {
@@ -302,11 +304,15 @@ impl RedisBackend {
             ("", "")
         };
         let script = &SCRIPTS.release;
+        let [last_run, last_ok] = run_keys(key);
         let keys = [
-            &*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group, &*k.ends,
+            &*k.lease, &*k.queue, &*k.alive, &*k.info, &*k.unfair, &*k.group, &*k.ends, &*last_run,
+            &*last_ok,
         ];
-        let mut cmd = evalsha(script, &keys, 4);
+        let mut cmd = evalsha(script, &keys, 7);
+        let (run, run_ttl, succeeded) = KeptRun::args(record);
         cmd.arg(owner).arg(mode_arg).arg(wake_prefix).arg(released);
+        cmd.arg(run).arg(run_ttl).arg(succeeded);
         let what = || format!("cannot release lock '{key}'");
         let reply = self.eval(what, script, &cmd).await?;
         let mut r = Reply::new(reply, &self.server.url)?;
@@ -325,7 +331,8 @@ impl RedisBackend {
 
     /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
     pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
-        self.release_with(key, owner, mode, false).await.map(|_| ())
+        let how = (mode, false);
+        self.release_with(key, owner, how, None).await.map(|_| ())
     }
 }
 

@@ -469,7 +469,7 @@ impl RedisBackend {
         if let Err(e) = acked {
             let mode = crate::backend::ReleaseMode::One;
             let _ = self
-                .release_with(&lease.key, &lease.owner, mode, true)
+                .release_with(&lease.key, &lease.owner, (mode, true), None)
                 .await;
             return Err(e);
         }

@@ -2,14 +2,24 @@
 -- head waiter (fair waiters) and publishes on the released channel (unfair waiters).
 -- A shared or semaphore holder (not the lease's owner) leaves its place in the group the
 -- same way; a forced release frees every holder.
--- KEYS: lease, queue, alive, info, unfair, group, ends
+-- The record of the holder's run, when given, is written first, whatever the release
+-- finds: it comes before the next holder's, and costs no round trip of its own.
+-- KEYS: lease, queue, alive, info, unfair, group, ends, last run, last success
 -- ARGV: owner, mode (one/all/force), wake_prefix, released_channel (both empty: tell no one,
---       as when Redlock takes back a grant that did not make a majority)
+--       as when Redlock takes back a grant that did not make a majority), run record
+--       (empty: none), its TTL in ms, '1' when the run succeeded
 -- Returns {1, previous_owner, still_held}, {0} when free (force), {-1} when the lease is
 -- gone, {-2} when another owner holds it.
 local lease, queue, alive, info, unfair, group, ends =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, mode, wake_prefix, released = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+if ARGV[5] ~= '' then
+  redis.call('SET', KEYS[8], ARGV[5], 'PX', ARGV[6])
+  if ARGV[7] == '1' then
+    redis.call('SET', KEYS[9], ARGV[5], 'PX', ARGV[6])
+  end
+end
 
 -- Release from the group (a lease and a group never exist together).
 local function release_shared()

@@ -69,7 +69,9 @@ impl LockStore for RedisBackend {
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        self.release_with(key, owner, mode, true).await
+        let kept = self.kept_run(key, owner);
+        self.release_with(key, owner, (mode, true), kept.as_ref())
+            .await
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
@@ -91,6 +93,16 @@ impl LockStore for RedisBackend {
 
     async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
         self.record_run_here(key, run).await
+    }
+
+    /// Kept for the release script, which writes it (see `runs.rs`).
+    async fn record_run_before_release(
+        &self,
+        key: &str,
+        run: &crate::backend::RunRecord,
+    ) -> Result<()> {
+        self.keep_run(key, run);
+        Ok(())
     }
 
     async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
