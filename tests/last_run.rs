@@ -1,7 +1,6 @@
 //! The last-run record `exec` leaves in the store, as `status KEY` shows it, and
 //! `status --watch` without a terminal, on every backend.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -181,13 +180,7 @@ fn status_watch_without_a_terminal_prints_each_change(store: Store) {
             .spawn()
             .unwrap(),
     );
-    let (tx, rx) = mpsc::channel();
-    let stdout = watch.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = support::lines_of(watch.stdout.take().unwrap());
     let wait_line = |what: &str| loop {
         match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(l) if l.contains(what) => return l,
@@ -294,13 +287,7 @@ fn redis_writes_the_record_with_the_release() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stdout = monitor.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = support::lines_of(monitor.stdout.take().unwrap());
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).as_deref(), Ok("OK"));
     assert!(exec(&store, "rec", "exit 0").status.success());
     assert_eq!(exec(&store, "rec", "exit 3").status.code(), Some(3));
@@ -317,10 +304,18 @@ fn redis_writes_the_record_with_the_release() {
     let _ = monitor.wait();
     let by_clients: Vec<&String> = sent.iter().filter(|l| !l.contains(" lua]")).collect();
     let writes = ["\"SET\"", "\"MULTI\"", "\"EXEC\""];
-    let own = by_clients.iter().filter(|l| writes.iter().any(|w| l.contains(w)));
+    let own = by_clients
+        .iter()
+        .filter(|l| writes.iter().any(|w| l.contains(w)));
     assert_eq!(own.count(), 0, "{by_clients:#?}");
-    let in_scripts = sent.iter().filter(|l| l.contains(" lua]") && l.contains("\"SET\""));
-    assert_eq!(in_scripts.count(), 3, "two last runs and one last success: {sent:#?}");
+    let in_scripts = sent
+        .iter()
+        .filter(|l| l.contains(" lua]") && l.contains("\"SET\""));
+    assert_eq!(
+        in_scripts.count(),
+        3,
+        "two last runs and one last success: {sent:#?}"
+    );
     let st = status_json(&store, "rec");
     assert_eq!(st["last_run"]["exit_code"], 3, "{st}");
     assert_eq!(st["last_success"]["exit_code"], 0, "{st}");

@@ -2,9 +2,8 @@
 //! left held), and the waiting line says the server is not answering instead of pretending
 //! to wait for a holder.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use crate::support::{self, send_signal, wait_exit, RedisServer, Silent, Store};
@@ -21,15 +20,7 @@ fn spawn(mut dlock: Command) -> (Child, Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
+    let rx = support::lines_of(child.stderr.take().unwrap());
     (child, rx)
 }
 

@@ -193,3 +193,18 @@ pub fn tcp_peer_ports(pid: u32) -> Vec<u16> {
     }
     ports
 }
+
+/// The lines `from` gives (a child's stdout or stderr), read on a thread of their own and
+/// sent on a channel, so that a test waits for a line with a timeout instead of hanging.
+pub fn lines_of(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
