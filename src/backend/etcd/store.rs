@@ -510,11 +510,6 @@ impl LockStore for EtcdStore {
 
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
         let lease = &acquired.lease;
-        if let Err(e) = self.write_kept_record(&lease.key, &lease.owner).await {
-            let key = lease.key.as_str();
-            log::warn!(target: "dlock", event = "record_failed", key = key;
-                "could not record the run of '{key}' on {}: {e}", self.name);
-        }
         self.linger_key(&lease.key, &lease.owner, left).await
     }
 
@@ -522,11 +517,19 @@ impl LockStore for EtcdStore {
         self.watch_keys(keys, pause).await
     }
 
-    /// The run of a lock this process took, and still holds, is kept for its release,
-    /// which writes it in the transaction that frees the lock: still before the next
-    /// holder's, and one write fewer. Any other run is written at once.
     async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
-        if !run.lease_lost && self.keep_record(key, run) {
+        self.record_now(key, run).await
+    }
+
+    /// The run of a lock this process took is kept for its release, which writes it in
+    /// the transaction that frees the lock: still before the next holder's, and one write
+    /// fewer. Any other run is written at once.
+    async fn record_run_before_release(
+        &self,
+        key: &str,
+        run: &crate::backend::RunRecord,
+    ) -> Result<()> {
+        if self.keep_record(key, run) {
             return Ok(());
         }
         self.record_now(key, run).await

@@ -29,7 +29,8 @@ pub struct Took {
     pub runs: i64,
     /// How it was taken: only an exclusive holder hands the lock over to the next.
     pub sharing: Sharing,
-    /// The record of its run, kept for the release to write (see [`LockStore::record_run`](crate::backend::store::LockStore::record_run)).
+    /// The record of its run, kept for the release to write (see
+    /// [`LockStore::record_run_before_release`](crate::backend::store::LockStore::record_run_before_release)).
     pub record: Option<RunRecord>,
     /// The watch for the oldest waiter behind it, started as it was taken (exclusive only).
     pub next: Option<JoinHandle<Option<KeyValue>>>,
@@ -88,19 +89,6 @@ impl EtcdStore {
                 true
             }
             None => false,
-        }
-    }
-
-    /// Writes the record kept for `owner`'s run on `key`, if any, on its own.
-    pub(super) async fn write_kept_record(&self, key: &str, owner: &str) -> Result<()> {
-        let run = {
-            let mut took = self.took.lock().unwrap_or_else(PoisonError::into_inner);
-            let t = took.iter_mut().find(|t| t.key == key && t.owner == owner);
-            t.and_then(|t| t.record.take())
-        };
-        match run {
-            Some(run) => self.record_now(key, &run).await,
-            None => Ok(()),
         }
     }
 
