@@ -17,6 +17,13 @@ pub enum Error {
     /// The backend cannot be reached or refused us: exit 69.
     #[error("{0}")]
     Unavailable(String),
+    /// The store answered with a failure that the next try may well not meet: a lock-wait
+    /// timeout, a serialization failure or deadlock, a leader change, a dropped connection
+    /// or session that can be made again. The one waiting loop tries again for up to
+    /// [`RIDE_OUT`](crate::backend::waiting::RIDE_OUT) within the caller's deadline; exit 69
+    /// only when the failure lasted that long.
+    #[error("{0}")]
+    Transient(String),
     /// A bug, or state we cannot trust (corrupt file): exit 70.
     #[error("{0}")]
     Internal(String),
@@ -39,7 +46,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit::USAGE,
-            Error::Unavailable(_) => exit::UNAVAILABLE,
+            Error::Unavailable(_) | Error::Transient(_) => exit::UNAVAILABLE,
             Error::Internal(_) => exit::INTERNAL,
             Error::NotObtained(_) => exit::NOT_OBTAINED,
             Error::NotOwner(_) => exit::NOT_OWNER,
@@ -48,9 +55,30 @@ impl Error {
         }
     }
 
-    /// True when retrying the same operation later may succeed (network trouble).
+    /// True when retrying the same operation later may succeed (network trouble): a
+    /// holder keeps renewing through these.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable(_))
+        matches!(self, Error::Unavailable(_) | Error::Transient(_))
+    }
+
+    /// True for a failure a waiter rides out (see [`Error::Transient`]).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Transient(_))
+    }
+
+    /// The same error with its message passed through `f` (adding the key, say), of the
+    /// same kind and exit code.
+    pub fn map_message(self, f: impl FnOnce(String) -> String) -> Error {
+        match self {
+            Error::Usage(m) => Error::Usage(f(m)),
+            Error::Unavailable(m) => Error::Unavailable(f(m)),
+            Error::Transient(m) => Error::Transient(f(m)),
+            Error::Internal(m) => Error::Internal(f(m)),
+            Error::NotObtained(m) => Error::NotObtained(f(m)),
+            Error::NotOwner(m) => Error::NotOwner(f(m)),
+            Error::LeaseLost(m) => Error::LeaseLost(f(m)),
+            Error::Cancelled(m, n) => Error::Cancelled(f(m), n),
+        }
     }
 
     /// The lock was not obtained: `why` says what blocked it (`held by OWNER (…)`);

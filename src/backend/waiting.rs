@@ -19,6 +19,12 @@ use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Re
 use super::{LastRuns, RunRecord};
 use crate::error::{Error, Result};
 
+/// How long a waiter keeps trying while its store answers with [`Error::Transient`]
+/// failures (a leader change, a lock-wait timeout behind a frozen client, a dropped
+/// session), within its own deadline: long enough for an election or a server's eviction
+/// of a dead session, short enough that a store that stays broken is reported.
+pub const RIDE_OUT: Duration = Duration::from_secs(30);
+
 /// The first back-off of a store without notifications; it doubles per refusal.
 const BACKOFF_FIRST: Duration = Duration::from_millis(10);
 /// The longest back-off.
@@ -106,11 +112,22 @@ pub async fn acquire<S: LockStore + ?Sized>(
         ));
     }
     let started = Instant::from_std(wait.since);
-    let mut waiter = match unless_cancelled(&wait.cancel, store.begin(req)).await {
-        Some(w) => w?,
-        None => return Err(cancelled(store, req)),
+    let mut faltering = Faltering::default();
+    let mut waiter = loop {
+        let began = match unless_cancelled(&wait.cancel, store.begin(req)).await {
+            Some(began) => began,
+            None => return Err(cancelled(store, req)),
+        };
+        match began {
+            Ok(w) => break w,
+            Err(e) => match faltering.ride_out(store, req, wait, e).await {
+                Ok(()) => {}
+                Err(Stop::Cancelled) => return Err(cancelled(store, req)),
+                Err(Stop::Failed(e)) => return Err(e),
+            },
+        }
     };
-    let stop = match run(store, req, wait, &mut waiter, started).await {
+    let stop = match run(store, req, wait, &mut waiter, started, faltering).await {
         Ok(acquired) => return Ok(acquired),
         Err(stop) => stop,
     };
@@ -139,6 +156,7 @@ async fn run<S: LockStore + ?Sized>(
     wait: &WaitOptions,
     waiter: &mut S::Waiter,
     started: Instant,
+    mut faltering: Faltering,
 ) -> std::result::Result<Acquired, Stop> {
     let no_wait = wait.expired();
     let mut reported = None;
@@ -149,11 +167,19 @@ async fn run<S: LockStore + ?Sized>(
             None => {
                 let enqueue = req.fair && !wait.expired();
                 let attempt = store.attempt(req, waiter, enqueue);
-                unless_cancelled(&wait.cancel, attempt)
+                match unless_cancelled(&wait.cancel, attempt)
                     .await
-                    .ok_or(Stop::Cancelled)??
+                    .ok_or(Stop::Cancelled)?
+                {
+                    Ok(attempt) => attempt,
+                    Err(e) => {
+                        faltering.ride_out(store, req, wait, e).await?;
+                        continue;
+                    }
+                }
             }
         };
+        faltering.recovered(store, req);
         let busy = match attempt {
             Attempt::Granted(acquired) => return granted(store, wait, acquired).await,
             Attempt::Busy(busy) => busy,
@@ -182,11 +208,70 @@ async fn run<S: LockStore + ?Sized>(
         tokio::select! {
             biased;
             _ = wait.cancel.cancelled() => return Err(Stop::Cancelled),
-            woken = sleep => if let Woken::Answered(a) = woken? { answered = Some(*a) },
+            woken = sleep => match woken {
+                Ok(Woken::Answered(a)) => answered = Some(*a),
+                Ok(Woken::Again) => {}
+                Err(e) => faltering.ride_out(store, req, wait, e).await?,
+            },
             _ = deadline => {}
         }
     }
     unreachable!("the rounds of a wait are counted in u32")
+}
+
+/// A run of [`Error::Transient`] failures the loop is riding out.
+#[derive(Default)]
+struct Faltering {
+    /// When the first failure of the run came; `None` while the store answers.
+    since: Option<Instant>,
+    failures: u32,
+}
+
+impl Faltering {
+    /// Waits a back-off before the next try after `e`, or stops with `e` when it is not
+    /// transient, has lasted [`RIDE_OUT`], or the deadline has come.
+    async fn ride_out<S: LockStore + ?Sized>(
+        &mut self,
+        store: &S,
+        req: &AcquireRequest,
+        wait: &WaitOptions,
+        e: Error,
+    ) -> std::result::Result<(), Stop> {
+        if !e.is_retryable() || wait.expired() {
+            return Err(Stop::Failed(e));
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let left = RIDE_OUT.saturating_sub(since.elapsed());
+        if left.is_zero() {
+            return Err(Stop::Failed(e));
+        }
+        if self.failures == 0 {
+            let (key, backend) = (req.key.as_str(), store.describe());
+            log::warn!(target: "dlock", event = "store_faltered", key = key, backend = backend.as_str(), error = e.to_string().as_str();
+                "waiting for '{key}': {e}; trying again for up to {}", humantime::format_duration(RIDE_OUT));
+        }
+        let mut pause = backoff(self.failures).min(left);
+        if let Some(d) = deadline(wait) {
+            pause = pause.min(d.saturating_duration_since(Instant::now()));
+        }
+        self.failures += 1;
+        tokio::select! {
+            biased;
+            _ = wait.cancel.cancelled() => Err(Stop::Cancelled),
+            _ = tokio::time::sleep(pause) => Ok(()),
+        }
+    }
+
+    /// The store answered again.
+    fn recovered<S: LockStore + ?Sized>(&mut self, store: &S, req: &AcquireRequest) {
+        if let Some(since) = self.since.take() {
+            let (key, backend) = (req.key.as_str(), store.describe());
+            let ms = since.elapsed().as_millis() as u64;
+            log::info!(target: "dlock", event = "store_recovered", key = key, backend = backend.as_str(), ms = ms;
+                "waiting for '{key}': {backend} answers again after {ms}ms");
+        }
+        self.failures = 0;
+    }
 }
 
 /// How long to sleep before looking again: until what blocks us may expire, at most one
@@ -212,10 +297,11 @@ async fn granted<S: LockStore + ?Sized>(
     if !wait.cancel.is_cancelled() {
         return Ok(acquired);
     }
+    // Bounded as leaving the queue is: a store that stopped answering lets the lease
+    // expire by itself.
     let lease = &acquired.lease;
-    let _ = store
-        .release(&lease.key, &lease.owner, ReleaseMode::One)
-        .await;
+    let giving_back = store.release(&lease.key, &lease.owner, ReleaseMode::One);
+    let _ = tokio::time::timeout(CANCEL_GRACE, giving_back).await;
     Err(Stop::Cancelled)
 }
 

@@ -198,7 +198,9 @@ fn named(global: &Global) -> String {
 fn conflict_code(global: &Global, opts: &AcquireOpts, key: &str, err: Error) -> Result<u8> {
     let msg = match err {
         Error::NotObtained(msg) => msg,
-        Error::Unavailable(msg) if opts.if_unavailable == IfUnavailable::Skip => {
+        Error::Unavailable(msg) | Error::Transient(msg)
+            if opts.if_unavailable == IfUnavailable::Skip =>
+        {
             format!("skipped '{key}' (--if-unavailable skip): {msg}")
         }
         other => return Err(other),

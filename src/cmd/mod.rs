@@ -71,8 +71,10 @@ async fn open(global: &Global, key: Option<&str>) -> Result<(BackendSpec, Arc<dy
 /// is added, so that the one line says both.
 fn naming(key: Option<&str>, e: Error) -> Error {
     match (key, e) {
-        (Some(k), Error::Unavailable(m)) if !m.contains(&format!("'{k}'")) => {
-            Error::Unavailable(format!("lock '{k}': {m}"))
+        (Some(k), e @ (Error::Unavailable(_) | Error::Transient(_)))
+            if !e.to_string().contains(&format!("'{k}'")) =>
+        {
+            e.map_message(|m| format!("lock '{k}': {m}"))
         }
         (_, e) => e,
     }

@@ -83,8 +83,9 @@ pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
 fn about(key: &str, e: Error) -> Error {
     let say = |m: String| format!("waiting for '{key}' to be free: {m}");
     match e {
-        Error::Unavailable(m) => Error::Unavailable(say(m)),
-        Error::Internal(m) => Error::Internal(say(m)),
+        e @ (Error::Unavailable(_) | Error::Transient(_) | Error::Internal(_)) => {
+            e.map_message(say)
+        }
         other => other,
     }
 }

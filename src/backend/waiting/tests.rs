@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{acquire, backoff};
+use super::{acquire, backoff, RIDE_OUT};
 use crate::backend::memory::MemoryStore;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
@@ -266,20 +266,43 @@ fn backoff_grows_is_jittered_and_bounded() {
     assert!(draws.len() > 5, "no jitter: {draws:?}");
 }
 
-/// The in-memory store, except that leaving after a cancel never ends (a store that
-/// stopped answering).
-struct SilentAfterCancel(MemoryStore);
+/// The in-memory store, with faults: leaving after a cancel never ends (a store that
+/// stopped answering), and the next `failing` attempts fail with `fault`.
+struct Faulty {
+    store: MemoryStore,
+    silent_after_cancel: bool,
+    failing: AtomicUsize,
+    fault: fn() -> Error,
+}
+
+impl Faulty {
+    fn silent_after_cancel() -> Faulty {
+        Faulty {
+            silent_after_cancel: true,
+            ..Faulty::failing(0, || Error::Transient("unused".into()))
+        }
+    }
+
+    fn failing(n: usize, fault: fn() -> Error) -> Faulty {
+        Faulty {
+            store: MemoryStore::new("t"),
+            silent_after_cancel: false,
+            failing: AtomicUsize::new(n),
+            fault,
+        }
+    }
+}
 
 #[async_trait::async_trait]
-impl LockStore for SilentAfterCancel {
+impl LockStore for Faulty {
     type Waiter = <MemoryStore as LockStore>::Waiter;
 
     fn describe(&self) -> String {
-        LockStore::describe(&self.0)
+        LockStore::describe(&self.store)
     }
 
     async fn begin(&self, req: &AcquireRequest) -> Result<Self::Waiter> {
-        self.0.begin(req).await
+        self.store.begin(req).await
     }
 
     async fn attempt(
@@ -288,7 +311,12 @@ impl LockStore for SilentAfterCancel {
         waiter: &mut Self::Waiter,
         enqueue: bool,
     ) -> Result<Attempt> {
-        self.0.attempt(req, waiter, enqueue).await
+        let failing = self.failing.load(Ordering::SeqCst);
+        if failing > 0 {
+            self.failing.store(failing - 1, Ordering::SeqCst);
+            return Err((self.fault)());
+        }
+        self.store.attempt(req, waiter, enqueue).await
     }
 
     async fn sleep(
@@ -299,27 +327,30 @@ impl LockStore for SilentAfterCancel {
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        self.0.sleep(req, waiter, busy, pause, round).await
+        self.store.sleep(req, waiter, busy, pause, round).await
     }
 
     async fn leave(&self, req: &AcquireRequest, waiter: Self::Waiter) {
-        self.0.leave(req, waiter).await
+        self.store.leave(req, waiter).await
     }
 
-    async fn leave_cancelled(&self, _req: &AcquireRequest, _waiter: Self::Waiter) {
-        std::future::pending().await
+    async fn leave_cancelled(&self, req: &AcquireRequest, waiter: Self::Waiter) {
+        match self.silent_after_cancel {
+            true => std::future::pending().await,
+            false => self.store.leave(req, waiter).await,
+        }
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        LockStore::renew(&self.0, key, owner, ttl).await
+        LockStore::renew(&self.store, key, owner, ttl).await
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        LockStore::release(&self.0, key, owner, mode).await
+        LockStore::release(&self.store, key, owner, mode).await
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
-        LockStore::status(&self.0, keys).await
+        LockStore::status(&self.store, keys).await
     }
 
     async fn record_run(&self, key: &str, _run: &crate::backend::RunRecord) -> Result<()> {
@@ -336,16 +367,71 @@ impl LockStore for SilentAfterCancel {
 
 #[tokio::test(start_paused = true)]
 async fn a_cancel_returns_within_the_grace_even_when_leaving_hangs() {
-    let store = Arc::new(SilentAfterCancel(MemoryStore::new("t")));
+    let store = Arc::new(Faulty::silent_after_cancel());
     acquire(&*store, &req("k", "a"), &forever()).await.unwrap();
     let wait = forever();
     let cancel = wait.cancel.clone();
     let s = store.clone();
     let waiter = tokio::spawn(async move { acquire(&*s, &req("k", "b"), &wait).await });
-    until_queued(&store.0, "k", 1).await;
+    until_queued(&store.store, "k", 1).await;
     let t0 = Instant::now();
     cancel.cancel();
     let e = waiter.await.unwrap().unwrap_err();
     assert_eq!(t0.elapsed(), CANCEL_GRACE);
     assert!(matches!(e, Error::Cancelled(..)), "{e:?}");
+}
+
+fn transient() -> Error {
+    Error::Transient("Lock wait timeout exceeded".into())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_rides_out_transient_failures_and_gets_the_lock() {
+    let store = Faulty::failing(5, transient);
+    let t0 = Instant::now();
+    let got = acquire(&store, &req("k", "a"), &within(Duration::from_secs(20))).await;
+    assert!(got.is_ok(), "{:?}", got.err());
+    assert!(t0.elapsed() < RIDE_OUT, "{:?}", t0.elapsed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_keeps_failing_is_reported_after_the_ride_out() {
+    let store = Faulty::failing(usize::MAX, transient);
+    let t0 = Instant::now();
+    let e = acquire(&store, &req("k", "a"), &forever())
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), crate::exit::UNAVAILABLE, "{e}");
+    let took = t0.elapsed();
+    assert!(
+        took >= RIDE_OUT && took < RIDE_OUT + Duration::from_secs(2),
+        "{took:?}"
+    );
+    // Within a shorter deadline, the deadline ends it.
+    let store = Faulty::failing(usize::MAX, transient);
+    let t0 = Instant::now();
+    let e = acquire(&store, &req("k", "a"), &within(Duration::from_secs(3)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.exit_code(), crate::exit::UNAVAILABLE, "{e}");
+    assert_eq!(t0.elapsed(), Duration::from_secs(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_is_not_transient_ends_the_wait_at_once() {
+    let store = Faulty::failing(1, || Error::Unavailable("password refused".into()));
+    let t0 = Instant::now();
+    let e = acquire(&store, &req("k", "a"), &forever())
+        .await
+        .unwrap_err();
+    assert_eq!(e.to_string(), "password refused");
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_wait_does_not_ride_out() {
+    let store = Faulty::failing(1, transient);
+    let now = WaitOptions::until(Some(Instant::now().into_std()));
+    let e = acquire(&store, &req("k", "a"), &now).await.unwrap_err();
+    assert_eq!(e.exit_code(), crate::exit::UNAVAILABLE, "{e}");
 }
