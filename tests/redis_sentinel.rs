@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::redis_cluster::{contender, settle};
+use crate::redis_cluster::{await_queued, contender, settle};
 use crate::support::{self, send_signal, wait_for, Reaped, RedisServer};
 
 const NAME: &str = "mymaster";
@@ -79,8 +79,8 @@ fn a_master_killed_while_exec_runs_never_runs_two_holders() {
     );
     let holder = Reaped(holder);
     let early = contender(&dlock, "failover", pid, dir.path(), "early");
-    std::thread::sleep(Duration::from_millis(300)); // the waiter queues
-                                                    // The lease is on both replicas before the master goes.
+    await_queued(&dlock, "failover");
+    // The lease is on both replicas before the master goes.
     assert_eq!(master.cli(&["WAIT", "2", "5000"]), "2", "replicas in sync");
     send_signal(master.pid().unwrap(), "KILL");
     master.kill();
