@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use dlock::backend::{Backend, ReleaseMode};
 
-use crate::support::{self, backends::factory::Guard};
+use crate::support::{self, backends::factory::Guard, backends::Caps};
 
 /// The bound on an event-driven wake-up (hand-off, cancellation, no-wait refusal): far
 /// above what any backend needs on an idle machine, but loaded two-core CI boxes can delay
@@ -38,6 +38,10 @@ conformance_suite!(
     errors_read_the_same,
     watch_returns_on_release,
     run_records_are_kept,
+    linger_as_declared,
+    watch_as_declared,
+    queue_as_declared,
+    sharing_as_declared,
 );
 
 tokio::task_local! {
@@ -45,61 +49,20 @@ tokio::task_local! {
     /// `conformance_tests!` around each test: the TTL tests count in it, so one copy of them
     /// serves backends with millisecond TTLs and etcd, whose leases are whole seconds.
     pub static TTL_UNIT: Duration;
+
+    /// The capabilities the backend under test declares (`support::backends::caps`), set
+    /// by `conformance_tests!` beside [`TTL_UNIT`]: the `*_as_declared` tests check them.
+    pub static CAPS: Caps;
 }
 
 /// The TTL unit of the backend under test.
-fn unit() -> Duration {
+pub(crate) fn unit() -> Duration {
     TTL_UNIT.get()
 }
 
-/// The stores whose leases can outlive their process: `linger` leaves the lease to expire by
-/// itself. A ZooKeeper `exec` lease is a session, which cannot: its `exec` stays until the
-/// hold ends instead (`job_control::zookeeper::hold_at_least_*`).
-mod lingering {
-    mod memory {
-        conformance_tests!(memory[linger_holds_then_expires]);
-    }
-    mod local {
-        conformance_tests!(local[linger_holds_then_expires]);
-    }
-    mod redis {
-        conformance_tests!(redis[linger_holds_then_expires]);
-    }
-    mod redlock {
-        conformance_tests!(redlock[linger_holds_then_expires]);
-    }
-    mod etcd {
-        conformance_tests!(etcd[linger_holds_then_expires]);
-    }
-    mod memcached {
-        conformance_tests!(memcached[linger_holds_then_expires]);
-    }
-    mod memcached_quorum {
-        conformance_tests!(memcached_quorum[linger_holds_then_expires]);
-    }
-    mod postgres {
-        conformance_tests!(postgres[linger_holds_then_expires]);
-    }
-}
-
-/// The stores that tell a watcher of a release (Redlock polls): their watch sleeps while
-/// nothing changes.
-mod notified {
-    mod memory {
-        conformance_tests!(memory[watch_sleeps_until_notified]);
-    }
-    mod local {
-        conformance_tests!(local[watch_sleeps_until_notified]);
-    }
-    mod redis {
-        conformance_tests!(redis[watch_sleeps_until_notified]);
-    }
-    mod etcd {
-        conformance_tests!(etcd[watch_sleeps_until_notified]);
-    }
-}
-
 pub mod suite {
+    pub use crate::capabilities::*;
+
     use super::*;
     use crate::support::{bound, forever, no_wait, refused, req, within};
     use dlock::backend::{AcquireRequest, WaitOptions};
@@ -107,10 +70,7 @@ pub mod suite {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio_util::sync::CancellationToken;
 
-    const TENTH: Duration = Duration::from_millis(100);
-    const SECOND: Duration = Duration::from_secs(1);
-
-    async fn held_by(b: &Arc<dyn Backend>, key: &str) -> Option<String> {
+    pub(crate) async fn held_by(b: &Arc<dyn Backend>, key: &str) -> Option<String> {
         let st = b.status(&[key.to_string()]).await.expect("status");
         st[0].lock.as_ref().map(|l| l.owner.clone())
     }
@@ -639,56 +599,6 @@ pub mod suite {
         drop(held);
     }
 
-    /// `linger`: a lease acquired as `exec` does stays held by its owner, with its token,
-    /// marked as finished, for what is left, then expires by itself; renewed for longer
-    /// during the run, it is cut to what is left.
-    pub async fn linger_holds_then_expires<F, Fut>(factory: F)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
-        linger_in(factory, unit() * 5).await
-    }
-
-    async fn linger_in<F, Fut>(factory: F, left: Duration)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
-        let (b, _g) = factory().await;
-        let mut r = bound("hold", "a");
-        r.ttl = Duration::from_secs(30);
-        let a = b.acquire(&r, &no_wait()).await.unwrap();
-        let token = a.lease.fencing_token;
-        let t0 = Instant::now();
-        b.linger(a, left).await.expect("linger");
-        let st = b.status(&["hold".to_string()]).await.unwrap();
-        let lock = st[0].lock.as_ref().expect("held after linger");
-        assert_eq!((lock.owner.as_str(), lock.fencing_token), ("a", token));
-        assert!(lock.holder.held_until_ms.is_some(), "{lock:?}");
-        let ttl = lock.ttl_left_ms.expect("a lingering lease has an expiry");
-        assert!(
-            ttl <= (left + SECOND).as_millis() as u64,
-            "not cut: {ttl}ms"
-        );
-        assert!(b.acquire(&req("hold", "b"), &no_wait()).await.is_err());
-        let freed = async {
-            while held_by(&b, "hold").await.is_some() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(left + SECOND * 2, freed)
-            .await
-            .expect("still held long after the hold");
-        assert!(
-            t0.elapsed() >= left - TENTH,
-            "freed early: {:?}",
-            t0.elapsed()
-        );
-        let c = b.acquire(&req("hold", "b"), &no_wait()).await.unwrap();
-        assert!(c.lease.fencing_token > token);
-    }
-
     /// `watch` returns at once on a free key, and within [`PROMPT`] of a release.
     pub async fn watch_returns_on_release<F, Fut>(factory: F)
     where
@@ -715,42 +625,6 @@ pub mod suite {
         let woke = Instant::now();
         releaser.await.unwrap();
         let at = released.lock().unwrap().expect("released");
-        assert!(
-            woke.saturating_duration_since(at) < PROMPT,
-            "woken {:?} after the release",
-            woke.saturating_duration_since(at)
-        );
-    }
-
-    /// On a store with notifications, a watch on a held key does not return before its
-    /// pause while nothing changes (a poller would), and returns within [`PROMPT`] of a
-    /// release.
-    pub async fn watch_sleeps_until_notified<F, Fut>(factory: F)
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = (Arc<dyn Backend>, Guard)>,
-    {
-        let (b, _g) = factory().await;
-        let keys = ["n".to_string()];
-        let mut r = bound("n", "a");
-        r.ttl = Duration::from_secs(30);
-        let a = b.acquire(&r, &no_wait()).await.unwrap();
-        let t0 = Instant::now();
-        b.watch(&keys, Duration::from_millis(800)).await.unwrap();
-        assert!(
-            t0.elapsed() >= Duration::from_millis(700),
-            "returned after {:?} with nothing changed",
-            t0.elapsed()
-        );
-        let b2 = b.clone();
-        let releaser = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            b2.release_acquired(a, ReleaseMode::All).await.unwrap();
-            Instant::now()
-        });
-        b.watch(&keys, Duration::from_secs(10)).await.unwrap();
-        let woke = Instant::now();
-        let at = releaser.await.unwrap();
         assert!(
             woke.saturating_duration_since(at) < PROMPT,
             "woken {:?} after the release",

@@ -397,8 +397,8 @@ fn bad_input_is_one_line_and_exit_2(store: Store) {
     }
 }
 
-/// The queue of `key` as `status --json` lists it; `None` when the backend cannot tell
-/// (Redlock).
+/// The queue of `key` as `status --json` lists it; `None` when the backend cannot tell,
+/// which must be so exactly where the store declares no queue (`Store::caps`).
 fn queue_of(store: &Store, key: &str) -> Option<Vec<serde_json::Value>> {
     let out = store
         .dlock()
@@ -406,7 +406,13 @@ fn queue_of(store: &Store, key: &str) -> Option<Vec<serde_json::Value>> {
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
-    v["waiters"].as_array().cloned()
+    let queue = v["waiters"].as_array().cloned();
+    assert_eq!(
+        queue.is_some(),
+        store.caps().queue,
+        "status lists waiters exactly where a queue is declared: {v}"
+    );
+    queue
 }
 
 /// Waits until `n` waiters wait on `key`: listed in its queue or, on Redlock (no queue),
@@ -479,6 +485,7 @@ fn a_wait_is_shown_and_listed(store: Store) {
     assert!(line.starts_with("dlock: waiting for 'shown' on "), "{line}");
     assert!(line.contains(&format!(" pid {} (", holder.id())), "{line}");
     if let Some(queue) = queue_of(&store, "shown") {
+        // A store with a queue (`queue_of` checks it lists one exactly then).
         assert!(line.contains("position 2 of 2"), "{line}");
         let pids: Vec<u64> = queue.iter().map(|w| w["pid"].as_u64().unwrap()).collect();
         assert_eq!(pids, [quiet.id() as u64, loud.id() as u64], "{queue:?}");

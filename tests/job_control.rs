@@ -401,13 +401,11 @@ fn looks_before(said: &Said, at: Instant) -> usize {
 }
 
 /// `wait` returns as soon as the holder releases: `unlock` of a `lock`, the end of an
-/// `exec`. Where the store notifies (local store, Redis), it does not look again while
-/// nothing changes (a poller would, every 200 ms); Redlock polls. (That a notifying store's
+/// `exec`. Where the store notifies (`Store::caps`), it does not look again while nothing
+/// changes; the others poll (every 200 ms). (That a notifying store's
 /// watch sleeps until told is also `conformance::notified`.)
 fn wait_returns_promptly_on_release(store: Store) {
-    // Stores known to notify (etcd too, once it joins the matrix); Redlock polls; stores
-    // joining the matrix are only held to the latency bound until listed here.
-    let notified = matches!(store, Store::Local(_) | Store::Redis(_));
+    let notified = store.caps().notified;
     let quiet = Duration::from_millis(700);
     let lock = store
         .dlock()
@@ -436,7 +434,7 @@ fn wait_returns_promptly_on_release(store: Store) {
     let looks = looks_before(&said, unlocking);
     if notified {
         assert_eq!(looks, 0, "looked again {looks} times with nothing changed");
-    } else if matches!(store, Store::Redlock(_)) {
+    } else {
         assert!(looks >= 1, "polled {looks} times in {quiet:?}");
     }
     // An exec holder: its end is the release (on the local store, of a kernel lock).

@@ -3,8 +3,9 @@
 //! [`with_backends!`] holds the one list of backends; the CLI matrix
 //! ([`on_every_backend!`]) and the conformance suite ([`conformance_suite!`]) both expand
 //! from it. Adding a backend is one name in that list, plus what the name stands for in
-//! `support/backends.rs` (a `Store` constructor for a CLI backend, a conformance factory for
-//! every backend) and its server in `support/`.
+//! `support/backends.rs` (a `Store` constructor for a CLI backend; a conformance factory, a
+//! TTL unit and the declaration of its capabilities, `caps`, for every backend) and its
+//! server in `support/`.
 
 /// Calls `$then! { cli: [...], library: [...]; ARGS }` with every backend the tests know.
 ///
@@ -45,8 +46,9 @@ macro_rules! cli_tests {
 }
 
 /// Instantiates each named test of `conformance::suite` for every backend, as
-/// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`
-/// and its TTL unit from `support::backends::ttl_unit`.
+/// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`,
+/// its TTL unit from `support::backends::ttl_unit` and its capabilities from
+/// `support::backends::caps`.
 macro_rules! conformance_suite {
     ($($test:ident),* $(,)?) => {
         with_backends!(conformance_matrix! { [$($test),*] });
@@ -68,7 +70,9 @@ macro_rules! conformance_tests {
             #[tokio::test]
             async fn $test() {
                 let unit = crate::support::backends::ttl_unit::$backend();
+                let caps = crate::support::backends::caps::$backend();
                 let test = crate::conformance::suite::$test(crate::support::backends::factory::$backend);
+                let test = crate::conformance::CAPS.scope(caps, test);
                 crate::conformance::TTL_UNIT.scope(unit, test).await
             }
         )*

@@ -8,7 +8,9 @@
 //!   the conformance factories and the library helpers (`req`, `no_wait`, …).
 //!
 //! Library API:
-//! - `conformance`: the behaviour every backend shares, run on every backend.
+//! - `conformance`: the behaviour every backend shares, run on every backend;
+//!   `capabilities`: what a backend declares it does beyond that (`support::backends::caps`),
+//!   checked both ways, in the same suite.
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
@@ -45,6 +47,7 @@
 mod macros;
 mod support;
 
+mod capabilities;
 mod conformance;
 mod local_backend;
 mod redis_backend;

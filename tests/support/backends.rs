@@ -114,19 +114,53 @@ impl Store {
         sh
     }
 
-    /// Whether waiters line up first come first served and `status` lists them; on the
-    /// others a waiter retries on its own, and a waiter's `-v` line shows it waits.
-    pub fn keeps_queue(&self) -> bool {
-        !matches!(
-            self,
-            Store::Redlock(_) | Store::Memcached(_) | Store::MemcachedQuorum(_)
-        )
+    /// What this store does beyond what every store does ([`caps`]).
+    pub fn caps(&self) -> Caps {
+        match self {
+            Store::Local(_) => caps::local(),
+            Store::Redis(_) => caps::redis(),
+            Store::RedisCluster(_) => caps::redis_cluster(),
+            Store::Redlock(_) => caps::redlock(),
+            Store::Etcd(_) => caps::etcd(),
+            Store::Memcached(_) => caps::memcached(),
+            Store::MemcachedQuorum(_) => caps::memcached_quorum(),
+            Store::Zookeeper(_) => caps::zookeeper(),
+            Store::Postgres(_) => caps::postgres(),
+            Store::Mysql(_) => caps::mysql(),
+        }
     }
 
-    /// Whether `key` is held, as `dlock status KEY` says (exit 0).
+    /// Whether `key` is held, as `dlock status KEY --json` says: held is exit 0 with
+    /// `"held":true`, free is exit 1 with `"held":false`. Anything else (a usage error, an
+    /// unreachable store, an answer that does not parse) fails the test with dlock's stderr:
+    /// a `status` that fails is no evidence that the key is free.
     pub fn held(&self, key: &str) -> bool {
-        let out = self.dlock().args(["status", key]).output().unwrap();
-        out.status.code() == Some(0)
+        let out = self
+            .dlock()
+            .args(["status", key, "--json"])
+            .output()
+            .unwrap();
+        let held = match out.status.code() {
+            Some(0) => true,
+            Some(1) => false,
+            _ => panic!(
+                "dlock status {key} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        };
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("dlock status {key} --json: {e}: {out:?}"));
+        assert_eq!(
+            answer["key"], key,
+            "status answered for another key: {out:?}"
+        );
+        assert_eq!(
+            answer["held"].as_bool(),
+            Some(held),
+            "the exit code and the answer of status {key} disagree: {out:?}"
+        );
+        held
     }
 
     /// How many times longer a test must make its times so that its shortest lease,
@@ -182,6 +216,101 @@ impl Store {
         match self {
             Store::Mysql(s) => s,
             _ => panic!("not a MySQL store"),
+        }
+    }
+}
+
+/// What a backend does beyond what every backend does, declared once per backend of the
+/// list in `macros.rs` ([`caps`]). Tests decide from it which checks apply, and
+/// `conformance::suite::*_as_declared` check each claim both ways, so that a declaration
+/// that goes stale fails a test.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// `linger` leaves an `exec` lease held after this process is gone, to expire by itself
+    /// (not a ZooKeeper session, which ends with its process).
+    pub lingering: bool,
+    /// `watch` sleeps until the store tells of a change; the others poll.
+    pub notified: bool,
+    /// Waiters line up first come first served and `status` lists them; elsewhere `status`
+    /// cannot tell (no `waiters`) and a waiter retries on its own.
+    pub queue: bool,
+    /// `--shared` and `--limit N`; elsewhere they are refused.
+    pub sharing: bool,
+}
+
+/// One declaration per backend: the same names as [`ttl_unit`] and [`factory`].
+pub mod caps {
+    use super::Caps;
+
+    /// Every capability.
+    const ALL: Caps = Caps {
+        lingering: true,
+        notified: true,
+        queue: true,
+        sharing: true,
+    };
+
+    /// No queue, no notifications: a waiter retries, a watcher polls.
+    const POLLED: Caps = Caps {
+        notified: false,
+        queue: false,
+        ..ALL
+    };
+
+    pub fn local() -> Caps {
+        ALL
+    }
+
+    pub fn redis() -> Caps {
+        ALL
+    }
+
+    pub fn redis_cluster() -> Caps {
+        ALL
+    }
+
+    pub fn redlock() -> Caps {
+        POLLED
+    }
+
+    pub fn etcd() -> Caps {
+        ALL
+    }
+
+    pub fn memcached() -> Caps {
+        POLLED
+    }
+
+    pub fn memcached_quorum() -> Caps {
+        POLLED
+    }
+
+    /// An `exec` lease is a session, which ends with its process.
+    pub fn zookeeper() -> Caps {
+        Caps {
+            lingering: false,
+            ..ALL
+        }
+    }
+
+    /// LISTEN/NOTIFY.
+    pub fn postgres() -> Caps {
+        ALL
+    }
+
+    /// A waiters table, but no notifications: a watcher polls.
+    pub fn mysql() -> Caps {
+        Caps {
+            notified: false,
+            ..ALL
+        }
+    }
+
+    /// The in-memory reference store keeps exclusive leases only.
+    pub fn memory() -> Caps {
+        Caps {
+            sharing: false,
+            ..ALL
         }
     }
 }
