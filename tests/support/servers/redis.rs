@@ -193,18 +193,32 @@ impl RedisServer {
     }
 
     /// Runs `redis-cli` against this server (with its password) and returns its stdout,
-    /// trimmed.
+    /// trimmed. Fails the test when redis-cli cannot reach the server or the server answers
+    /// with an error: a command of the harness that did nothing is not a fault injected.
     pub fn cli(&self, args: &[&str]) -> String {
+        self.cli_may_fail(args)
+            .unwrap_or_else(|e| panic!("redis-cli -p {} {}: {e}", self.port, args.join(" ")))
+    }
+
+    /// [`RedisServer::cli`] where a failure is expected or harmless (a poll while a node
+    /// comes up): the trimmed stdout, or redis-cli's error (its stderr, or the error reply).
+    pub fn cli_may_fail(&self, args: &[&str]) -> Result<String, String> {
         let mut cli = Command::new("redis-cli");
         if let Some(password) = self.password() {
             cli.env("REDISCLI_AUTH", password);
         }
+        // `-e`: an error reply is exit 1 (redis-cli says 0 otherwise).
         let out = cli
-            .args(["-p", &self.port.to_string()])
+            .args(["-e", "-p", &self.port.to_string()])
             .args(args)
             .output()
             .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(format!("{} {stderr}{stdout}", out.status))
     }
 }
 

@@ -104,12 +104,14 @@ impl RedisCluster {
     fn not_ready(&self) -> Vec<String> {
         let mut pending = Vec::new();
         for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
-            let info = node.cli(&["CLUSTER", "INFO"]);
+            let info = node.cli_may_fail(&["CLUSTER", "INFO"]).unwrap_or_default();
             if !info.contains("cluster_state:ok") || !info.contains("cluster_slots_ok:16384") {
                 pending.push(format!("{}: not ok", node.port));
                 continue;
             }
-            let replication = node.cli(&["INFO", "replication"]);
+            let replication = node
+                .cli_may_fail(&["INFO", "replication"])
+                .unwrap_or_default();
             let replica = replication.contains("role:slave");
             if replica && !replication.contains("master_link_status:up") {
                 pending.push(format!("{}: replica not in sync", node.port));
