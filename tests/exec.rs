@@ -226,6 +226,8 @@ fn forwards_signals_to_the_command(store: Store) {
         ("TERM", 15, 42),
         ("INT", 2, 43),
         ("HUP", 1, 44),
+        ("QUIT", 3, 45),
+        ("USR2", 12, 46),
     ] {
         if ignored_here(num) {
             // Ignored by whoever started the tests (SIGINT under a background `&`): dlock and

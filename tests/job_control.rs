@@ -125,7 +125,7 @@ fn max_runtime_ends_a_command_that_obeys_sigterm_at_once(store: Store) {
 /// MariaDB server is killed, every node of a Redis Cluster is killed, two of three Redlock (or
 /// memcached quorum) servers are killed, the etcd member, a memcached or
 /// a ZooKeeper is killed.
-fn make_unavailable(store: &mut Store) -> std::process::Command {
+pub(crate) fn make_unavailable(store: &mut Store) -> std::process::Command {
     match store {
         Store::Local(dir) => {
             let file = dir.path().join("not-a-dir");

@@ -12,17 +12,21 @@ fn paused_server_kills_the_command_before_the_lease_expires() {
     let dir = tempfile::tempdir().unwrap();
     let ttl = Duration::from_millis(900);
     let (mut dlock, pid) = store.hold("paused", "900ms", dir.path());
-    store.server().pause();
-    // The last renewal was sent before the pause, so the lease expires at most one TTL from now.
+    let server = store.server();
+    let lease = "dlock:{paused}:lease";
+    let expires_ms = support::just_renewed(ttl * 2, || server.expiry_ms(lease));
+    server.pause();
     let paused_at = Instant::now();
     let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
-    let took = paused_at.elapsed();
+    let (dead_ms, took) = (support::now_ms(), paused_at.elapsed());
     store.server().resume();
     assert_eq!(status.code(), Some(79));
     assert!(!alive(pid), "the command must be dead");
+    // Timed from the last renewal the server accepted: the lease's expiry there.
     assert!(
-        took < ttl,
-        "the command must die before the lease can expire: took {took:?} for a {ttl:?} lease"
+        dead_ms < expires_ms,
+        "the command must die before the lease can expire: {}ms late ({took:?} after the pause)",
+        dead_ms - expires_ms
     );
     let err = stderr_of(dlock);
     assert!(

@@ -17,7 +17,8 @@
 //! The `dlock` binary on every CLI backend:
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
-//!   (`--limit N`, `--shared`).
+//!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
+//!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
@@ -60,6 +61,7 @@ mod exec;
 mod job_control;
 mod last_run;
 mod lease_clock;
+mod options;
 mod scripts;
 mod sharing;
 

@@ -49,6 +49,28 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Milliseconds since the Unix epoch on this machine's clock, which the test servers share.
+pub fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.expect("the clock is past 1970").as_millis() as u64
+}
+
+/// The expiry of a lease as its server keeps it (ms since the Unix epoch, from `read`),
+/// read right after it changed, that is right after a renewal the server accepted: a fault
+/// injected at once then comes a whole renewal period before the next renewal, and the
+/// value is the expiry the server goes by from then on. Fails the test when no renewal
+/// comes within `limit`.
+pub fn just_renewed(limit: Duration, mut read: impl FnMut() -> u64) -> u64 {
+    let first = read();
+    let mut now = first;
+    let renewed = wait_for(limit, || {
+        now = read();
+        now != first
+    });
+    assert!(renewed, "the lease was not renewed within {limit:?}");
+    now
+}
+
 /// Waits up to `limit` for `child` to exit.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;

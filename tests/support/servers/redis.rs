@@ -200,6 +200,16 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("redis-cli -p {} {}: {e}", self.port, args.join(" ")))
     }
 
+    /// When `key` expires, as this server keeps it (`PEXPIRETIME`: ms since the Unix epoch);
+    /// fails the test when the key is missing or has no expiry.
+    pub fn expiry_ms(&self, key: &str) -> u64 {
+        let at = self.cli(&["PEXPIRETIME", key]);
+        at.parse::<i64>()
+            .ok()
+            .and_then(|at| u64::try_from(at).ok())
+            .unwrap_or_else(|| panic!("{key} has no expiry on {}: {at}", self.port))
+    }
+
     /// [`RedisServer::cli`] where a failure is expected or harmless (a poll while a node
     /// comes up): the trimmed stdout, or redis-cli's error (its stderr, or the error reply).
     pub fn cli_may_fail(&self, args: &[&str]) -> Result<String, String> {
