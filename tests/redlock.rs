@@ -431,7 +431,7 @@ fn exec_kills_the_command_before_the_lease_expires_when_two_are_paused() {
     // Each server's expiry right after a renewal: a majority may grant the key again once
     // two of the three have let it expire, at the second expiry in time (renewals that
     // reach the server left running only move its own later).
-    let lease = "dlock:{k}:lease";
+    let lease = "dlock:{renewed}:lease";
     support::just_renewed(ttl * 2, || servers[0].expiry_ms(lease));
     let mut expiries: Vec<u64> = servers.iter().map(|s| s.expiry_ms(lease)).collect();
     servers[0].pause();
