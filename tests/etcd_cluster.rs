@@ -112,6 +112,39 @@ fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
     assert!(next > token, "{token} then {next}");
 }
 
+/// The earliest time (ms since the Unix epoch) at which the lease of the holder of `key`
+/// may expire as `member` sees it, taken right after a keep-alive: the lease's remaining
+/// TTL (whole seconds, rounded down) went up between two looks, so the keep-alive came
+/// after the first, and the lease lives its granted TTL from then at least.
+fn expiry_after_keep_alive(member: &EtcdServer, key: &str, limit: Duration) -> u64 {
+    let kvs: serde_json::Value =
+        serde_json::from_str(&member.ctl(&["get", &format!("{key}/"), "--prefix", "-w", "json"]))
+            .unwrap();
+    let lease = kvs["kvs"][0]["lease"]
+        .as_u64()
+        .expect("the holder's key has a lease");
+    let id = format!("{lease:x}");
+    let look = || {
+        let said = member.ctl(&["lease", "timetolive", &id]);
+        let secs = |label: &str| -> u64 {
+            let at = said.find(label).unwrap_or_else(|| panic!("{said}")) + label.len();
+            said[at..].split('s').next().unwrap().parse().unwrap()
+        };
+        (secs("TTL("), secs("remaining("))
+    };
+    let (mut before, mut last) = (crate::support::now_ms(), look().1);
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        let at = crate::support::now_ms();
+        let (granted, left) = look();
+        if left > last {
+            return before + granted * 1000;
+        }
+        (before, last) = (at, left);
+    }
+    panic!("no keep-alive seen within {limit:?}");
+}
+
 /// With two of three members frozen no keep-alive is answered: exec kills its command
 /// before the lease could expire (exit 79), and once the members are back nobody else
 /// held the lock meanwhile.
@@ -123,7 +156,7 @@ fn a_lost_quorum_kills_the_command_before_the_lease_ends() {
     let script = format!("echo $$ > '{}'; sleep 60", ready.display());
     let mut holder = dlock()
         .env("DLOCK_URL", cluster.url())
-        .args(["exec", "job", "--ttl", "3s", "--", "sh", "-c", &script])
+        .args(["exec", "job", "--ttl", "9s", "--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -131,18 +164,25 @@ fn a_lost_quorum_kills_the_command_before_the_lease_ends() {
     let pid: u32 = read_when_ready(&ready, Duration::from_secs(20))
         .parse()
         .unwrap();
+    // A TTL of whole seconds that spans several of them between keep-alives, so that
+    // one is seen as the remaining TTL going up.
+    let expires_ms = expiry_after_keep_alive(&cluster.members[0], "job", Duration::from_secs(20));
     let frozen_at = std::time::Instant::now();
     cluster.members[1].pause();
     cluster.members[2].pause();
-    let status = wait_exit(&mut holder, Duration::from_secs(10)).expect("dlock still runs");
-    let took = frozen_at.elapsed();
+    let status = wait_exit(&mut holder, Duration::from_secs(20)).expect("dlock still runs");
+    let (dead_ms, took) = (crate::support::now_ms(), frozen_at.elapsed());
     assert_eq!(status.code(), Some(i32::from(dlock::exit::LEASE_LOST)));
     assert!(
         !crate::support::alive(pid),
         "the command outlived its lease"
     );
-    // The last answered keep-alive was sent at most a third of the TTL before the freeze.
-    assert!(took < Duration::from_secs(3), "killed after {took:?}");
+    // Timed from the last keep-alive the cluster answered: the lease's expiry there.
+    assert!(
+        dead_ms < expires_ms,
+        "killed {}ms after the lease could expire ({took:?} after the freeze)",
+        dead_ms - expires_ms
+    );
     cluster.members[1].resume();
     cluster.members[2].resume();
     let next = dlock()

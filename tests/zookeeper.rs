@@ -164,14 +164,24 @@ fn a_dead_server_ends_the_command_before_the_session_can_expire() {
     let dir = tempfile::tempdir().unwrap();
     let mut held = holder(&url, "job", dir.path(), &["--ttl", "2s"]);
     let first = token_of(dir.path());
+    // When the server would end the session, right after it last heard from the holder.
+    let limit = Duration::from_secs(5);
+    let mut timeout = 0;
+    let heard_ms = support::renewed_after(limit, || {
+        let (answered, to) = server.session().expect("the holder's session");
+        timeout = to;
+        answered
+    });
+    let expires_ms = heard_ms + timeout;
     server.kill();
     let killed = Instant::now();
     let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock still runs");
-    let gone = killed.elapsed();
+    let (dead_ms, gone) = (support::now_ms(), killed.elapsed());
     assert_eq!(status.code(), Some(79), "{status:?}");
     assert!(
-        gone < Duration::from_secs(2),
-        "CMD outlived the session: {gone:?}"
+        dead_ms < expires_ms,
+        "CMD outlived the session by {}ms ({gone:?} after the kill)",
+        dead_ms - expires_ms
     );
     assert!(!dir.path().join("end").exists(), "the command went on");
     server.restart();
@@ -276,6 +286,18 @@ fn an_ensemble_without_a_quorum_ends_the_command_before_the_session_can_expire()
     let dir = tempfile::tempdir().unwrap();
     let mut held = holder(&url, "job", dir.path(), &["--ttl", "4s"]);
     let first = token_of(dir.path());
+    // When the server the holder is connected to would end its session, right after it
+    // last heard from it.
+    let serving = ensemble.servers.iter().find(|s| s.session().is_some());
+    let serving = serving.expect("the holder's session on a server");
+    let limit = Duration::from_secs(5);
+    let mut timeout = 0;
+    let heard_ms = support::renewed_after(limit, || {
+        let (answered, to) = serving.session().expect("the holder's session");
+        timeout = to;
+        answered
+    });
+    let expires_ms = heard_ms + timeout;
     let frozen: Vec<u32> = ensemble.servers[1..]
         .iter()
         .map(|s| s.pid().expect("running"))
@@ -285,15 +307,16 @@ fn an_ensemble_without_a_quorum_ends_the_command_before_the_session_can_expire()
     }
     let stopped = Instant::now();
     let status = wait_exit(&mut held, Duration::from_secs(15));
-    let gone = stopped.elapsed();
+    let (dead_ms, gone) = (support::now_ms(), stopped.elapsed());
     for pid in &frozen {
         crate::support::send_signal(*pid, "CONT");
     }
     let status = status.expect("dlock still runs without a quorum");
     assert_eq!(status.code(), Some(79), "{status:?}");
     assert!(
-        gone < Duration::from_secs(4),
-        "CMD outlived the session: {gone:?}"
+        dead_ms < expires_ms,
+        "CMD outlived the session by {}ms ({gone:?} after the freeze)",
+        dead_ms - expires_ms
     );
     assert!(!dir.path().join("end").exists(), "the command went on");
     // The two rejoin; until a quorum forms again, dlock cannot connect (exit 69).

@@ -71,6 +71,23 @@ pub fn just_renewed(limit: Duration, mut read: impl FnMut() -> u64) -> u64 {
     now
 }
 
+/// When a renewal the server accepted came, at the earliest (ms since the Unix epoch on
+/// this machine's clock), for servers that say *that* something changed but not when on
+/// our clock: `read` (a server's counter or own-clock time of the last renewal) is asked
+/// until its answer changes, and the time of the look before the change is returned.
+pub fn renewed_after(limit: Duration, mut read: impl FnMut() -> u64) -> u64 {
+    let mut before = (now_ms(), read());
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let at = now_ms();
+        if read() != before.1 {
+            return before.0;
+        }
+        before.0 = at;
+    }
+    panic!("no renewal within {limit:?}");
+}
+
 /// Waits up to `limit` for `child` to exit.
 pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let deadline = Instant::now() + limit;

@@ -96,7 +96,7 @@ impl ZkServer {
         format!(
             "tickTime=100\ninitLimit=50\nsyncLimit=10\ndataDir={}\nclientPort={}\n\
              clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=srvr,ruok,stat\nminSessionTimeout=1000\n\
+             4lw.commands.whitelist=srvr,ruok,stat,cons\nminSessionTimeout=1000\n\
              maxSessionTimeout=120000\nreconfigEnabled=false\n{}{}",
             data.display(),
             self.client_port,
@@ -153,6 +153,23 @@ impl ZkServer {
         let answer = self.four_letters("srvr")?;
         let line = answer.lines().find_map(|l| l.strip_prefix("Mode: "))?;
         Some(line.trim().to_string())
+    }
+
+    /// The session of this server's one client, as `cons` says: when the server last
+    /// answered it (`lresp`, on the server's own monotonic clock, in ms) and the session
+    /// timeout (`to`, ms); `None` when no client session is connected here.
+    pub fn session(&self) -> Option<(u64, u64)> {
+        let cons = self.four_letters("cons")?;
+        let field = |line: &str, name: &str| -> Option<u64> {
+            let at = line.find(&format!(",{name}="))? + name.len() + 2;
+            line[at..].split([',', ')']).next()?.parse().ok()
+        };
+        let sessions: Vec<(u64, u64)> = cons
+            .lines()
+            .filter_map(|l| Some((field(l, "lresp")?, field(l, "to")?)))
+            .collect();
+        assert!(sessions.len() <= 1, "several sessions: {cons}");
+        sessions.first().copied()
     }
 
     /// Sends a four-letter command and returns the answer.
