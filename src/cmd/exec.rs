@@ -101,7 +101,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         };
         if let Err(e) = metrics::write(&path, &run) {
             if !global.quiet {
-                eprintln!("dlock: warning: {e}");
+                crate::say!("warning: {e}");
             }
         }
     }
@@ -127,7 +127,7 @@ async fn run_child(
     let child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("dlock: {} (lock '{}' released)", e.message, lease.key);
+            crate::say!("{} (lock '{}' released)", e.message, lease.key);
             return Ok(e.code);
         }
     };
@@ -148,8 +148,8 @@ async fn run_child(
             ending.timed_out = true;
             if !global.quiet {
                 let d = humantime::format_duration(limit.max_runtime.unwrap_or_default());
-                eprintln!(
-                    "dlock: the command under '{}' ran longer than --max-runtime {d} and was terminated",
+                crate::say!(
+                    "the command under '{}' ran longer than --max-runtime {d} and was terminated",
                     lease.key
                 );
             }
@@ -400,7 +400,7 @@ async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
         Ok(()) => {
             log::info!(target: "dlock", event = "released", key = key.as_str(); "released '{key}'")
         }
-        Err(e) if warn => eprintln!("dlock: warning: could not release '{key}': {e}"),
+        Err(e) if warn => crate::say!("warning: could not release '{key}': {e}"),
         Err(_) => {}
     }
 }

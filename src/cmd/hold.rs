@@ -29,7 +29,7 @@ pub async fn linger(warn: bool, backend: &dyn Backend, acquired: Acquired, left:
                 "left '{key}' held for {left_ms}ms more (--hold-at-least)");
         }
         Err(e) if warn => {
-            eprintln!("dlock: warning: could not keep '{key}' held for --hold-at-least: {e}")
+            crate::say!("warning: could not keep '{key}' held for --hold-at-least: {e}")
         }
         Err(_) => {}
     }
