@@ -15,7 +15,8 @@
 //! The `dlock` binary on every CLI backend:
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
-//!   (`--limit N`, `--shared`).
+//!   (`--limit N`, `--shared`), `one_line` (a holder's newlines and escape sequences
+//!   shown escaped, on one line).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
@@ -57,6 +58,7 @@ mod exec;
 mod job_control;
 mod last_run;
 mod lease_clock;
+mod one_line;
 mod scripts;
 mod sharing;
 
