@@ -79,15 +79,17 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     // Recorded before the release, so that the next holder's record comes after ours.
     let lease = &acquired.lease;
     // A command that could not be started did not run: nothing to hold off.
-    let hold = args.hold_at_least.filter(|_| ending.started);
-    let release_next = !lost && hold::left(hold, lease, acquired_at).is_none();
-    let how = (global.quiet, release_next);
+    let hold_until = hold::until(
+        args.hold_at_least.filter(|_| ending.started),
+        lease,
+        acquired_at,
+    );
+    let how = (global.quiet, !lost && hold_until.is_none());
     record::record(&*backend, lease, (&argv, code), ending, times, how).await;
-    if !lost {
-        match hold::left(hold, &acquired.lease, acquired_at) {
-            Some(left) => hold::linger(!global.quiet, &*backend, acquired, left).await,
-            None => release(!global.quiet, &*backend, acquired).await,
-        }
+    match hold_until {
+        _ if lost => {}
+        Some(until) => hold::linger(!global.quiet, &*backend, acquired, until).await,
+        None => release(!global.quiet, &*backend, acquired).await,
     }
     if let Some(path) = metrics::path_for(args.metrics_file.as_deref(), &args.key) {
         let run = metrics::Run {
