@@ -28,7 +28,9 @@ Exit codes:
 /// Distributed locks for cron jobs and CI pipelines.
 ///
 /// Run a command while holding a lease on KEY, so that it never runs twice at once, on one
-/// host (embedded local store, the default) or across machines (Redis, Redlock).
+/// host (embedded local store, the default) or across machines on Redis (one server,
+/// Sentinel, Cluster, or Redlock over several), etcd, ZooKeeper, PostgreSQL, MySQL or
+/// Memcached.
 #[derive(Debug, Parser)]
 #[command(name = "dlock", version, about, long_about, after_long_help = EXIT_CODES)]
 pub struct Cli {
@@ -268,7 +270,7 @@ pub struct SharingOpts {
     /// token, served in arrival order (as consul lock -n N). Every caller of KEY must give
     /// the same N: a different one, or a caller without --limit, is refused (exit 2) while
     /// holders exist. 1 is the default exclusive lock. On every backend (Redlock and
-    /// Memcached keep no queue, so there in no order).
+    /// Memcached keep no queue, so there is no order).
     #[arg(long, value_name = "N", conflicts_with = "shared",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
@@ -276,7 +278,7 @@ pub struct SharingOpts {
     /// Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller
     /// without it (a writer) holds KEY alone. In arrival order: a waiting writer stops
     /// later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so
-    /// there in no order).
+    /// there is no order).
     #[arg(short = 's', long)]
     pub shared: bool,
 }

@@ -55,7 +55,11 @@ impl Log for Logger {
         }
         let elapsed_ms = self.started.elapsed().as_secs_f64() * 1000.0;
         let line = match self.format {
-            LogFormat::Text => format!("dlock: [{elapsed_ms:.1}ms] {}", record.args()),
+            LogFormat::Text => {
+                let message = record.args().to_string();
+                let message = crate::terminal::escape(&message);
+                format!("dlock: [{elapsed_ms:.1}ms] {message}")
+            }
             LogFormat::Json => json_line(record, elapsed_ms),
         };
         // A closed stderr is no reason to fail the run.

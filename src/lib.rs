@@ -29,6 +29,9 @@
 //!   crate's one module with `unsafe` code).
 //! * [`cmd`]: one file per subcommand.
 //! * [`output`]: human and JSON output.
+//! * [`terminal`]: text from stores and other users escaped for a terminal line (the
+//!   one rule for every error, warning, event, waiting line and `status` row), and `say!`,
+//!   which prints such a line.
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
 //! * [`metrics`]: node_exporter textfile metrics of an `exec` run (`--metrics-file`).
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
@@ -59,3 +62,4 @@ pub mod metrics;
 pub mod output;
 pub mod spawn;
 pub mod supervisor;
+pub mod terminal;

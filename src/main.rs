@@ -12,14 +12,15 @@ fn main() -> ExitCode {
             return ExitCode::from(dlock::exit::OK);
         }
         Err(e) => {
-            eprintln!("dlock: {}", usage_line(&e));
+            dlock::say!("{}", usage_line(&e));
             return ExitCode::from(dlock::exit::USAGE);
         }
     };
     match dlock::cmd::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("dlock: {e}");
+            // Escaped here too, whatever its constructor did: an error is one line.
+            dlock::say!("{e}");
             ExitCode::from(e.exit_code())
         }
     }

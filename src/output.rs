@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::backend::{
     now_ms, KeyStatus, LastRuns, Lease, LockInfo, ServerView, Sharing, WaiterInfo,
 };
+use crate::terminal::escape;
 
 pub mod runs;
 mod waitline;
@@ -222,7 +223,11 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         "KEY", "OWNER", "TOKEN", "HOST", "PID", "USER", "HELD FOR", "TTL LEFT", "WAITERS",
         "COMMAND",
     ];
-    let rows: Vec<Vec<Vec<String>>> = states.iter().map(status_rows).collect();
+    // Escaped before the widths are measured, so that the columns line up as shown.
+    let rows: Vec<Vec<Vec<String>>> = states
+        .iter()
+        .map(|s| status_rows(s).into_iter().map(escape_cells).collect())
+        .collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows.iter().flatten() {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -256,7 +261,12 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         }
     }
     out.push(format!("backend: {backend}"));
-    out
+    // The lines under a row carry holders' and servers' text too: one rule for them all.
+    out.into_iter().map(|l| escape(&l).into_owned()).collect()
+}
+
+fn escape_cells(row: Vec<String>) -> Vec<String> {
+    row.into_iter().map(|c| escape(&c).into_owned()).collect()
 }
 
 /// The waiters of one key, in queue order, under its row.
@@ -281,7 +291,11 @@ fn queue_lines(state: &KeyStatus, out: &mut Vec<String>) {
 
 /// The sub-lines of a quorum backend's key: one per server, then whether a majority agrees.
 pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
-    let width = servers.iter().map(|v| v.server.len()).max().unwrap_or(0);
+    let width = servers
+        .iter()
+        .map(|v| escape(&v.server).chars().count())
+        .max()
+        .unwrap_or(0);
     let mut lines: Vec<String> = servers
         .iter()
         .map(|v| {
@@ -299,7 +313,7 @@ pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
                     format!("{owner}  token {token}  ttl {ttl}{mark}")
                 }
             };
-            format!("  └ {:<width$}  {seen}", v.server)
+            format!("  └ {:<width$}  {}", escape(&v.server), escape(&seen))
         })
         .collect();
     let agreeing = servers.iter().filter(|v| v.agrees).count();
@@ -424,6 +438,55 @@ mod tests {
         assert!(lines[0].contains("not the majority's"));
         assert!(lines[2].contains("error: timed out"));
         assert!(lines[3].contains("quorum: no"), "{}", lines[3]);
+    }
+
+    #[test]
+    fn a_holder_from_elsewhere_is_one_escaped_row() {
+        let holder = crate::backend::Holder {
+            host: "h\u{2028}ost".into(),
+            pid: 7,
+            user: "u".into(),
+            command: "sleep 20\n# second line \x1b[31mred".into(),
+            acquired_at_ms: now_ms(),
+            held_until_ms: None,
+        };
+        let lock = LockInfo {
+            key: "ml".into(),
+            owner: "o\r1".into(),
+            fencing_token: 3,
+            holder: holder.clone(),
+            ttl_left_ms: Some(9_000),
+            depth: 1,
+        };
+        let waiter = WaiterInfo {
+            id: "w".into(),
+            holder,
+            sharing: Sharing::Exclusive,
+        };
+        let state = KeyStatus {
+            key: "ml".into(),
+            lock: Some(lock),
+            holders: Vec::new(),
+            sharing: Sharing::Exclusive,
+            waiters: Some(vec![waiter]),
+            servers: None,
+        };
+        let lines = status_lines(&[state], &[], "redis://h:1");
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        for line in &lines {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        assert!(
+            lines[1].ends_with("sleep 20\\n# second line \\e[31mred"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].contains("h\\u{2028}ost"), "{}", lines[1]);
+        assert!(
+            lines[2].contains("waiter 1: u@h\\u{2028}ost"),
+            "{}",
+            lines[2]
+        );
     }
 
     #[test]

@@ -235,3 +235,93 @@ async fn run_records_are_kept_for_at_most_30_days() {
     let left: u64 = ttl[0].trim_start_matches("HD t").parse().unwrap();
     assert!(left > 0 && left <= 30 * 24 * 3600, "{ttl:?}");
 }
+
+/// A counter item that is not a number fails the acquire (69, CMD not run) and gives the
+/// key back: the next caller is refused for the counter again, not held off for the TTL.
+#[test]
+fn a_counter_that_is_not_a_number_leaves_nothing_held() {
+    let server = MemcachedServer::start();
+    assert_eq!(
+        server.ask("ms dlock:token:job 3 T0\r\nabc", |_| true),
+        ["HD"]
+    );
+    let out = dlock(&server)
+        .args(["exec", "job", "--", "echo", "ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(out.stdout.is_empty(), "the command ran: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("'job'") && err.contains(&server.url()),
+        "{err}"
+    );
+    assert_eq!(
+        server.ask("mg dlock:lock:job v", |_| true),
+        ["EN"],
+        "left held"
+    );
+    let st = dlock(&server).args(["status", "job"]).status().unwrap();
+    assert_eq!(st.code(), Some(1), "status must say free");
+    let again = dlock(&server)
+        .args(["exec", "-n", "job", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(69), "{again:?}");
+}
+
+/// Something else on the port (a MariaDB greeting, say) is one line of exit 69, its bytes
+/// shown escaped.
+#[test]
+fn a_port_that_answers_garbage_is_one_escaped_line() {
+    let garbage = Garbage::start(b"d\0\0\0\n5.5.5-10.11.6-MariaDB\0\x1b[31m");
+    let url = format!("memcached://127.0.0.1:{}", garbage.port);
+    for args in [&["exec", "k", "--", "true"][..], &["status", "k"]] {
+        let out = support::dlock()
+            .args(["-u", &url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {out:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        crate::one_line::assert_clean(&err, "stderr");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(r"unexpected reply 'd\0\0\0'"), "{err}");
+    }
+}
+
+/// A server on a free port that greets every connection with the same bytes and closes it.
+struct Garbage {
+    port: u16,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Garbage {
+    fn start(greeting: &'static [u8]) -> Garbage {
+        use std::io::Write;
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        let _ = conn.write_all(greeting);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Garbage { port, stop }
+    }
+}
+
+impl Drop for Garbage {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

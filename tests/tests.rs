@@ -18,7 +18,8 @@
 //! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
-//!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`).
+//!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
+//!   `one_line` (a holder's newlines and escape sequences shown escaped, on one line).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
@@ -61,6 +62,7 @@ mod exec;
 mod job_control;
 mod last_run;
 mod lease_clock;
+mod one_line;
 mod options;
 mod scripts;
 mod sharing;

@@ -255,7 +255,8 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
-    /// `OWNER (host pid N: command)`, for messages.
+    /// `OWNER (host pid N: command)`, for messages: escaped for a terminal, since its
+    /// host and command come from another user.
     pub fn describe(&self) -> String {
         let h = &self.holder;
         let command = if h.command.is_empty() {
@@ -267,7 +268,8 @@ impl LockInfo {
             .why_held()
             .map(|w| format!(", {w}"))
             .unwrap_or_default();
-        format!("{} ({} pid {}{command}{why})", self.owner, h.host, h.pid)
+        let line = format!("{} ({} pid {}{command}{why})", self.owner, h.host, h.pid);
+        crate::terminal::escape(&line).into_owned()
     }
 
     /// `finished, held until HH:MM:SS UTC by --hold-at-least` when the run that holds it

@@ -206,7 +206,7 @@ fn conflict_code(global: &Global, opts: &AcquireOpts, key: &str, err: Error) -> 
         other => return Err(other),
     };
     if !global.quiet {
-        eprintln!("dlock: {msg}");
+        crate::say!("{msg}");
     }
     Ok(opts.conflict_exit_code)
 }

@@ -79,15 +79,17 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     // Recorded before the release, so that the next holder's record comes after ours.
     let lease = &acquired.lease;
     // A command that could not be started did not run: nothing to hold off.
-    let hold = args.hold_at_least.filter(|_| ending.started);
-    let release_next = !lost && hold::left(hold, lease, acquired_at).is_none();
-    let how = (global.quiet, release_next);
+    let hold_until = hold::until(
+        args.hold_at_least.filter(|_| ending.started),
+        lease,
+        acquired_at,
+    );
+    let how = (global.quiet, !lost && hold_until.is_none());
     record::record(&*backend, lease, (&argv, code), ending, times, how).await;
-    if !lost {
-        match hold::left(hold, &acquired.lease, acquired_at) {
-            Some(left) => hold::linger(!global.quiet, &*backend, acquired, left).await,
-            None => release(!global.quiet, &*backend, acquired).await,
-        }
+    match hold_until {
+        _ if lost => {}
+        Some(until) => hold::linger(!global.quiet, &*backend, acquired, until).await,
+        None => release(!global.quiet, &*backend, acquired).await,
     }
     if let Some(path) = metrics::path_for(args.metrics_file.as_deref(), &args.key) {
         let run = metrics::Run {
@@ -101,7 +103,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         };
         if let Err(e) = metrics::write(&path, &run) {
             if !global.quiet {
-                eprintln!("dlock: warning: {e}");
+                crate::say!("warning: {e}");
             }
         }
     }
@@ -127,7 +129,7 @@ async fn run_child(
     let child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("dlock: {} (lock '{}' released)", e.message, lease.key);
+            crate::say!("{} (lock '{}' released)", e.message, lease.key);
             return Ok(e.code);
         }
     };
@@ -148,8 +150,8 @@ async fn run_child(
             ending.timed_out = true;
             if !global.quiet {
                 let d = humantime::format_duration(limit.max_runtime.unwrap_or_default());
-                eprintln!(
-                    "dlock: the command under '{}' ran longer than --max-runtime {d} and was terminated",
+                crate::say!(
+                    "the command under '{}' ran longer than --max-runtime {d} and was terminated",
                     lease.key
                 );
             }
@@ -400,7 +402,7 @@ async fn release(warn: bool, backend: &dyn Backend, acquired: Acquired) {
         Ok(()) => {
             log::info!(target: "dlock", event = "released", key = key.as_str(); "released '{key}'")
         }
-        Err(e) if warn => eprintln!("dlock: warning: could not release '{key}': {e}"),
+        Err(e) if warn => crate::say!("warning: could not release '{key}': {e}"),
         Err(_) => {}
     }
 }

@@ -11,17 +11,20 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Acquired, Backend, Lease};
 
-/// How much of the hold is left, when there is any and this `exec` may hold on.
-pub fn left(hold: Option<Duration>, lease: &Lease, acquired_at: Instant) -> Option<Duration> {
+/// When the hold ends, if this `exec` holds on: an outermost lease, with some of the
+/// hold left now. Decided once, when CMD has ended; what is left is measured from this
+/// instant when the lease is left held, after the run record was written.
+pub fn until(hold: Option<Duration>, lease: &Lease, acquired_at: Instant) -> Option<Instant> {
     let until = acquired_at.checked_add(hold?)?;
-    let left = until.saturating_duration_since(Instant::now());
-    (!lease.reentered && !left.is_zero()).then_some(left)
+    (!lease.reentered && until > Instant::now()).then_some(until)
 }
 
-/// Leaves the lease held for `left` more. A failure only warns: the command already ran,
-/// and a lease that could not be left held expires by itself (or is gone).
-pub async fn linger(warn: bool, backend: &dyn Backend, acquired: Acquired, left: Duration) {
+/// Leaves the lease held until `until`: for what is left of the hold now, which writing
+/// the run record has shortened. A failure only warns: the command already ran, and a
+/// lease that could not be left held expires by itself (or is gone).
+pub async fn linger(warn: bool, backend: &dyn Backend, acquired: Acquired, until: Instant) {
     let key = acquired.lease.key.clone();
+    let left = until.saturating_duration_since(Instant::now());
     let left_ms = left.as_millis() as u64;
     match backend.linger(acquired, left).await {
         Ok(()) => {
@@ -29,7 +32,7 @@ pub async fn linger(warn: bool, backend: &dyn Backend, acquired: Acquired, left:
                 "left '{key}' held for {left_ms}ms more (--hold-at-least)");
         }
         Err(e) if warn => {
-            eprintln!("dlock: warning: could not keep '{key}' held for --hold-at-least: {e}")
+            crate::say!("warning: could not keep '{key}' held for --hold-at-least: {e}")
         }
         Err(_) => {}
     }
@@ -53,16 +56,16 @@ mod tests {
     }
 
     #[test]
-    fn only_what_is_left_of_an_outermost_hold() {
+    fn only_an_outermost_hold_with_time_left_holds_on() {
         let now = Instant::now();
         let ten = Some(Duration::from_secs(10));
-        let left = left(ten, &lease(false), now).expect("a hold is left");
-        assert!(left <= Duration::from_secs(10) && left > Duration::from_secs(9));
-        assert_eq!(super::left(ten, &lease(true), now), None, "re-entered");
-        assert_eq!(super::left(None, &lease(false), now), None, "no hold");
+        let until = until(ten, &lease(false), now).expect("a hold is left");
+        assert_eq!(until, now + Duration::from_secs(10), "from the acquisition");
+        assert_eq!(super::until(ten, &lease(true), now), None, "re-entered");
+        assert_eq!(super::until(None, &lease(false), now), None, "no hold");
         let long_ago = now - Duration::from_secs(11);
         assert_eq!(
-            super::left(ten, &lease(false), long_ago),
+            super::until(ten, &lease(false), long_ago),
             None,
             "ran longer"
         );

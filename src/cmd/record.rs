@@ -53,8 +53,8 @@ pub async fn record(
     let key = lease.key.as_str();
     if ending.store_silent {
         if !quiet {
-            eprintln!(
-                "dlock: warning: the run of '{key}' was not recorded: {} is not answering",
+            crate::say!(
+                "warning: the run of '{key}' was not recorded: {} is not answering",
                 backend.describe()
             );
         }
@@ -91,8 +91,8 @@ pub async fn record(
         Err(_) => format!("no answer within {}", humantime::format_duration(PATIENCE)),
     };
     if !quiet {
-        eprintln!(
-            "dlock: warning: could not record the run of '{key}' on {}: {error}",
+        crate::say!(
+            "warning: could not record the run of '{key}' on {}: {error}",
             backend.describe()
         );
     }

@@ -14,8 +14,8 @@ pub async fn run(global: &Global, args: RenewArgs) -> Result<u8> {
     if global.json {
         output::print_json(&output::LeaseJson::from(&lease));
     } else if global.verbose > 0 {
-        eprintln!(
-            "dlock: renewed '{}' for {}",
+        crate::say!(
+            "renewed '{}' for {}",
             args.key,
             humantime::format_duration(ttl)
         );

@@ -42,7 +42,7 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
     }
     if let Some(code) = unreadable.first().map(Error::exit_code) {
         for e in &unreadable {
-            eprintln!("dlock: {e}");
+            crate::say!("{e}");
         }
         return Ok(code);
     }
@@ -78,8 +78,8 @@ pub async fn last_runs(
             Ok(r) => Some(r),
             Err(e) => {
                 if warn {
-                    eprintln!(
-                        "dlock: warning: cannot read the last run of '{key}' on {}: {e}",
+                    crate::say!(
+                        "warning: cannot read the last run of '{key}' on {}: {e}",
                         backend.describe()
                     );
                 }

@@ -12,16 +12,12 @@ pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8> {
         let released = backend.release(&args.key, "", ReleaseMode::Force).await?;
         if !global.quiet {
             match released.previous_owner {
-                Some(owner) => eprintln!(
-                    "dlock: forced release of '{}' on {} (it was held by owner {owner})",
+                Some(owner) => crate::say!(
+                    "forced release of '{}' on {} (it was held by owner {owner})",
                     args.key,
                     backend.describe()
                 ),
-                None => eprintln!(
-                    "dlock: '{}' on {} was not held",
-                    args.key,
-                    backend.describe()
-                ),
+                None => crate::say!("'{}' on {} was not held", args.key, backend.describe()),
             }
         }
         return Ok(exit::OK);
@@ -29,8 +25,8 @@ pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8> {
     let owner = super::required_owner(args.owner, &args.key)?;
     let released = backend.release(&args.key, &owner, ReleaseMode::One).await?;
     if released.still_held && global.verbose > 0 {
-        eprintln!(
-            "dlock: '{}' is still held by an outer acquisition of the same owner",
+        crate::say!(
+            "'{}' is still held by an outer acquisition of the same owner",
             args.key
         );
     }

@@ -69,8 +69,8 @@ pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
         Some(holder) => {
             if !global.quiet {
                 let waited = output::short_duration(waited_ms);
-                eprintln!(
-                    "dlock: lock '{key}' is still held by {} on {name} after waiting {waited} (--timeout)",
+                crate::say!(
+                    "lock '{key}' is still held by {} on {name} after waiting {waited} (--timeout)",
                     holder.describe()
                 );
             }

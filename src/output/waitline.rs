@@ -134,7 +134,9 @@ impl LineState {
         if self.tty {
             const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
             self.frame = (self.frame + 1) % SPINNER.len();
-            eprint!("\r\x1b[2K{} {}", SPINNER[self.frame], self.describe());
+            let line = self.describe();
+            let line = crate::terminal::escape(&line);
+            eprint!("\r\x1b[2K{} {line}", SPINNER[self.frame]);
             self.drawn = true;
             return;
         }
@@ -143,7 +145,7 @@ impl LineState {
             .last_log
             .is_none_or(|t| t.elapsed() >= WaitLine::LOG_EVERY);
         if due || self.logged_silent != Some(silent) {
-            eprintln!("dlock: {}", self.describe());
+            crate::say!("{}", self.describe());
             self.last_log = Some(Instant::now());
             self.logged_silent = Some(silent);
         }

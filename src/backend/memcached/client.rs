@@ -197,8 +197,8 @@ impl Client {
 
     /// `memcached://host:port: WHAT: WHY`, on one line.
     pub fn unavailable(&self, what: &str, why: &str) -> Error {
-        let line = format!("{}: {what}: {why}", self.name).replace(['\r', '\n'], " ");
-        Error::Unavailable(line)
+        let line = format!("{}: {what}: {why}", self.name);
+        Error::Unavailable(crate::terminal::escape(&line).into_owned())
     }
 
     async fn conn(&self, what: &str) -> Result<Conn> {

@@ -65,7 +65,17 @@ impl MemcachedStore {
                 Reply::Done(flags) => {
                     let cas = cas_of(flags);
                     let granted = self.grant(req, &keys, record, cas, secs, sent, fence);
-                    let (lease, floor) = granted.await?;
+                    // Whatever went wrong after the add (a counter that is not a number,
+                    // a lower token, a reply lost after the token was written), the key
+                    // is given back before the error is told: a failed acquire leaves
+                    // nothing held.
+                    let (lease, floor) = match granted.await {
+                        Ok(granted) => granted,
+                        Err(e) => {
+                            self.give_back(req).await;
+                            return Err(e);
+                        }
+                    };
                     return Ok((Attempt::Granted(Acquired { lease, guard: None }), floor));
                 }
                 Reply::NotStored => {}
@@ -100,7 +110,7 @@ impl MemcachedStore {
     }
 
     /// The token of a lock we just added, written into its value; with the floor of the
-    /// lock's last-run record.
+    /// lock's last-run record. On an error the caller gives the lock back.
     #[allow(clippy::too_many_arguments)]
     async fn grant(
         &self,
@@ -121,15 +131,11 @@ impl MemcachedStore {
             _ => None,
         };
         let Some(token) = token else {
-            self.drop_added(&req.key, keys, cas).await;
             return Err(self.unexpected(&req.key, &replies[0]));
         };
         let floor = floor(&replies[1]);
         if fence == Fence::Check {
-            if let Err(e) = fence::check(&self.name, &req.key, token, floor) {
-                self.drop_added(&req.key, keys, cas).await;
-                return Err(e);
-            }
+            fence::check(&self.name, &req.key, token, floor)?;
         }
         record.token = token;
         let write = Request::set(&keys.lock, &record.encode(), &format!("T{secs} C{cas}"));
@@ -176,7 +182,8 @@ impl MemcachedStore {
             .await;
     }
 
-    /// Gives back a grant to `req.owner` whose answer never arrived (a dropped attempt).
+    /// Gives back a grant to `req.owner` whose answer never arrived (a dropped attempt),
+    /// or that failed after the lock item was added.
     pub(super) async fn give_back(&self, req: &AcquireRequest) {
         let Ok(keys) = self.keys(&req.key) else {
             return;
