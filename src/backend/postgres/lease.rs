@@ -384,11 +384,14 @@ async fn lock_row(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<(Current, Opt
         let (row, queue) = match ask.req.fair {
             true => {
                 let args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [key];
-                let (row, q) = tokio::try_join!(
+                // Both answers awaited, the row's first: when locking the row fails (a
+                // lock-wait timeout), the queue's read fails only because of it ("current
+                // transaction is aborted"), and the row's error is the one that says why.
+                let (row, q) = tokio::join!(
                     tx.query_opt(&st.lock_row, &args),
                     tx.query_one(&st.queue, &args)
-                )?;
-                (row, Some(q))
+                );
+                (row?, Some(q?))
             }
             false => (tx.query_opt(&st.lock_row, &[key]).await?, None),
         };
