@@ -125,9 +125,8 @@ impl LockStore for MysqlStore {
     }
 
     async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
-        self.write_run(key, run)
-            .await
-            .map_err(|e| self.server.naming(key, e))
+        // The caller's warning names the key and the server already.
+        self.write_run(key, run).await
     }
 
     async fn last_runs(&self, key: &str) -> Result<LastRuns> {
