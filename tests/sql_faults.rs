@@ -13,21 +13,20 @@ use crate::support::{
     PG_PASSWORD, PG_USER,
 };
 
-/// A SQL store, and how its dialect and its client tools say things.
-struct Sql(Store);
+/// A SQL store, how its dialect and its client tools say things, and how many client
+/// sessions were frozen on it.
+struct Sql(Store, std::cell::Cell<u32>);
 
 /// The application name of the client a test freezes in a transaction.
 const FROZEN_APP: &str = "frozen-client";
 
 impl Sql {
     fn postgres() -> Sql {
-        Sql(Store::postgres())
+        Sql(Store::postgres(), Default::default())
     }
 
     fn mysql() -> Sql {
-        let db = Sql(Store::mysql());
-        db.query("CREATE TABLE frozen_clients (id BIGINT)");
-        db
+        Sql(Store::mysql(), Default::default())
     }
 
     fn is_pg(&self) -> bool {
@@ -53,14 +52,32 @@ impl Sql {
 
     /// Locks `key`'s row in a transaction left open, as a frozen dlock would.
     fn lock_row(&self, key: &str) -> String {
+        self.1.set(self.1.get() + 1);
         match self.is_pg() {
             true => format!("BEGIN; SELECT 1 FROM dlock_locks WHERE key = '{key}' FOR UPDATE;"),
-            // The session says who it is first (MariaDB shows no client name).
+            // Then it says so, and who it is, with a named lock (MariaDB shows neither
+            // client names nor, reliably, the transactions of others).
             false => format!(
-                "INSERT INTO frozen_clients VALUES (CONNECTION_ID()); \
-                 START TRANSACTION; SELECT 1 FROM dlock_locks WHERE lock_key = '{key}' FOR UPDATE;"
+                "START TRANSACTION; SELECT 1 FROM dlock_locks WHERE lock_key = '{key}' FOR UPDATE; \
+                 DO GET_LOCK('{}', 0);",
+                self.frozen_name()
             ),
         }
+    }
+
+    /// The named lock the last MariaDB session takes once it holds the row.
+    fn frozen_name(&self) -> String {
+        format!("frozen-client-{}", self.1.get())
+    }
+
+    /// MariaDB: the sessions that wait for a row lock (blocked in `SELECT … FOR UPDATE`),
+    /// the frozen client and this query left out.
+    fn blocked_where(&self) -> String {
+        format!(
+            "FROM information_schema.PROCESSLIST WHERE INFO LIKE '%FOR UPDATE%' \
+             AND ID <> CONNECTION_ID() AND ID <> COALESCE(IS_USED_LOCK('{}'), 0)",
+            self.frozen_name()
+        )
     }
 
     /// An interactive client session (`psql`, `mariadb`) reading statements from a pipe.
@@ -111,48 +128,38 @@ impl Sql {
 
     /// How many client sessions sit idle in a transaction that locked a row.
     fn frozen(&self) -> u32 {
-        self.count(match self.is_pg() {
+        let sql = match self.is_pg() {
             true => {
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'frozen-client' \
                      AND state = 'idle in transaction' AND backend_xid IS NOT NULL"
+                    .to_string()
             }
-            false => {
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
-                      WHERE trx_mysql_thread_id = (SELECT MAX(id) FROM frozen_clients) \
-                      AND trx_state = 'RUNNING' AND trx_rows_locked > 0"
-            }
-        })
+            false => format!("SELECT IS_USED_LOCK('{}') IS NOT NULL", self.frozen_name()),
+        };
+        self.count(&sql)
     }
 
-    /// The server's sessions and transactions, for a failure's message.
+    /// The server's sessions, for a failure's message.
     fn sessions(&self) -> String {
         let sql = match self.is_pg() {
             true => {
                 "SELECT application_name, state, wait_event_type, backend_xid, query \
                      FROM pg_stat_activity WHERE backend_type = 'client backend'"
             }
-            false => {
-                "SELECT p.ID, p.COMMAND, p.STATE, p.INFO, t.trx_state, t.trx_rows_locked \
-                      FROM information_schema.PROCESSLIST p LEFT JOIN \
-                      information_schema.INNODB_TRX t ON p.ID = t.trx_mysql_thread_id"
-            }
+            false => "SELECT ID, COMMAND, STATE, INFO FROM information_schema.PROCESSLIST",
         };
         self.try_query(sql).unwrap_or_else(|e| e)
     }
 
     /// How many dlock sessions wait for a row lock.
     fn blocked(&self) -> u32 {
-        self.count(match self.is_pg() {
-            true => {
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock' \
+        let sql = match self.is_pg() {
+            true => "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock' \
                      AND wait_event_type = 'Lock'"
-            }
-            false => {
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX \
-                      WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id NOT IN \
-                      (SELECT id FROM frozen_clients)"
-            }
-        })
+                .to_string(),
+            false => format!("SELECT COUNT(*) {}", self.blocked_where()),
+        };
+        self.count(&sql)
     }
 
     /// Ends every dlock session that waits for a row lock, as an administrator would
@@ -164,11 +171,7 @@ impl Sql {
                  WHERE application_name = 'dlock' AND wait_event_type = 'Lock'",
             );
         }
-        let ids = self.query(
-            "SELECT GROUP_CONCAT(trx_mysql_thread_id) FROM information_schema.INNODB_TRX \
-             WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id NOT IN \
-             (SELECT id FROM frozen_clients)",
-        );
+        let ids = self.query(&format!("SELECT GROUP_CONCAT(ID) {}", self.blocked_where()));
         let ids = ids.split(',').filter(|id| id.parse::<u64>().is_ok());
         let killed = ids.filter(|id| self.try_query(&format!("KILL CONNECTION {id}")).is_ok());
         killed.count() as u32
