@@ -204,11 +204,17 @@ pub fn failure(passing: bool, msg: String) -> Error {
     }
 }
 
-/// SQLSTATE classes that mean the same on both servers and pass: 08, the connection
-/// failed (made again by the next try); 40, the server rolled the transaction back
-/// (serialization failure, deadlock), nothing of it kept.
+/// SQLSTATEs that mean the same on both servers and pass: class 08, the connection failed
+/// (made again by the next try), and a transaction [`rolled_back`].
 pub fn passing_state(state: &str) -> bool {
-    state.starts_with("08") || state.starts_with("40")
+    state.starts_with("08") || rolled_back(state)
+}
+
+/// The server rolled the whole transaction back to break a deadlock (40P01; MySQL says
+/// 40001 for it too) or a serialization conflict (40001): nothing of it was kept, and
+/// running it again at once is the answer.
+pub fn rolled_back(state: &str) -> bool {
+    matches!(state, "40001" | "40P01")
 }
 
 /// An I/O failure of the connection that a new connection may not meet: refused (a server

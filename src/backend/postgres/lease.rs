@@ -18,7 +18,7 @@ use super::backend::{ms, Conn, PostgresStore};
 use super::group::{self, Change, Changed, Step};
 use super::schema::{payload, Names, Prepared};
 use crate::backend::group::{Queued, GROUP_OWNER};
-use crate::backend::sql::{holder_json, info, live_group, renewed, Outcome};
+use crate::backend::sql::{self, holder_json, info, live_group, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -85,12 +85,9 @@ const TRANSIENT_RETRIES: u32 = 3;
 
 /// A transaction the server rolled back to break a deadlock (a waiter leaving locks its
 /// queue row before the key's, an attempt the other way round) or a serialization
-/// conflict: nothing of it was kept, and running it again is the answer, not exit 69.
+/// conflict (see [`sql::rolled_back`]).
 fn transient(e: &tokio_postgres::Error) -> bool {
-    use tokio_postgres::error::SqlState;
-    e.code().is_some_and(|c| {
-        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
-    })
+    e.code().is_some_and(|c| sql::rolled_back(c.code()))
 }
 
 impl PostgresStore {
