@@ -69,7 +69,7 @@ fn killed_server_during_a_wait_is_exit_69_and_nothing_is_left() {
     let (owner, _) = store.lock_token("w", "1m");
     let mut waiter = store
         .dlock()
-        .args(["exec", "w", "--", "true"])
+        .args(["exec", "w", "--timeout", "4s", "--", "true"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -78,6 +78,7 @@ fn killed_server_during_a_wait_is_exit_69_and_nothing_is_left() {
         store.pg().psql("SELECT count(*) FROM dlock_locks_waiters") == "1"
     });
     assert!(queued, "the waiter queued");
+    // A waiter tries to reconnect until its --timeout (a server restarting would be back).
     store.pg().kill();
     let status = wait_exit(&mut waiter, Duration::from_secs(10)).expect("the waiter gives up");
     assert_eq!(status.code(), Some(69));

@@ -39,6 +39,8 @@
 //!   role without DDL.
 //! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
 //!   passwords, an account without DDL, tables made on first use, TLS.
+//! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
+//!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
@@ -79,6 +81,7 @@ mod redis_cluster;
 mod redis_faults;
 mod redis_replicas;
 mod redis_sentinel;
+mod sql_faults;
 mod unanswered;
 mod zookeeper;
 mod zookeeper_interop;

@@ -48,11 +48,13 @@ impl Default for Tuning {
 
 /// Set on every session: times in UTC (so that `UNIX_TIMESTAMP(NOW(3))` is exact, with no
 /// daylight-saving hour read twice), each statement sees what was committed before it
-/// (READ COMMITTED, no gap locks), and nobody waits on a row lock for long.
+/// (READ COMMITTED, no gap locks), and nobody waits on a row lock for long: the server
+/// answers a lock wait before the client's own time limit, and the waiting loop tries
+/// again.
 const SESSION: [&str; 3] = [
     "SET SESSION time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    "SET SESSION innodb_lock_wait_timeout = 3",
+    "SET SESSION innodb_lock_wait_timeout = 2",
 ];
 
 /// MariaDB only (MySQL has no such limit, and refuses it): a client frozen inside a
@@ -114,6 +116,7 @@ impl Server {
         sql::one_line(msg, self.target.secret.as_deref())
     }
 
+    /// A failed request as an error of its kind (see [`passing`]), in one line.
     pub fn unavailable(&self, what: &str, e: &mysql_async::Error) -> Error {
         let (why, hint) = match e {
             mysql_async::Error::Server(s) => {
@@ -129,11 +132,35 @@ impl Server {
                 String::new(),
             ),
         };
-        Error::Unavailable(self.line(format!("{}: {what}: {why}{hint}", self.target.name)))
+        let msg = self.line(format!("{}: {what}: {why}{hint}", self.target.name));
+        sql::failure(passing(e), msg)
+    }
+
+    /// `e`, met by a request about `key`, naming it (see [`sql::naming`]).
+    pub fn naming(&self, key: &str, e: Error) -> Error {
+        sql::naming(key, &self.target.name, e)
     }
 
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
         sql::no_answer(&self.target.name, what, limit)
+    }
+}
+
+/// Server error codes that the next try may well not meet: a lock wait timed out (a
+/// client frozen in a transaction holds the row), the server is shutting down, the
+/// connection or its statement was killed (`KILL`), the session was ended for idling.
+const PASSING: [u16; 5] = [1205, 1053, 1927, 1317, 4031];
+
+/// Whether the next try may well not meet `e` (see [`sql::failure`]): the codes above and
+/// the states both servers share, a connection closed, refused or reset ("server has gone
+/// away"). A refused password, a missing database, table or privilege, bad data, a TLS or
+/// protocol failure stay.
+fn passing(e: &mysql_async::Error) -> bool {
+    match e {
+        mysql_async::Error::Server(s) => sql::passing_state(&s.state) || PASSING.contains(&s.code),
+        mysql_async::Error::Io(mysql_async::IoError::Io(io)) => sql::passing_io(io.kind()),
+        mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed) => true,
+        _ => false,
     }
 }
 

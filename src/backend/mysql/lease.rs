@@ -22,7 +22,7 @@ use super::share::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
 use crate::backend::group::{Queued, GROUP_OWNER};
-use crate::backend::sql::{holder_json, info, renewed, Outcome};
+use crate::backend::sql::{self, holder_json, info, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
@@ -112,10 +112,10 @@ pub(super) struct Queue {
 /// How many times an attempt InnoDB rolled back to break a deadlock runs again.
 const DEADLOCK_RETRIES: u32 = 3;
 
-/// InnoDB rolled the whole transaction back to break a deadlock (`ER_LOCK_DEADLOCK`):
-/// nothing of it was kept, and running it again is the answer, not exit 69.
+/// InnoDB rolled the whole transaction back to break a deadlock (`ER_LOCK_DEADLOCK`, see
+/// [`sql::rolled_back`]).
 fn deadlock(e: &mysql_async::Error) -> bool {
-    matches!(e, mysql_async::Error::Server(s) if s.code == 1213)
+    matches!(e, mysql_async::Error::Server(s) if sql::rolled_back(&s.state))
 }
 
 /// What a release found.

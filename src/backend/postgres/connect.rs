@@ -39,9 +39,11 @@ impl Default for Tuning {
 }
 
 /// Server-side limits set on every session: a client frozen inside a transaction (SIGSTOP)
-/// must not keep a key's row locked, and nobody waits on a row lock for long.
+/// must not keep a key's row locked, and nobody waits on a row lock for long: the server
+/// answers a lock wait before the client's own time limit (the connection is kept), and
+/// the waiting loop tries again.
 const SESSION_OPTIONS: &str =
-    "-c idle_in_transaction_session_timeout=5000 -c lock_timeout=3000 -c application_name=dlock";
+    "-c idle_in_transaction_session_timeout=5000 -c lock_timeout=2000 -c application_name=dlock";
 
 /// A notification: the channel's payload (see [`super::schema::payload`]).
 pub type Note = Arc<str>;
@@ -103,10 +105,18 @@ impl Server {
         sql::one_line(msg, self.target.secret.as_deref())
     }
 
+    /// A failed request as an error of its kind (see [`passing`]), in one line.
     pub fn unavailable(&self, what: &str, e: &tokio_postgres::Error) -> Error {
         let why = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
-            None => e.to_string(),
+            None if password_missing(e) => format!(
+                "the server wants a password (give it in the URL or {})",
+                env::PG_PASSWORD
+            ),
+            None => match std::error::Error::source(e) {
+                Some(source) => format!("{e}: {source}"),
+                None => e.to_string(),
+            },
         };
         let hint = match e.code().map(|c| c.code()) {
             Some("28P01") | Some("28000") => {
@@ -114,12 +124,43 @@ impl Server {
             }
             _ => String::new(),
         };
-        Error::Unavailable(self.line(format!("{}: {what}: {why}{hint}", self.target.name)))
+        let msg = self.line(format!("{}: {what}: {why}{hint}", self.target.name));
+        sql::failure(passing(e), msg)
+    }
+
+    /// `e`, met by a request about `key`, naming it (see [`sql::naming`]).
+    pub fn naming(&self, key: &str, e: Error) -> Error {
+        sql::naming(key, &self.target.name, e)
     }
 
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
         sql::no_answer(&self.target.name, what, limit)
     }
+}
+
+/// SQLSTATEs of PostgreSQL's own that the next try may well not meet: a lock wait or a
+/// statement timed out (a client frozen in a transaction holds the row), the session was
+/// ended (`pg_terminate_backend`, an idle-session timeout), the server is shutting down or
+/// starting, or has no connection slot free.
+const PASSING: [&str; 8] = [
+    "55P03", "57014", "57P01", "57P02", "57P03", "57P05", "25P03", "53300",
+];
+
+/// Whether the next try may well not meet `e` (see [`sql::failure`]): the states above and
+/// the ones both servers share, a closed connection, a connection refused or reset. A
+/// refused password, a missing database, table or permission, bad data, a TLS or
+/// protocol failure stay.
+fn passing(e: &tokio_postgres::Error) -> bool {
+    if let Some(state) = e.code() {
+        return sql::passing_state(state.code()) || PASSING.contains(&state.code());
+    }
+    e.is_closed() || sql::io_error(e).is_some_and(|io| sql::passing_io(io.kind()))
+}
+
+/// The server asked for a password and none was given (the client says only "invalid
+/// configuration").
+fn password_missing(e: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing")
 }
 
 /// Spawns the task that drives a connection (it must be polled for the client to work),

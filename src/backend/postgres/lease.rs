@@ -18,7 +18,7 @@ use super::backend::{ms, Conn, PostgresStore};
 use super::group::{self, Change, Changed, Step};
 use super::schema::{payload, Names, Prepared};
 use crate::backend::group::{Queued, GROUP_OWNER};
-use crate::backend::sql::{holder_json, info, live_group, renewed, Outcome};
+use crate::backend::sql::{self, holder_json, info, live_group, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -85,12 +85,9 @@ const TRANSIENT_RETRIES: u32 = 3;
 
 /// A transaction the server rolled back to break a deadlock (a waiter leaving locks its
 /// queue row before the key's, an attempt the other way round) or a serialization
-/// conflict: nothing of it was kept, and running it again is the answer, not exit 69.
+/// conflict (see [`sql::rolled_back`]).
 fn transient(e: &tokio_postgres::Error) -> bool {
-    use tokio_postgres::error::SqlState;
-    e.code().is_some_and(|c| {
-        *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
-    })
+    e.code().is_some_and(|c| sql::rolled_back(c.code()))
 }
 
 impl PostgresStore {
@@ -384,11 +381,14 @@ async fn lock_row(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<(Current, Opt
         let (row, queue) = match ask.req.fair {
             true => {
                 let args: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [key];
-                let (row, q) = tokio::try_join!(
+                // Both answers awaited, the row's first: when locking the row fails (a
+                // lock-wait timeout), the queue's read fails only because of it ("current
+                // transaction is aborted"), and the row's error is the one that says why.
+                let (row, q) = tokio::join!(
                     tx.query_opt(&st.lock_row, &args),
                     tx.query_one(&st.queue, &args)
-                )?;
-                (row, Some(q))
+                );
+                (row?, Some(q?))
             }
             false => (tx.query_opt(&st.lock_row, &[key]).await?, None),
         };

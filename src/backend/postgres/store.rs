@@ -80,7 +80,9 @@ impl LockStore for PostgresStore {
         w: &mut PgWaiter,
         enqueue: bool,
     ) -> Result<Attempt> {
-        self.attempt_as(req, w, enqueue).await
+        self.attempt_as(req, w, enqueue)
+            .await
+            .map_err(|e| self.server.naming(&req.key, e))
     }
 
     async fn sleep(
@@ -119,16 +121,22 @@ impl LockStore for PostgresStore {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        self.renew_lease(key, owner, ttl).await
+        self.renew_lease(key, owner, ttl)
+            .await
+            .map_err(|e| self.server.naming(key, e))
     }
 
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
         let lease = &acquired.lease;
-        self.linger_lease(&lease.key, &lease.owner, left).await
+        self.linger_lease(&lease.key, &lease.owner, left)
+            .await
+            .map_err(|e| self.server.naming(&lease.key, e))
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        self.release_lease(key, owner, mode).await
+        self.release_lease(key, owner, mode)
+            .await
+            .map_err(|e| self.server.naming(key, e))
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
@@ -162,11 +170,14 @@ impl LockStore for PostgresStore {
     }
 
     async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        // The caller's warning names the key and the server already.
         self.write_run(key, run).await
     }
 
     async fn last_runs(&self, key: &str) -> Result<LastRuns> {
-        self.read_runs(key).await
+        self.read_runs(key)
+            .await
+            .map_err(|e| self.server.naming(key, e))
     }
 }
 
