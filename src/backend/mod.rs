@@ -355,9 +355,24 @@ pub trait Backend: Send + Sync {
     /// Releases a lease this process acquired, then drops its guard. A backend whose guard
     /// alone ends the lease (the local store's bound leases) drops the guard first instead,
     /// so that the next waiter is woken before any bookkeeping: what `exec` does last.
+    ///
+    /// A [`Transient`](crate::error::Error::Transient) failure (a client frozen on the key's row, a leader change)
+    /// is tried again for as long as the lease could still be alive, at most
+    /// [`waiting::RIDE_OUT`]: giving up would leave the next waiter to wait out the TTL.
     async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
         let lease = &acquired.lease;
-        let released = self.release(&lease.key, &lease.owner, mode).await;
+        let until = tokio::time::Instant::now() + lease.ttl.min(waiting::RIDE_OUT);
+        let mut round = 0;
+        let released = loop {
+            match self.release(&lease.key, &lease.owner, mode).await {
+                Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
+                    let pause = waiting::backoff(round);
+                    round += 1;
+                    tokio::time::sleep_until(until.min(tokio::time::Instant::now() + pause)).await;
+                }
+                done => break done,
+            }
+        };
         drop(acquired);
         released.map(drop)
     }

@@ -149,17 +149,23 @@ impl LockStore for PostgresStore {
 
     /// Returns on a release or grant of one of `keys`, or after `pause` (at most a
     /// heartbeat: an expiry is not notified). The subscription is kept between calls; the
-    /// first call (or one after the connection was reopened) returns at once.
+    /// first call (or one after the connection was reopened) looks once after it LISTENs,
+    /// as Redis's watch does, and returns at once only when a key is free by then: a
+    /// release between the caller's last look and the LISTEN sent no note we heard.
     async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
         let mut watcher = self.watcher.lock().await;
         if watcher.is_none() || !self.listening().await {
             *watcher = None;
-            if self.listen().await.is_ok() {
-                *watcher = Some(self.notes.subscribe());
+            if self.listen().await.is_err() {
+                tokio::time::sleep(pause.min(WATCH_POLL)).await;
                 return Ok(());
             }
-            tokio::time::sleep(pause.min(WATCH_POLL)).await;
-            return Ok(());
+            let rx = self.notes.subscribe();
+            let looked = self.read_status(keys).await;
+            *watcher = Some(rx);
+            if looked.map_or(true, |st| st.iter().any(|s| s.lock.is_none())) {
+                return Ok(());
+            }
         }
         let rx = watcher.as_mut().expect("checked above");
         let until = Instant::now() + pause.min(self.server.tuning.heartbeat);
