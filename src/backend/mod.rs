@@ -27,6 +27,7 @@ pub mod runs;
 pub mod sharing;
 mod spec;
 pub mod sql;
+pub mod url;
 pub mod store;
 pub mod waiting;
 pub mod zookeeper;
