@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::registry;
-use crate::config::{default_dir, redact_url};
+use super::url::redact as redact_url;
+use crate::config::default_dir;
 use crate::error::{Error, Result};
 
 /// Which backend to talk to, decided from `--url`/`DLOCK_URL`.
@@ -18,24 +19,34 @@ pub enum BackendSpec {
     Quorum(Vec<String>),
 }
 
-impl BackendSpec {
-    /// Reads the URLs given on the command line (each may hold a comma-separated list).
-    /// A piece without `://` continues the host list of the cluster URL before it
-    /// (`redis+sentinel://h1:26379,h2:26379/mymaster`).
-    pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
-        let mut joined: Vec<String> = Vec::new();
-        for piece in urls.iter().flat_map(|u| u.split(',')).map(str::trim) {
-            if piece.is_empty() {
-                continue;
+/// The URLs in `urls`, which `--url` and `DLOCK_URL` split at every comma. A piece that
+/// does not start with a known scheme continues the URL before it, comma and all: one more
+/// host of a cluster (`redis+sentinel://h1:26379,h2:26379/mymaster`), or a comma inside a
+/// password or a parameter, so that no piece of a password is ever read as a URL of its
+/// own. Blank URLs are left out.
+pub fn join_urls(urls: &[String]) -> Vec<String> {
+    let mut joined: Vec<String> = Vec::new();
+    for piece in urls.iter().flat_map(|u| u.split(',')) {
+        match joined.last_mut() {
+            Some(last) if registry::find(piece.trim_start()).is_none() => {
+                last.push(',');
+                last.push_str(piece);
             }
-            match joined.last_mut() {
-                Some(last) if !piece.contains("://") && registry::host_list_open(last) => {
-                    last.push(',');
-                    last.push_str(piece);
-                }
-                _ => joined.push(piece.to_string()),
-            }
+            _ => joined.push(piece.to_string()),
         }
+    }
+    joined
+        .iter()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.trim_matches([',', ' ']).is_empty())
+        .collect()
+}
+
+impl BackendSpec {
+    /// Reads the URLs given on the command line (each may hold a comma-separated list;
+    /// see [`join_urls`]).
+    pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
+        let joined = join_urls(urls);
         for url in &joined {
             (registry::scheme_of(url)?.check)(url)?;
         }
