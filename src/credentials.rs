@@ -75,12 +75,13 @@ fn memfd_with(urls: &[String]) -> std::io::Result<OwnedFd> {
     Ok(file.into())
 }
 
-/// `urls` with each URL that has no password replaced by the inherited full URL (see the
-/// module documentation) that strips down to it. Without an inherited descriptor, or when
-/// it cannot be read, `urls` as they are.
+/// `urls` (as `--url` splits them: joined again, see [`crate::backend::join_urls`]) with
+/// each URL that has no password replaced by the inherited full URL (see the module
+/// documentation) that strips down to it. Without an inherited descriptor, or when it
+/// cannot be read, the joined `urls` as they are.
 pub fn restore(urls: Vec<String>) -> Vec<String> {
     let Some(full) = inherited() else {
-        return urls;
+        return crate::backend::join_urls(&urls);
     };
     restore_from(urls, &full)
 }
@@ -147,6 +148,14 @@ mod tests {
         for (url, stripped) in cases {
             assert_eq!(strip(url), stripped, "{url}");
         }
+    }
+
+    #[test]
+    fn a_comma_or_slash_in_a_password_never_reaches_the_child() {
+        let given = ["redis://u:Pa", "S/s@h:1", "redis://:Xy/z@h:2"].map(String::from);
+        let child = for_child(&given).unwrap();
+        assert_eq!(child.url, "redis://u@h:1,redis://h:2");
+        assert!(child.fd.is_some());
     }
 
     #[test]

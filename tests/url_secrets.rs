@@ -152,3 +152,33 @@ fn redis_urls_refuse_unknown_parameters() {
         );
     }
 }
+
+#[test]
+fn a_postgres_password_of_any_characters_logs_in_and_a_missing_one_is_named() {
+    let server = crate::support::PostgresServer::start();
+    let nasty = "Pa/SS?#@:%, é";
+    let role = "nasty";
+    let quoted = nasty.replace('\'', "''");
+    server.psql(&format!(
+        "CREATE ROLE {role} LOGIN PASSWORD '{quoted}'; GRANT ALL ON DATABASE postgres TO {role}; GRANT ALL ON SCHEMA public TO {role}"
+    ));
+    let at = format!("@127.0.0.1:{}/postgres", server.port);
+    for written in [nasty.replace('%', "%25"), encode(nasty)] {
+        let url = format!("postgres://{role}:{written}{at}");
+        let out = status(&url);
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = status(&format!("postgres://{role}{at}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(err.contains("requires a password") && err.contains("PGPASSWORD"), "{err}");
+    // A socket directory in ?host= is used, not passed over for TCP: nothing listens there.
+    let out = status("postgres:///postgres?host=/nonexistent");
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let both = format!("postgres://127.0.0.1:{}/postgres?host=/nonexistent", server.port);
+    assert_eq!(status(&both).status.code(), Some(2));
+}

@@ -23,7 +23,7 @@ pub enum BackendSpec {
 /// does not start with a known scheme continues the URL before it, comma and all: one more
 /// host of a cluster (`redis+sentinel://h1:26379,h2:26379/mymaster`), or a comma inside a
 /// password or a parameter, so that no piece of a password is ever read as a URL of its
-/// own. Blank URLs are left out.
+/// own. Blanks around each URL are trimmed.
 pub fn join_urls(urls: &[String]) -> Vec<String> {
     let mut joined: Vec<String> = Vec::new();
     for piece in urls.iter().flat_map(|u| u.split(',')) {
@@ -35,18 +35,19 @@ pub fn join_urls(urls: &[String]) -> Vec<String> {
             _ => joined.push(piece.to_string()),
         }
     }
-    joined
-        .iter()
-        .map(|u| u.trim().to_string())
-        .filter(|u| !u.trim_matches([',', ' ']).is_empty())
-        .collect()
+    joined.iter().map(|u| u.trim().to_string()).collect()
+}
+
+/// True for a URL that is only commas and blanks.
+fn blank(url: &str) -> bool {
+    url.trim_matches([',', ' ']).is_empty()
 }
 
 impl BackendSpec {
     /// Reads the URLs given on the command line (each may hold a comma-separated list;
     /// see [`join_urls`]).
     pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
-        let joined = join_urls(urls);
+        let joined: Vec<String> = join_urls(urls).into_iter().filter(|u| !blank(u)).collect();
         for url in &joined {
             (registry::scheme_of(url)?.check)(url)?;
         }
@@ -149,6 +150,19 @@ mod tests {
         // Nothing is appended to a Sentinel URL that has its master name already.
         let e = BackendSpec::from_urls(&["redis+sentinel://s1/m,junk".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+        // A comma in a password is put back, wherever `--url` split it.
+        for pieces in [
+            &["redis://u:Pa,S s@h:1,redis://h:2"][..],
+            &["redis://u:Pa", "S s@h:1", "redis://h:2"],
+        ] {
+            let pieces: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+            assert_eq!(
+                BackendSpec::from_urls(&pieces).unwrap(),
+                BackendSpec::Quorum(vec!["redis://u:Pa,S s@h:1".into(), "redis://h:2".into()])
+            );
+        }
+        let e = BackendSpec::from_urls(&["redis://u:Pa,Ss@h:x".to_string()]).unwrap_err();
+        assert!(!e.to_string().contains("Pa") && !e.to_string().contains("Ss"), "{e}");
         // A bare host after a plain redis:// URL is still an error.
         let e = BackendSpec::from_urls(&["redis://a,b:1".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
