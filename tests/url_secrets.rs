@@ -58,7 +58,12 @@ fn pieces(password: &str) -> Vec<String> {
 
 fn status(url: &str) -> Output {
     let mut c = dlock();
-    for var in ["PGPASSWORD", "MYSQL_PWD", "REDISCLI_AUTH", "DLOCK_SENTINEL_PASSWORD"] {
+    for var in [
+        "PGPASSWORD",
+        "MYSQL_PWD",
+        "REDISCLI_AUTH",
+        "DLOCK_SENTINEL_PASSWORD",
+    ] {
         c.env_remove(var);
     }
     c.args(["-u", url, "status"]).output().unwrap()
@@ -100,7 +105,11 @@ fn url_passwords_never_show_in_errors_on_any_scheme() {
             let reached: &[i32] = if memcached { &[2] } else { &[2, 69] };
             cases.push((url(password), password.to_string(), reached));
             cases.push((url(&encode(password)), password.to_string(), reached));
-            let bogus = if template.contains('?') { "&bogus=1" } else { "?bogus=1" };
+            let bogus = if template.contains('?') {
+                "&bogus=1"
+            } else {
+                "?bogus=1"
+            };
             cases.push((url(password) + bogus, password.to_string(), &[2][..]));
         }
     }
@@ -175,10 +184,16 @@ fn a_postgres_password_of_any_characters_logs_in_and_a_missing_one_is_named() {
     let out = status(&format!("postgres://{role}{at}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{err}");
-    assert!(err.contains("requires a password") && err.contains("PGPASSWORD"), "{err}");
+    assert!(
+        err.contains("requires a password") && err.contains("PGPASSWORD"),
+        "{err}"
+    );
     // A socket directory in ?host= is used, not passed over for TCP: nothing listens there.
     let out = status("postgres:///postgres?host=/nonexistent");
     assert_eq!(out.status.code(), Some(69), "{out:?}");
-    let both = format!("postgres://127.0.0.1:{}/postgres?host=/nonexistent", server.port);
+    let both = format!(
+        "postgres://127.0.0.1:{}/postgres?host=/nonexistent",
+        server.port
+    );
     assert_eq!(status(&both).status.code(), Some(2));
 }

@@ -27,8 +27,8 @@ pub mod runs;
 pub mod sharing;
 mod spec;
 pub mod sql;
-pub mod url;
 pub mod store;
+pub mod url;
 pub mod waiting;
 pub mod zookeeper;
 

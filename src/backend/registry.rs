@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
 use super::url::redact as redact_url;
+use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
 use crate::error::{Error, Result};
 
 /// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).

@@ -162,7 +162,10 @@ mod tests {
             );
         }
         let e = BackendSpec::from_urls(&["redis://u:Pa,Ss@h:x".to_string()]).unwrap_err();
-        assert!(!e.to_string().contains("Pa") && !e.to_string().contains("Ss"), "{e}");
+        assert!(
+            !e.to_string().contains("Pa") && !e.to_string().contains("Ss"),
+            "{e}"
+        );
         // A bare host after a plain redis:// URL is still an error.
         let e = BackendSpec::from_urls(&["redis://a,b:1".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);

@@ -76,7 +76,11 @@ impl Url {
 
     /// Refuses any query parameter not in `known`, naming it and the known ones.
     pub fn only_params(&self, known: &[&str]) -> Result<(), String> {
-        match self.query.iter().find(|(n, _)| !known.contains(&n.as_str())) {
+        match self
+            .query
+            .iter()
+            .find(|(n, _)| !known.contains(&n.as_str()))
+        {
             None => Ok(()),
             Some((name, _)) if known.is_empty() => Err(format!(
                 "unknown parameter '{}' (this URL takes none)",
@@ -168,7 +172,11 @@ pub fn parse(url: &str) -> Result<Url, String> {
 
 fn hosts(authority: &str) -> Result<Vec<Host>, String> {
     let mut hosts = Vec::new();
-    for node in authority.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+    for node in authority
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
         let (name, port) = if let Some(v6) = node.strip_prefix('[') {
             let (name, after) = v6.split_once(']').ok_or("unclosed '[' in a host")?;
             match after {
@@ -211,10 +219,7 @@ fn query(query: &str) -> Result<Vec<(String, String)>, String> {
         let value = percent_decode(value)
             .ok_or_else(|| format!("bad escape in the value of '{}'", printable(&name)))?;
         if pairs.iter().any(|(n, _)| *n == name) {
-            return Err(format!(
-                "parameter '{}' is given twice",
-                printable(&name)
-            ));
+            return Err(format!("parameter '{}' is given twice", printable(&name)));
         }
         pairs.push((name, value));
     }

@@ -96,7 +96,10 @@ mod tests {
         assert!(parse("etcd://nopassword@a").is_err());
         let t = parse("etcd://us%65r:p%40ss%3Aw%25rd@a").unwrap();
         assert_eq!(t.credentials, Some(("user".into(), "p@ss:w%rd".into())));
-        assert_eq!(parse("etcd://a?prefix=j%C3%B6bs%2F").unwrap().prefix, "jöbs/");
+        assert_eq!(
+            parse("etcd://a?prefix=j%C3%B6bs%2F").unwrap().prefix,
+            "jöbs/"
+        );
         assert!(parse("etcd://a?prefix=x&prefix=y").is_err());
         let t = parse("etcd://u:p?ss/w#rd@a").unwrap();
         assert_eq!(t.credentials, Some(("u".into(), "p?ss/w#rd".into())));

@@ -106,8 +106,8 @@ impl Server {
     pub fn unavailable(&self, what: &str, e: &tokio_postgres::Error) -> Error {
         // The client refuses, before the server does, to answer a password request it
         // has no password for; its message alone says only "invalid configuration".
-        let no_password = std::error::Error::source(e)
-            .is_some_and(|s| s.to_string() == "password missing");
+        let no_password =
+            std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
         if no_password {
             return Error::Unavailable(self.line(format!(
                 "{}: {what}: the server requires a password: give it in the URL or {}",

@@ -62,7 +62,10 @@ pub fn parse_with(
 ) -> Result<Target> {
     let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
     if !matches!(u.scheme.as_str(), "postgres" | "postgresql") {
-        return Err(usage(url, "it must start with postgres:// or postgresql://"));
+        return Err(usage(
+            url,
+            "it must start with postgres:// or postgresql://",
+        ));
     }
     let (mut table, mut schema, mut tls) = (DEFAULT_TABLE.to_string(), None, false);
     let mut passed = Vec::new();
@@ -71,14 +74,18 @@ pub fn parse_with(
             "table" => table = identifier(url, "table", value)?,
             "schema" => schema = Some(identifier(url, "schema", value)?),
             "sslmode" => tls = ssl_mode(url, value)?,
-            "password" => {
-                return Err(usage(url, "give the password before '@' or in PGPASSWORD"))
-            }
+            "password" => return Err(usage(url, "give the password before '@' or in PGPASSWORD")),
             "user" | "dbname" | "port" => {
-                return Err(usage(url, &format!("give the {name} in the URL itself, not as ?{name}=")))
+                return Err(usage(
+                    url,
+                    &format!("give the {name} in the URL itself, not as ?{name}="),
+                ))
             }
             "host" if !u.hosts.is_empty() => {
-                return Err(usage(url, "give the host either before the path or as ?host=, not both"))
+                return Err(usage(
+                    url,
+                    "give the host either before the path or as ?host=, not both",
+                ))
             }
             _ => passed.push((name.as_str(), value.as_str())),
         }
@@ -241,7 +248,10 @@ mod tests {
         assert_eq!(t.name, "postgres://h:1,::1:2/d/b");
         let t = p("postgres:///d?host=/nonexistent").unwrap();
         assert_eq!(t.name, "postgres:///nonexistent:5432/d");
-        for bad in ["postgres://h/d?host=/tmp", "postgres://h/d?sslmode=require&sslmode=disable"] {
+        for bad in [
+            "postgres://h/d?host=/tmp",
+            "postgres://h/d?sslmode=require&sslmode=disable",
+        ] {
             assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
         let e = p("postgres://u:secret@h/d?sslmode=x")

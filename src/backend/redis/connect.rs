@@ -116,9 +116,8 @@ impl Endpoint {
         url: &str,
         tls: Option<TlsCertificates>,
     ) -> Result<(Endpoint, Vec<String>)> {
-        let invalid = |e: RedisError| {
-            Error::Usage(format!("invalid Redis URL {}: {e}", url::redact(url)))
-        };
+        let invalid =
+            |e: RedisError| Error::Usage(format!("invalid Redis URL {}: {e}", url::redact(url)));
         let mut secrets = target.secrets();
         let endpoint = match &target.kind {
             Kind::Cluster(nodes) => {

@@ -42,5 +42,5 @@ pub use self::backend::RedisBackend;
 pub use self::connect::{tls_certificates, Tuning};
 pub(crate) use self::lease::{Attempt, Busy, Vote};
 pub(crate) use self::replicas::refuse as refuse_min_replicas;
-pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};
 pub(crate) use self::url::parse as parse_url;
+pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};

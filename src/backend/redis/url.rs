@@ -64,7 +64,10 @@ impl Target {
         let passwords: Vec<Option<&str>> = match &self.kind {
             Kind::Direct(info) => vec![info.redis_settings().password()],
             Kind::Sentinel(s) => vec![s.password.as_deref()],
-            Kind::Cluster(nodes) => nodes.iter().map(|n| n.redis_settings().password()).collect(),
+            Kind::Cluster(nodes) => nodes
+                .iter()
+                .map(|n| n.redis_settings().password())
+                .collect(),
         };
         let mut secrets: Vec<String> = passwords.into_iter().flatten().map(String::from).collect();
         secrets.dedup();
@@ -113,7 +116,10 @@ pub(crate) fn parse(url: &str, env_password: Option<String>) -> Result<Target> {
 pub fn connection_info(url: &str, env_password: Option<String>) -> Result<ConnectionInfo> {
     match parse(url, env_password)?.kind {
         Kind::Direct(info) => Ok(info),
-        _ => Err(invalid(url, "expected one server (redis://, rediss://, redis+unix://)")),
+        _ => Err(invalid(
+            url,
+            "expected one server (redis://, rediss://, redis+unix://)",
+        )),
     }
 }
 
@@ -240,7 +246,11 @@ fn sentinel(u: &Url, env_password: Option<String>) -> std::result::Result<Kind, 
         service: service.clone(),
         db,
         username: u.user.clone(),
-        password: u.password.clone().filter(|p| !p.is_empty()).or(env_password),
+        password: u
+            .password
+            .clone()
+            .filter(|p| !p.is_empty())
+            .or(env_password),
     }))
 }
 
@@ -261,7 +271,11 @@ fn cluster(u: &Url, env_password: Option<String>) -> std::result::Result<Kind, S
     }
     let tls = u.scheme == "rediss+cluster";
     let insecure = tls && insecure(u)?;
-    let password = u.password.clone().filter(|p| !p.is_empty()).or(env_password);
+    let password = u
+        .password
+        .clone()
+        .filter(|p| !p.is_empty())
+        .or(env_password);
     let mut infos = Vec::new();
     for (host, port) in nodes(u, REDIS_PORT, "Cluster")? {
         let addr = if tls {

@@ -105,7 +105,10 @@ fn stripping() {
         ("redis://u@h", "redis://u@h"),
         ("rediss://u:p@ss@h/1#insecure", "rediss://u@h/1#insecure"),
         ("redis://u:pa/ss@h/1", "redis://u@h/1"),
-        ("redis+unix:///r.sock?pass=a@b&db=1", "redis+unix:///r.sock?db=1"),
+        (
+            "redis+unix:///r.sock?pass=a@b&db=1",
+            "redis+unix:///r.sock?db=1",
+        ),
         ("s2:26379/mymaster", "s2:26379/mymaster"),
     ] {
         assert_eq!(strip_password(url), stripped, "{url}");

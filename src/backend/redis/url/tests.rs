@@ -89,9 +89,14 @@ fn direct_and_unix_urls() {
     let info = connection_info("rediss://h/#insecure", None).unwrap();
     assert!(matches!(
         info.addr(),
-        ConnectionAddr::TcpTls { insecure: true, port: 6379, .. }
+        ConnectionAddr::TcpTls {
+            insecure: true,
+            port: 6379,
+            ..
+        }
     ));
-    let info = connection_info("redis+unix:///run/r%20s.sock?db=3&user=u&pass=a%26b", None).unwrap();
+    let info =
+        connection_info("redis+unix:///run/r%20s.sock?db=3&user=u&pass=a%26b", None).unwrap();
     assert!(matches!(info.addr(), ConnectionAddr::Unix(p) if p.to_str() == Some("/run/r s.sock")));
     assert_eq!(info.redis_settings().db(), 3);
     assert_eq!(info.redis_settings().password(), Some("a&b"));
@@ -107,7 +112,11 @@ fn direct_and_unix_urls() {
         "redis+unix:///",
         "redis://h?protocol=9",
     ] {
-        assert_eq!(connection_info(bad, None).unwrap_err().exit_code(), 2, "{bad}");
+        assert_eq!(
+            connection_info(bad, None).unwrap_err().exit_code(),
+            2,
+            "{bad}"
+        );
     }
 }
 
