@@ -127,9 +127,12 @@ pub fn find(url: &str) -> Option<&'static Scheme> {
 /// The scheme of `url`, or the error that names what is supported.
 pub fn scheme_of(url: &str) -> Result<&'static Scheme> {
     find(url).ok_or_else(|| {
-        let scheme = url.split("://").next().unwrap_or(url);
+        let scheme = match url.split_once("://") {
+            Some((s, _)) if super::url::is_scheme(s) => format!("scheme '{s}'"),
+            _ => "no scheme".to_string(),
+        };
         Error::Usage(format!(
-            "unsupported backend URL {} (scheme '{scheme}'; supported: {})",
+            "unsupported backend URL {} ({scheme}; supported: {})",
             redact_url(url),
             supported()
         ))

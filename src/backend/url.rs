@@ -117,6 +117,9 @@ struct Parts<'a> {
 
 fn split(url: &str) -> Option<Parts<'_>> {
     let (scheme, rest) = url.split_once("://")?;
+    if !is_scheme(scheme) {
+        return None;
+    }
     let (userinfo, after) = match rest.rfind('@') {
         Some(at) if !rest.starts_with('/') => (Some(&rest[..at]), &rest[at + 1..]),
         _ => (None, rest),
@@ -139,6 +142,13 @@ fn split(url: &str) -> Option<Parts<'_>> {
         query,
         fragment,
     })
+}
+
+/// True for a scheme as RFC 3986 spells one (so a `://` inside a password is no scheme).
+pub fn is_scheme(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// Reads `url`. The error is a reason to put after the redacted URL; it never holds a

@@ -24,6 +24,8 @@ const TEMPLATES: &[&str] = &[
     "mysql://u:{p}@h:1/db",
     "mariadb://u:{p}@h:1/db",
     "memcached://u:{p}@h:1",
+    "u:{p}@127.0.0.1:1",
+    "redis:/u:{p}@127.0.0.1:1",
 ];
 
 /// Ways to make a URL bad after its credentials, so that its error is printed too.

@@ -91,6 +91,7 @@ fn redaction() {
         ("zk://u:s3cr/et@127.0.0.1:x", "zk://***@127.0.0.1:x"),
         ("zk://user@h?a=1&a=2", "zk://***@h?a=1&a=2"),
         ("u:secret@h", "***@h"),
+        ("redis:/u:pa://ss@h", "***@h"),
         ("file:///tmp/x", "file:///tmp/x"),
     ] {
         assert_eq!(redact(url), shown, "{url}");

@@ -70,12 +70,10 @@ fn cluster_urls() {
         "redis+cluster://a:x",
         "redis+cluster://a:1/2",
     ] {
-        let e = parse(bad, None).err().expect("refused").to_string();
+        let e = parse(bad, None).expect_err("refused").to_string();
         assert!(e.contains("invalid Cluster URL"), "{bad}: {e}");
     }
-    let e = parse("redis+cluster://:secret@a:x", None)
-        .err()
-        .expect("refused");
+    let e = parse("redis+cluster://:secret@a:x", None).expect_err("refused");
     assert!(!e.to_string().contains("secret"), "{e}");
 }
 
