@@ -354,3 +354,6 @@ pub fn bad(kind: &str, url: &str, why: &str) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod props;

@@ -61,11 +61,12 @@ fn pieces(password: &str) -> Vec<String> {
 }
 
 fn leaks(text: &str, password: &str) -> Option<String> {
-    if password.chars().count() >= 3 && password.chars().any(is_marker) && text.contains(password)
-    {
+    if password.chars().count() >= 3 && password.chars().any(is_marker) && text.contains(password) {
         return Some(password.to_string());
     }
-    pieces(password).into_iter().find(|p| text.contains(p.as_str()))
+    pieces(password)
+        .into_iter()
+        .find(|p| text.contains(p.as_str()))
 }
 
 fn check(url: &str, password: &str) -> Result<(), TestCaseError> {
