@@ -49,11 +49,12 @@ impl ForChild {
 
 /// Prepares `urls` (as given, possibly with passwords) for the command.
 pub fn for_child(urls: &[String]) -> Result<ForChild> {
+    let urls = crate::backend::join_urls(urls);
     let url = urls.iter().map(|u| strip(u)).collect::<Vec<_>>().join(",");
     if url == urls.join(",") {
         return Ok(ForChild { url, fd: None });
     }
-    let fd = memfd_with(urls).map_err(|e| {
+    let fd = memfd_with(&urls).map_err(|e| {
         Error::Internal(format!(
             "cannot pass the backend password to the command: {e}"
         ))
@@ -74,19 +75,21 @@ fn memfd_with(urls: &[String]) -> std::io::Result<OwnedFd> {
     Ok(file.into())
 }
 
-/// `urls` with each URL that has no password replaced by the inherited full URL (see the
-/// module documentation) that strips down to it. Without an inherited descriptor, or when
-/// it cannot be read, `urls` as they are.
+/// `urls` (as `--url` splits them: joined again, see [`crate::backend::join_urls`]) with
+/// each URL that has no password replaced by the inherited full URL (see the module
+/// documentation) that strips down to it. Without an inherited descriptor, or when it
+/// cannot be read, the joined `urls` as they are.
 pub fn restore(urls: Vec<String>) -> Vec<String> {
     let Some(full) = inherited() else {
-        return urls;
+        return crate::backend::join_urls(&urls);
     };
     restore_from(urls, &full)
 }
 
 /// [`restore`] with the inherited URLs given.
 pub fn restore_from(urls: Vec<String>, full: &[String]) -> Vec<String> {
-    urls.into_iter()
+    crate::backend::join_urls(&urls)
+        .into_iter()
         .map(|url| {
             full.iter()
                 .find(|f| *f != &url && strip(f) == url)
@@ -112,44 +115,10 @@ fn inherited() -> Option<Vec<String>> {
     serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()
 }
 
-/// `url` without its password: `user:password@` becomes `user@` (`:password@` goes
-/// entirely), and `pass=`/`password=` query pairs (Unix sockets) are dropped. A lone
+/// `url` without its password: see [`crate::backend::url::strip_password`]. A lone
 /// `user@` is a user name (the password then comes from `REDISCLI_AUTH`) and stays.
 pub fn strip(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    // As in `redact_url`: the credentials end at the last '@' before the path, and the
-    // query starts after them.
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let creds_end = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
-    let (before_query, query) = match rest[creds_end..].find('?') {
-        Some(q) => rest.split_at(creds_end + q),
-        None => (rest, ""),
-    };
-    let userinfo = &before_query[..creds_end.saturating_sub(1)];
-    let after = &before_query[creds_end..];
-    let user = match userinfo.split_once(':') {
-        Some((user, _password)) => user,
-        None => userinfo,
-    };
-    let at = if user.is_empty() { "" } else { "@" };
-    let pairs: Vec<&str> = query
-        .strip_prefix('?')
-        .unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .filter(|p| {
-            let key = p.split_once('=').map_or(*p, |(k, _)| k);
-            key != "pass" && key != "password"
-        })
-        .collect();
-    let query = if pairs.is_empty() {
-        String::new()
-    } else {
-        format!("?{}", pairs.join("&"))
-    };
-    format!("{scheme}://{user}{at}{after}{query}")
+    crate::backend::url::strip_password(url)
 }
 
 #[cfg(test)]
@@ -179,6 +148,14 @@ mod tests {
         for (url, stripped) in cases {
             assert_eq!(strip(url), stripped, "{url}");
         }
+    }
+
+    #[test]
+    fn a_comma_or_slash_in_a_password_never_reaches_the_child() {
+        let given = ["redis://u:Pa", "S/s@h:1", "redis://:Xy/z@h:2"].map(String::from);
+        let child = for_child(&given).unwrap();
+        assert_eq!(child.url, "redis://u@h:1,redis://h:2");
+        assert!(child.fd.is_some());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Every message is meant to be printed as one line after `dlock: `, and names the key and
 //! the backend where it knows them. Backend descriptions are always redacted (see
-//! [`crate::config::redact_url`]), so no password ever reaches an error.
+//! [`crate::backend::url::redact`]), so no password ever reaches an error.
 
 use std::time::Duration;
 

@@ -9,7 +9,7 @@
 //! * [`cli`]: the clap definition, the single source of `--help`, completions and man pages.
 //! * [`generate`]: completions and man pages from [`cli`] (checked in under `completions/`
 //!   and `man/`; `tests/generated.rs` fails when they are stale).
-//! * [`config`]: checked values (durations, keys, backend URLs, redaction of passwords).
+//! * [`config`]: checked command-line values (durations, keys, the local store's directory).
 //! * [`credentials`]: backend passwords kept out of `exec`'s command's environment, and
 //!   read back by nested calls.
 //! * [`env`]: every environment variable dlock reads or sets.
@@ -18,6 +18,8 @@
 //! * [`backend`]: the [`backend::Backend`] trait the commands call; the store seam
 //!   [`backend::store::LockStore`], whose implementors write only their primitives, and
 //!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`];
+//!   the one URL reader and redaction rule in [`backend::url`] (each store's `url.rs` turns
+//!   its reading into the store's typed target);
 //!   one folder per store: [`backend::local`] (embedded, the default), [`backend::redis`]
 //!   (one server, Sentinel, Cluster), [`backend::redlock`] (a majority of Redis servers),
 //!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],

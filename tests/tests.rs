@@ -22,7 +22,8 @@
 //!   `one_line` (a holder's newlines and escape sequences shown escaped, on one line).
 //!
 //! The `dlock` binary against particular servers and failures:
-//! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`.
+//! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`,
+//!   `url_secrets` (no piece of a URL's password in any error, on every scheme).
 //! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
 //!   replica promoted) while `exec` runs; `redis_sentinel`: a Sentinel failover (1 master,
 //!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues;
@@ -83,6 +84,7 @@ mod redis_replicas;
 mod redis_sentinel;
 mod sql_faults;
 mod unanswered;
+mod url_secrets;
 mod zookeeper;
 mod zookeeper_interop;
 

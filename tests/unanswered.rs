@@ -163,7 +163,7 @@ fn the_waiting_line_says_the_server_does_not_answer() {
     let (mut dlock, lines) = spawn(exec(&with_password, "k"));
     let line = next_line(&lines, Duration::from_secs(5));
     assert!(
-        line.contains("no answer from redis://:***@127.0.0.1:"),
+        line.contains("no answer from redis://***@127.0.0.1:"),
         "{line}"
     );
     assert!(line.contains("connecting"), "{line}");

@@ -28,6 +28,7 @@ pub mod sharing;
 mod spec;
 pub mod sql;
 pub mod store;
+pub mod url;
 pub mod waiting;
 pub mod zookeeper;
 
@@ -41,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::runs::{LastRuns, RunRecord, RUN_RECORD_TTL};
 pub use self::sharing::Sharing;
-pub use self::spec::BackendSpec;
+pub use self::spec::{join_urls, BackendSpec};
 
 use crate::error::Result;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+use super::url::redact as redact_url;
 use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
-use crate::config::{parse_sentinel_url, redact_url};
 use crate::error::{Error, Result};
 
 /// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).
@@ -22,9 +22,6 @@ pub struct Scheme {
     pub prefixes: &'static [&'static str],
     /// Its line in the `--url` help; empty for schemes kept out of it (tests only).
     pub help: &'static str,
-    /// One URL may list several hosts of ONE cluster (`scheme://a:1,b:2/…`): the comma that
-    /// separates quorum URLs in `DLOCK_URL` must not split it.
-    pub host_list: bool,
     /// Schemes of one family may form a quorum together.
     pub family: &'static str,
     /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
@@ -44,7 +41,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis://", "rediss://"],
         help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS)",
-        host_list: false,
         family: "redis",
         check: check_redis,
         open: open_redis,
@@ -52,7 +48,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis+unix://", "unix://"],
         help: "redis+unix:///PATH (a Unix socket)",
-        host_list: false,
         family: "redis",
         check: check_redis,
         open: open_redis,
@@ -60,23 +55,20 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis+sentinel://", "rediss+sentinel://"],
         help: "redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names)",
-        host_list: true,
         family: "redis",
-        check: check_sentinel,
+        check: check_redis,
         open: open_redis,
     },
     Scheme {
         prefixes: &["redis+cluster://", "rediss+cluster://"],
         help: "redis+cluster://[user:password@]host:port[,host:port…] (any nodes of one Redis Cluster; it follows the slot map), rediss+cluster:// (TLS)",
-        host_list: true,
         family: "redis-cluster",
-        check: check_redis_cluster,
+        check: check_redis,
         open: open_redis,
     },
     Scheme {
         prefixes: &["etcd://", "etcds://"],
         help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
-        host_list: true,
         family: "etcd",
         check: check_etcd,
         open: open_etcd,
@@ -84,7 +76,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["memcached://"],
         help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
-        host_list: false,
         family: "memcached",
         check: check_memcached,
         open: open_memcached,
@@ -92,7 +83,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["zk://", "zks://"],
         help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe), zks:// (TLS, port 2281 when none is named)",
-        host_list: true,
         family: "zookeeper",
         check: check_zookeeper,
         open: open_zookeeper,
@@ -100,7 +90,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["postgres://", "postgresql://"],
         help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
-        host_list: false,
         family: "postgres",
         check: check_postgres,
         open: open_postgres,
@@ -108,7 +97,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["mysql://", "mariadb://"],
         help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
-        host_list: false,
         family: "mysql",
         check: check_mysql,
         open: open_mysql,
@@ -116,7 +104,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["file://"],
         help: "file://DIR (the embedded local store)",
-        host_list: false,
         family: "file",
         check: check_file,
         open: open_file,
@@ -124,7 +111,6 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["memory://"],
         help: "",
-        host_list: false,
         family: "memory",
         check: no_check,
         open: open_memory,
@@ -141,9 +127,12 @@ pub fn find(url: &str) -> Option<&'static Scheme> {
 /// The scheme of `url`, or the error that names what is supported.
 pub fn scheme_of(url: &str) -> Result<&'static Scheme> {
     find(url).ok_or_else(|| {
-        let scheme = url.split("://").next().unwrap_or(url);
+        let scheme = match url.split_once("://") {
+            Some((s, _)) if super::url::is_scheme(s) => format!("scheme '{s}'"),
+            _ => "no scheme".to_string(),
+        };
         Error::Usage(format!(
-            "unsupported backend URL {} (scheme '{scheme}'; supported: {})",
+            "unsupported backend URL {} ({scheme}; supported: {})",
             redact_url(url),
             supported()
         ))
@@ -167,15 +156,6 @@ pub fn url_help() -> String {
         .filter(|h| !h.is_empty())
         .collect();
     lines.join("; ")
-}
-
-/// True when `url` lists hosts of one cluster and has not yet closed the list (no `/`
-/// after the hosts), so a following piece without `://` is one more host of it.
-pub fn host_list_open(url: &str) -> bool {
-    find(url).is_some_and(|s| s.host_list)
-        && url
-            .split_once("://")
-            .is_some_and(|(_, rest)| !rest.contains('/'))
 }
 
 /// The quorum that `urls` (two or more) form, with its name for messages.
@@ -208,17 +188,9 @@ fn no_check(_: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_sentinel(url: &str) -> Result<()> {
-    parse_sentinel_url(url)?;
-    check_redis(url)
-}
-
+/// Every Redis scheme: the same reading as when it is opened (`RedisBackend::connect`).
 fn check_redis(url: &str) -> Result<()> {
-    redis::min_replicas(url).map(drop)
-}
-
-fn check_redis_cluster(url: &str) -> Result<()> {
-    redis::check_cluster_url(url)
+    redis::parse_url(url, None).map(drop)
 }
 
 fn check_etcd(url: &str) -> Result<()> {

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use super::registry;
-use crate::config::{default_dir, redact_url};
+use super::url::redact as redact_url;
+use crate::config::default_dir;
 use crate::error::{Error, Result};
 
 /// Which backend to talk to, decided from `--url`/`DLOCK_URL`.
@@ -18,24 +19,35 @@ pub enum BackendSpec {
     Quorum(Vec<String>),
 }
 
-impl BackendSpec {
-    /// Reads the URLs given on the command line (each may hold a comma-separated list).
-    /// A piece without `://` continues the host list of the cluster URL before it
-    /// (`redis+sentinel://h1:26379,h2:26379/mymaster`).
-    pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
-        let mut joined: Vec<String> = Vec::new();
-        for piece in urls.iter().flat_map(|u| u.split(',')).map(str::trim) {
-            if piece.is_empty() {
-                continue;
+/// The URLs in `urls`, which `--url` and `DLOCK_URL` split at every comma. A piece that
+/// does not start with a known scheme continues the URL before it, comma and all: one more
+/// host of a cluster (`redis+sentinel://h1:26379,h2:26379/mymaster`), or a comma inside a
+/// password or a parameter, so that no piece of a password is ever read as a URL of its
+/// own. Blanks around each URL are trimmed.
+pub fn join_urls(urls: &[String]) -> Vec<String> {
+    let mut joined: Vec<String> = Vec::new();
+    for piece in urls.iter().flat_map(|u| u.split(',')) {
+        match joined.last_mut() {
+            Some(last) if registry::find(piece.trim_start()).is_none() => {
+                last.push(',');
+                last.push_str(piece);
             }
-            match joined.last_mut() {
-                Some(last) if !piece.contains("://") && registry::host_list_open(last) => {
-                    last.push(',');
-                    last.push_str(piece);
-                }
-                _ => joined.push(piece.to_string()),
-            }
+            _ => joined.push(piece.to_string()),
         }
+    }
+    joined.iter().map(|u| u.trim().to_string()).collect()
+}
+
+/// True for a URL that is only commas and blanks.
+fn blank(url: &str) -> bool {
+    url.trim_matches([',', ' ']).is_empty()
+}
+
+impl BackendSpec {
+    /// Reads the URLs given on the command line (each may hold a comma-separated list;
+    /// see [`join_urls`]).
+    pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
+        let joined: Vec<String> = join_urls(urls).into_iter().filter(|u| !blank(u)).collect();
         for url in &joined {
             (registry::scheme_of(url)?.check)(url)?;
         }
@@ -138,6 +150,22 @@ mod tests {
         // Nothing is appended to a Sentinel URL that has its master name already.
         let e = BackendSpec::from_urls(&["redis+sentinel://s1/m,junk".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+        // A comma in a password is put back, wherever `--url` split it.
+        for pieces in [
+            &["redis://u:Pa,S s@h:1,redis://h:2"][..],
+            &["redis://u:Pa", "S s@h:1", "redis://h:2"],
+        ] {
+            let pieces: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
+            assert_eq!(
+                BackendSpec::from_urls(&pieces).unwrap(),
+                BackendSpec::Quorum(vec!["redis://u:Pa,S s@h:1".into(), "redis://h:2".into()])
+            );
+        }
+        let e = BackendSpec::from_urls(&["redis://u:Pa,Ss@h:x".to_string()]).unwrap_err();
+        assert!(
+            !e.to_string().contains("Pa") && !e.to_string().contains("Ss"),
+            "{e}"
+        );
         // A bare host after a plain redis:// URL is still an error.
         let e = BackendSpec::from_urls(&["redis://a,b:1".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);

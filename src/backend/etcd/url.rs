@@ -22,82 +22,44 @@ pub struct Target {
 }
 
 fn usage(url: &str, why: &str) -> Error {
-    Error::Usage(format!(
-        "bad etcd URL {}: {why}",
-        crate::config::redact_url(url)
-    ))
-}
-
-/// The user and password of a URL, `%XX` escapes decoded (a password may hold `@` or `:`).
-fn userinfo_of(url: &str, user: &str, password: &str) -> Result<(String, String)> {
-    let decode = |s: &str, what: &str| {
-        crate::config::percent_decode(s)
-            .ok_or_else(|| usage(url, &format!("bad escape in the {what}")))
-    };
-    Ok((decode(user, "user")?, decode(password, "password")?))
+    crate::backend::url::bad("etcd", url, why)
 }
 
 /// Reads an `etcd://` URL.
 pub fn parse(url: &str) -> Result<Target> {
-    let (scheme, rest) = match url.strip_prefix("etcds://") {
-        Some(rest) => ("etcds", rest),
-        None => (
-            "etcd",
-            url.strip_prefix("etcd://")
-                .ok_or_else(|| usage(url, "it must start with etcd:// or etcds://"))?,
-        ),
+    let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
+    let tls = match u.scheme.as_str() {
+        "etcd" => false,
+        "etcds" => true,
+        _ => return Err(usage(url, "it must start with etcd:// or etcds://")),
     };
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    let (credentials, hosts) = match rest.rsplit_once('@') {
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, password)) if !user.is_empty() => {
-                (Some(userinfo_of(url, user, password)?), hosts)
-            }
-            _ => {
-                return Err(usage(
-                    url,
-                    "give both user and password: etcd://USER:PASSWORD@…",
-                ))
-            }
-        },
-        None => (None, rest),
+    let credentials = match (&u.user, &u.password) {
+        (None, None) => None,
+        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+        _ => {
+            return Err(usage(
+                url,
+                "give both user and password: etcd://USER:PASSWORD@…",
+            ))
+        }
     };
-    if hosts.contains('/') {
+    if !matches!(u.path.as_str(), "" | "/") || u.fragment.is_some() {
         return Err(usage(
             url,
             "a path is not used; give ?prefix=P for a key prefix",
         ));
     }
-    let mut endpoints = Vec::new();
-    for host in hosts.split(',').map(str::trim) {
-        match host.rsplit_once(':') {
-            _ if host.is_empty() => return Err(usage(url, "it names no host")),
-            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
-                endpoints.push(host.to_string())
-            }
-            Some(_) => return Err(usage(url, &format!("bad port in '{host}'"))),
-            None => endpoints.push(format!("{host}:{DEFAULT_PORT}")),
-        }
+    u.only_params(&["prefix"]).map_err(|why| usage(url, &why))?;
+    if u.hosts.is_empty() {
+        return Err(usage(url, "it names no host"));
     }
-    let mut prefix = String::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("prefix", p)) => prefix = p.to_string(),
-            _ => {
-                return Err(usage(
-                    url,
-                    &format!("unknown parameter '{pair}' (known: prefix)"),
-                ))
-            }
-        }
-    }
+    let endpoints: Vec<String> = u.hosts.iter().map(|h| h.addr(DEFAULT_PORT)).collect();
     Ok(Target {
-        name: format!("{scheme}://{}", endpoints.join(",")),
+        name: format!("{}://{}", u.scheme, endpoints.join(",")),
         endpoints,
-        prefix,
+        prefix: u.param("prefix").unwrap_or_default().to_string(),
         credentials,
-        tls: scheme == "etcds",
+        tls,
     })
 }
 
@@ -134,6 +96,13 @@ mod tests {
         assert!(parse("etcd://nopassword@a").is_err());
         let t = parse("etcd://us%65r:p%40ss%3Aw%25rd@a").unwrap();
         assert_eq!(t.credentials, Some(("user".into(), "p@ss:w%rd".into())));
+        assert_eq!(
+            parse("etcd://a?prefix=j%C3%B6bs%2F").unwrap().prefix,
+            "jöbs/"
+        );
+        assert!(parse("etcd://a?prefix=x&prefix=y").is_err());
+        let t = parse("etcd://u:p?ss/w#rd@a").unwrap();
+        assert_eq!(t.credentials, Some(("u".into(), "p?ss/w#rd".into())));
         let e = parse("etcd://u:s%zzecret@a").unwrap_err().to_string();
         assert!(
             e.contains("bad escape in the password") && !e.contains("ecret"),

@@ -65,7 +65,7 @@ pub fn encode(name: &str) -> String {
 
 /// Undoes `%XX` escapes ([`encode`], and the URI encoding of `lru_crawler metadump`).
 pub fn decode(s: &str) -> Option<String> {
-    crate::config::percent_decode(s)
+    crate::backend::url::percent_decode(s)
 }
 
 /// The lock name of a `key=…` line of `lru_crawler metadump`, if it is a lock item.

@@ -15,37 +15,32 @@ pub struct Target {
 }
 
 fn usage(url: &str, why: &str) -> Error {
-    Error::Usage(format!(
-        "bad memcached URL {}: {why}",
-        crate::config::redact_url(url)
-    ))
+    crate::backend::url::bad("memcached", url, why)
 }
 
 /// Reads a `memcached://` URL.
 pub fn parse(url: &str) -> Result<Target> {
-    let rest = url
-        .strip_prefix("memcached://")
-        .ok_or_else(|| usage(url, "it must start with memcached://"))?;
-    let host = rest.strip_suffix('/').unwrap_or(rest);
-    if host.contains('@') {
+    let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
+    if u.scheme != "memcached" {
+        return Err(usage(url, "it must start with memcached://"));
+    }
+    if u.user.is_some() || u.password.is_some() {
         // Memcached's text protocol has no authentication: a password would be sent nowhere.
         return Err(usage(
             url,
             "memcached has no passwords (SASL is not supported)",
         ));
     }
-    if host.contains(['/', '?', ',']) {
-        return Err(usage(
+    u.only_params(&[]).map_err(|why| usage(url, &why))?;
+    let host = match u.hosts.as_slice() {
+        [] => return Err(usage(url, "it names no host")),
+        [host] if matches!(u.path.as_str(), "" | "/") && u.fragment.is_none() => host,
+        _ => return Err(usage(
             url,
             "give one host:port per URL (several memcached:// URLs, comma-separated or repeated, form a quorum)",
-        ));
-    }
-    let addr = match host.rsplit_once(':') {
-        _ if host.is_empty() => return Err(usage(url, "it names no host")),
-        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => host.to_string(),
-        Some(_) => return Err(usage(url, &format!("bad port in '{host}'"))),
-        None => format!("{host}:{DEFAULT_PORT}"),
+        )),
     };
+    let addr = host.addr(DEFAULT_PORT);
     Ok(Target {
         name: format!("memcached://{addr}"),
         addr,

@@ -8,7 +8,7 @@
 
 use mysql_async::{Opts, OptsBuilder};
 
-use crate::config::redact_url;
+use crate::backend::url::{percent_encode, redact as redact_url, Url};
 use crate::error::{Error, Result};
 
 /// The lock table when `?table=` does not name one.
@@ -45,34 +45,29 @@ fn usage(url: &str, why: &str) -> Error {
 
 /// Reads a `mysql://` or `mariadb://` URL, with `MYSQL_PWD` as given.
 pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
-    let rest = url
-        .strip_prefix("mysql://")
-        .or_else(|| url.strip_prefix("mariadb://"))
-        .ok_or_else(|| usage(url, "it must start with mysql:// or mariadb://"))?;
-    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
+    if !matches!(u.scheme.as_str(), "mysql" | "mariadb") {
+        return Err(usage(url, "it must start with mysql:// or mariadb://"));
+    }
     let (mut table, mut tls) = (DEFAULT_TABLE.to_string(), false);
     let mut passed = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("table", t)) => {
-                table = super::super::sql::identifier(t)
+    for (name, value) in &u.query {
+        match name.as_str() {
+            "table" => {
+                table = super::super::sql::identifier(value)
                     .map_err(|why| usage(url, &format!("table {why}")))?
             }
-            Some(("ssl-mode" | "ssl_mode" | "sslmode", m)) => tls = ssl_mode(url, m)?,
-            Some(("password" | "pass", _)) => {
+            "ssl-mode" | "ssl_mode" | "sslmode" => tls = ssl_mode(url, value)?,
+            "password" | "pass" => {
                 return Err(usage(url, "give the password before '@' or in MYSQL_PWD"))
             }
-            Some(("require_ssl" | "verify_ca" | "verify_identity" | "built_in_roots", _)) => {
+            "require_ssl" | "verify_ca" | "verify_identity" | "built_in_roots" => {
                 return Err(usage(url, "say ssl-mode=REQUIRED for TLS"))
             }
-            _ => passed.push(pair),
+            _ => passed.push((name.as_str(), value.as_str())),
         }
     }
-    let mut client_url = format!("mysql://{base}");
-    if !passed.is_empty() {
-        client_url = format!("{client_url}?{}", passed.join("&"));
-    }
-    let opts = Opts::from_url(&client_url).map_err(|e| usage(url, &e.to_string()))?;
+    let opts = client_opts(&u, &passed).map_err(|why| usage(url, &why))?;
     let db = opts
         .db_name()
         .map(str::to_string)
@@ -96,6 +91,41 @@ pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
         tls,
         secret,
     })
+}
+
+/// The client's settings from what dlock read: the URL written again for the client's
+/// own reader, every part escaped, so that it reads exactly what dlock did.
+fn client_opts(u: &Url, passed: &[(&str, &str)]) -> std::result::Result<Opts, String> {
+    let mut text = String::from("mysql://");
+    if u.user.is_some() || u.password.is_some() {
+        text.push_str(&percent_encode(u.user.as_deref().unwrap_or_default()));
+        if let Some(password) = &u.password {
+            text.push(':');
+            text.push_str(&percent_encode(password));
+        }
+        text.push('@');
+    }
+    match u.hosts.as_slice() {
+        [] => {}
+        [host] if host.port.is_some() => text.push_str(&host.addr(0)),
+        [host] if host.name.contains(':') => text.push_str(&format!("[{}]", host.name)),
+        [host] => text.push_str(&host.name),
+        _ => return Err("give one server".into()),
+    }
+    match u.segments()?.as_slice() {
+        [] => {}
+        [db] => text.push_str(&format!("/{}", percent_encode(db))),
+        _ => return Err("expected at most /DATABASE after the host".into()),
+    }
+    let params: Vec<String> = passed
+        .iter()
+        .map(|(n, v)| format!("{}={}", percent_encode(n), percent_encode(v)))
+        .collect();
+    if !params.is_empty() {
+        text.push('?');
+        text.push_str(&params.join("&"));
+    }
+    Opts::from_url(&text).map_err(|e| e.to_string())
 }
 
 /// Reads a URL with the password the environment gives.
@@ -163,6 +193,10 @@ mod tests {
         ] {
             assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
+        let t = p("mysql://u:p@ss/w?rd%25,x@h:1/d").unwrap();
+        assert_eq!(t.opts.pass(), Some("p@ss/w?rd%,x"));
+        assert_eq!(t.name, "mysql://h:1/d");
+        assert_eq!(p("mysql://h/d?table=a&table=b").unwrap_err().exit_code(), 2);
         let e = p("mysql://u:secret@h/d?ssl-mode=x")
             .unwrap_err()
             .to_string();

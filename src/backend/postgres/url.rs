@@ -11,7 +11,7 @@ use std::str::FromStr;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::Config;
 
-use crate::config::redact_url;
+use crate::backend::url::{percent_encode, redact as redact_url, Url};
 use crate::error::{Error, Result};
 
 /// The lock table when `?table=` does not name one.
@@ -60,29 +60,37 @@ pub fn parse_with(
     env_password: Option<String>,
     env_user: Option<String>,
 ) -> Result<Target> {
-    let rest = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-        .ok_or_else(|| usage(url, "it must start with postgres:// or postgresql://"))?;
-    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
+    if !matches!(u.scheme.as_str(), "postgres" | "postgresql") {
+        return Err(usage(
+            url,
+            "it must start with postgres:// or postgresql://",
+        ));
+    }
     let (mut table, mut schema, mut tls) = (DEFAULT_TABLE.to_string(), None, false);
     let mut passed = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("table", t)) => table = identifier(url, "table", t)?,
-            Some(("schema", s)) => schema = Some(identifier(url, "schema", s)?),
-            Some(("sslmode", m)) => tls = ssl_mode(url, m)?,
-            Some(("password", _)) => {
-                return Err(usage(url, "give the password before '@' or in PGPASSWORD"))
+    for (name, value) in &u.query {
+        match name.as_str() {
+            "table" => table = identifier(url, "table", value)?,
+            "schema" => schema = Some(identifier(url, "schema", value)?),
+            "sslmode" => tls = ssl_mode(url, value)?,
+            "password" => return Err(usage(url, "give the password before '@' or in PGPASSWORD")),
+            "user" | "dbname" | "port" => {
+                return Err(usage(
+                    url,
+                    &format!("give the {name} in the URL itself, not as ?{name}="),
+                ))
             }
-            _ => passed.push(pair),
+            "host" if !u.hosts.is_empty() => {
+                return Err(usage(
+                    url,
+                    "give the host either before the path or as ?host=, not both",
+                ))
+            }
+            _ => passed.push((name.as_str(), value.as_str())),
         }
     }
-    let mut client_url = format!("postgresql://{base}");
-    if !passed.is_empty() {
-        client_url = format!("{client_url}?{}", passed.join("&"));
-    }
-    let mut config = Config::from_str(&client_url).map_err(|e| usage(url, &e.to_string()))?;
+    let mut config = client_config(&u, &passed).map_err(|why| usage(url, &why))?;
     config.ssl_mode(if tls {
         SslMode::Require
     } else {
@@ -108,6 +116,44 @@ pub fn parse_with(
         tls,
         secret,
     })
+}
+
+/// The client's settings from what dlock read: the URL written again for the client's
+/// own reader, every part escaped, so that it reads exactly what dlock did.
+fn client_config(u: &Url, passed: &[(&str, &str)]) -> std::result::Result<Config, String> {
+    let mut text = String::from("postgresql://");
+    if u.user.is_some() || u.password.is_some() {
+        text.push_str(&percent_encode(u.user.as_deref().unwrap_or_default()));
+        if let Some(password) = &u.password {
+            text.push(':');
+            text.push_str(&percent_encode(password));
+        }
+        text.push('@');
+    }
+    let hosts: Vec<String> = u
+        .hosts
+        .iter()
+        .map(|h| match h.port {
+            Some(_) => h.addr(0),
+            None if h.name.contains(':') => format!("[{}]", h.name),
+            None => h.name.clone(),
+        })
+        .collect();
+    text.push_str(&hosts.join(","));
+    match u.segments()?.as_slice() {
+        [] => {}
+        [db] => text.push_str(&format!("/{}", percent_encode(db))),
+        _ => return Err("expected at most /DATABASE after the hosts".into()),
+    }
+    let params: Vec<String> = passed
+        .iter()
+        .map(|(n, v)| format!("{}={}", percent_encode(n), percent_encode(v)))
+        .collect();
+    if !params.is_empty() {
+        text.push('?');
+        text.push_str(&params.join("&"));
+    }
+    Config::from_str(&text).map_err(|e| e.to_string())
 }
 
 /// Reads a URL with the password and user the environment gives.
@@ -193,6 +239,18 @@ mod tests {
             "postgres://h/d?nonsense=1",
             "postgres://h/d?password=x",
             "mysql://h/d",
+        ] {
+            assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
+        let t = p("postgres://u:p@ss/w?rd%25,x@h:1,[::1]:2/d%2Fb").unwrap();
+        assert_eq!(t.config.get_password(), Some(&b"p@ss/w?rd%,x"[..]));
+        assert_eq!(t.config.get_dbname(), Some("d/b"));
+        assert_eq!(t.name, "postgres://h:1,::1:2/d/b");
+        let t = p("postgres:///d?host=/nonexistent").unwrap();
+        assert_eq!(t.name, "postgres:///nonexistent:5432/d");
+        for bad in [
+            "postgres://h/d?host=/tmp",
+            "postgres://h/d?sslmode=require&sslmode=disable",
         ] {
             assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad}");
         }

@@ -10,11 +10,11 @@ use redis::{Client, Cmd, Value};
 use super::conn::Conn;
 use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
-use super::replicas::{self, MinReplicas};
+use super::replicas::MinReplicas;
 use super::runs::KeptRun;
 use super::scripts::{run_script, Lua};
 use crate::backend::install_crypto_provider;
-use crate::config::redact_url;
+use crate::backend::url::redact as redact_url;
 use crate::error::{Error, Result};
 
 /// Locks kept in one Redis server.
@@ -39,12 +39,8 @@ impl RedisBackend {
     /// reached or refuses our credentials.
     pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
         install_crypto_provider();
-        let min_replicas = replicas::parse(url)?;
-        let (endpoint, secrets) = Endpoint::new(
-            url,
-            std::env::var(crate::env::REDIS_AUTH).ok(),
-            tls_from_env()?,
-        )?;
+        let target = super::url::parse(url, std::env::var(crate::env::REDIS_AUTH).ok())?;
+        let (endpoint, secrets) = Endpoint::new(&target, url, tls_from_env()?)?;
         let server = Server {
             url: redact_url(url),
             secrets,
@@ -55,7 +51,7 @@ impl RedisBackend {
             endpoint,
             conn: Mutex::new(Some(conn)),
             server,
-            min_replicas,
+            min_replicas: target.min_replicas,
             kept: Mutex::new(None),
         };
         // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.

@@ -11,13 +11,14 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo,
-    IntoConnectionInfo, RedisError, TlsCertificates, TlsMode,
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, RedisError, TlsCertificates,
+    TlsMode,
 };
 
-use super::cluster::{is_cluster_url, Cluster};
+use super::cluster::Cluster;
 use super::conn::Conn;
-use crate::config::{is_sentinel_url, parse_sentinel_url, redact_url};
+use super::url::{Kind, SentinelTarget, Target};
+use crate::backend::url;
 use crate::env;
 use crate::error::{Error, Result};
 
@@ -47,26 +48,6 @@ impl Default for Tuning {
             liveness: Duration::from_secs(4),
             exclusive: false,
         }
-    }
-}
-
-/// Parses a `redis://` or `rediss://` URL; when it carries no password, `env_password`
-/// (the value of [`env::REDIS_AUTH`]) is used. Pure, so it is testable without touching the
-/// process environment.
-pub fn connection_info(url: &str, env_password: Option<String>) -> Result<ConnectionInfo> {
-    let info = url
-        .into_connection_info()
-        .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
-    let has_password = info
-        .redis_settings()
-        .password()
-        .is_some_and(|p| !p.is_empty());
-    match env_password.filter(|p| !p.is_empty()) {
-        Some(password) if !has_password => {
-            let settings = info.redis_settings().clone().set_password(password);
-            Ok(info.set_redis_settings(settings))
-        }
-        _ => Ok(info),
     }
 }
 
@@ -128,58 +109,47 @@ pub(super) enum Endpoint {
 }
 
 impl Endpoint {
-    /// The endpoint of `url`, and every secret it carries (to scrub from messages).
+    /// The endpoint of `target` (read from `url`), and every secret it carries (to scrub
+    /// from messages).
     pub(super) fn new(
+        target: &Target,
         url: &str,
-        env_password: Option<String>,
         tls: Option<TlsCertificates>,
     ) -> Result<(Endpoint, Vec<String>)> {
-        let env_password = env_password.filter(|p| !p.is_empty());
-        if is_cluster_url(url) {
-            let timeout = Tuning::default().connect_timeout;
-            let (cluster, secrets) = Cluster::new(url, env_password, tls, timeout)?;
-            Ok((Endpoint::Cluster(Box::new(cluster)), secrets))
-        } else if is_sentinel_url(url) {
-            Endpoint::sentinel(url, env_password, tls)
-        } else {
-            Endpoint::direct(url, env_password, tls)
-        }
-    }
-
-    /// One server at one address.
-    fn direct(
-        url: &str,
-        env_password: Option<String>,
-        tls: Option<TlsCertificates>,
-    ) -> Result<(Endpoint, Vec<String>)> {
-        let info = connection_info(url, env_password)?;
-        // No `CLIENT SETINFO` (the client library's name and version) on connecting: it
-        // is a round trip of its own on every connection (the pub/sub one included)
-        // when there is no AUTH to send it with, and servers before 7.2 reject it anyway.
-        let settings = info.redis_settings().clone().set_skip_set_lib_name();
-        let info = info.set_redis_settings(settings);
-        let secrets = info.redis_settings().password().map(String::from);
-        let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        let built = match tls {
-            Some(certs) if is_tls => Client::build_with_tls(info, certs),
-            _ => Client::open(info),
+        let invalid =
+            |e: RedisError| Error::Usage(format!("invalid Redis URL {}: {e}", url::redact(url)));
+        let mut secrets = target.secrets();
+        let endpoint = match &target.kind {
+            Kind::Cluster(nodes) => {
+                let timeout = Tuning::default().connect_timeout;
+                let cluster = Cluster::new(nodes, tls, timeout).map_err(invalid)?;
+                Endpoint::Cluster(Box::new(cluster))
+            }
+            Kind::Sentinel(sentinel) => {
+                let sentinel_password = std::env::var(env::SENTINEL_PASSWORD)
+                    .ok()
+                    .filter(|p| !p.is_empty());
+                secrets.extend(sentinel_password.clone());
+                Endpoint::sentinel(sentinel, sentinel_password, tls).map_err(invalid)?
+            }
+            Kind::Direct(info) => {
+                let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+                let built = match tls {
+                    Some(certs) if is_tls => Client::build_with_tls(info.clone(), certs),
+                    _ => Client::open(info.clone()),
+                };
+                Endpoint::Direct(built.map_err(invalid)?)
+            }
         };
-        let client = built
-            .map_err(|e| Error::Usage(format!("invalid Redis URL {}: {e}", redact_url(url))))?;
-        Ok((Endpoint::Direct(client), secrets.into_iter().collect()))
+        Ok((endpoint, secrets))
     }
 
     /// The master a set of Sentinels names.
     fn sentinel(
-        url: &str,
-        env_password: Option<String>,
+        parsed: &SentinelTarget,
+        sentinel_password: Option<String>,
         tls: Option<TlsCertificates>,
-    ) -> Result<(Endpoint, Vec<String>)> {
-        let parsed = parse_sentinel_url(url)?;
-        let sentinel_password = std::env::var(env::SENTINEL_PASSWORD)
-            .ok()
-            .filter(|p| !p.is_empty());
-        let password = parsed.password.clone().or(env_password);
+    ) -> redis::RedisResult<Endpoint> {
         let nodes = parsed.nodes.iter().map(|(host, port)| {
             if parsed.tls {
                 ConnectionAddr::TcpTls {
@@ -192,16 +162,13 @@ impl Endpoint {
                 ConnectionAddr::Tcp(host.clone(), *port)
             }
         });
-        let invalid =
-            |e: RedisError| Error::Usage(format!("invalid Sentinel URL {}: {e}", redact_url(url)));
         let mut builder =
-            SentinelClientBuilder::new(nodes, &parsed.service, SentinelServerType::Master)
-                .map_err(invalid)?
+            SentinelClientBuilder::new(nodes, &parsed.service, SentinelServerType::Master)?
                 .set_client_to_redis_db(parsed.db);
         if let Some(user) = &parsed.username {
             builder = builder.set_client_to_redis_username(user);
         }
-        if let Some(password) = &password {
+        if let Some(password) = &parsed.password {
             builder = builder.set_client_to_redis_password(password);
         }
         if let Some(password) = &sentinel_password {
@@ -210,13 +177,10 @@ impl Endpoint {
         if parsed.tls {
             builder = sentinel_tls(builder, parsed.insecure, tls);
         }
-        let sentinels = builder.build().map_err(invalid)?;
-        let endpoint = Endpoint::Sentinel {
-            sentinels: Box::new(tokio::sync::Mutex::new(sentinels)),
+        Ok(Endpoint::Sentinel {
+            sentinels: Box::new(tokio::sync::Mutex::new(builder.build()?)),
             master: Mutex::new(None),
-        };
-        let secrets = password.into_iter().chain(sentinel_password).collect();
-        Ok((endpoint, secrets))
+        })
     }
 
     /// Opens a connection; for Sentinel, to the master looked up again.

@@ -5,8 +5,9 @@
 //! Sentinel names, or a Redis Cluster: every key of a lock shares its hash slot. Waiting is the generic loop's
 //! ([`crate::backend::waiting`]); this store gives it its primitives.
 //!
-//! * `connect.rs`: URLs, TLS, Sentinel, timing knobs, one-line errors without passwords.
-//! * `cluster.rs`: Redis Cluster URLs, the client, and the masters (for listing).
+//! * `url.rs`: every Redis URL read once into a typed target (server, Sentinel, Cluster).
+//! * `connect.rs`: TLS, Sentinel, timing knobs, one-line errors without passwords.
+//! * `cluster.rs`: the Redis Cluster client, and the masters (for listing).
 //! * `conn.rs`: one connection type over a server or a Cluster.
 //! * `backend.rs`: the backend value and its shared connection.
 //! * `keys.rs`: the key layout, and the names of one lock's keys.
@@ -35,9 +36,11 @@ mod runs;
 mod scripts;
 mod status;
 mod store;
+mod url;
 
 pub use self::backend::RedisBackend;
-pub(crate) use self::cluster::check as check_cluster_url;
-pub use self::connect::{connection_info, tls_certificates, Tuning};
+pub use self::connect::{tls_certificates, Tuning};
 pub(crate) use self::lease::{Attempt, Busy, Vote};
-pub(crate) use self::replicas::{parse as min_replicas, refuse as refuse_min_replicas};
+pub(crate) use self::replicas::refuse as refuse_min_replicas;
+pub(crate) use self::url::parse as parse_url;
+pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};

@@ -16,7 +16,7 @@ use redis::Value;
 use super::conn::Conn;
 use super::scripts::millis;
 use super::RedisBackend;
-use crate::config::redact_url;
+use crate::backend::url::{redact as redact_url, Url};
 use crate::error::{Error, Result};
 
 /// More replicas than this is a typo, not a topology.
@@ -45,63 +45,44 @@ impl MinReplicas {
     }
 }
 
-/// The query of `url` (after the credentials, which may hold a `?` of their own), without
-/// its fragment.
-fn query(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let creds_end = rest[..authority_end].rfind('@').map_or(0, |i| i + 1);
-    let rest = &rest[creds_end..];
-    let rest = rest.split_once('#').map_or(rest, |(r, _)| r);
-    rest.split_once('?').map_or("", |(_, q)| q)
-}
-
-/// True when `url` names `min_replicas` or `min_replicas_timeout` at all.
-pub(crate) fn named(url: &str) -> bool {
-    query(url).split('&').any(|pair| {
-        matches!(
-            pair.split('=').next(),
-            Some("min_replicas" | "min_replicas_timeout")
-        )
-    })
-}
-
-/// The `min_replicas` of `url`: `None` when absent or 0 (off). Bad values are exit 2.
-pub(crate) fn parse(url: &str) -> Result<Option<MinReplicas>> {
-    let bad = |why: String| Error::Usage(format!("invalid Redis URL {}: {why}", redact_url(url)));
-    let (mut count, mut timeout) = (None, None);
-    for pair in query(url).split('&') {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let number = |max: u64| {
-            value
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n <= max)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{name}={value}: expected a whole number from 0 to {max}"
-                    ))
-                })
+/// The `min_replicas` of a Redis URL: `None` when absent or 0 (off). The reason of a bad
+/// value is for a usage error (exit 2).
+pub(crate) fn from_url(u: &Url) -> std::result::Result<Option<MinReplicas>, String> {
+    let number = |name: &str, max: u64| -> std::result::Result<Option<u64>, String> {
+        let Some(value) = u.param(name) else {
+            return Ok(None);
         };
-        match name {
-            "min_replicas" => count = Some(number(MAX_REPLICAS.into())? as u32),
-            "min_replicas_timeout" => match number(MAX_TIMEOUT_MS)? {
-                0 => return Err(bad(format!("{name}=0: WAIT would block forever; give milliseconds from 1 to {MAX_TIMEOUT_MS}"))),
-                ms => timeout = Some(Duration::from_millis(ms)),
-            },
-            _ => {}
-        }
-    }
+        let n = value.parse::<u64>().ok().filter(|n| *n <= max);
+        n.map(Some).ok_or_else(|| {
+            format!(
+                "{name}={}: expected a whole number from 0 to {max}",
+                value.escape_debug()
+            )
+        })
+    };
+    let count = number("min_replicas", MAX_REPLICAS.into())?;
+    let timeout = match number("min_replicas_timeout", MAX_TIMEOUT_MS)? {
+        Some(0) => return Err(format!("min_replicas_timeout=0: WAIT would block forever; give milliseconds from 1 to {MAX_TIMEOUT_MS}")),
+        ms => ms.map(Duration::from_millis),
+    };
     match (count, timeout) {
-        (None, Some(_)) => Err(bad("min_replicas_timeout needs min_replicas=N".into())),
+        (None, Some(_)) => Err("min_replicas_timeout needs min_replicas=N".into()),
         (None | Some(0), _) => Ok(None),
-        (Some(count), timeout) => Ok(Some(MinReplicas { count, timeout })),
+        (Some(count), timeout) => Ok(Some(MinReplicas {
+            count: count as u32,
+            timeout,
+        })),
     }
 }
 
 /// Refuses `min_replicas` where it has no meaning (a Redlock quorum: each server is a vote).
 pub(crate) fn refuse(url: &str, where_: &str) -> Result<()> {
-    if named(url) {
+    let named = crate::backend::url::parse(url).is_ok_and(|u| {
+        u.query
+            .iter()
+            .any(|(name, _)| name == "min_replicas" || name == "min_replicas_timeout")
+    });
+    if named {
         return Err(Error::Usage(format!(
             "invalid Redis URL {}: min_replicas is not supported {where_}",
             redact_url(url)
@@ -154,6 +135,10 @@ impl RedisBackend {
 mod tests {
     use super::*;
 
+    fn parse(url: &str) -> Result<Option<MinReplicas>> {
+        super::super::url::parse(url, None).map(|t| t.min_replicas)
+    }
+
     fn ok(url: &str) -> Option<MinReplicas> {
         parse(url).unwrap_or_else(|e| panic!("{url}: {e}"))
     }
@@ -162,7 +147,7 @@ mod tests {
     fn min_replicas_is_read_from_the_query() {
         assert_eq!(ok("redis://h:1"), None);
         assert_eq!(ok("redis://h:1?min_replicas=0"), None);
-        let one = ok("redis://:p?w@h:1/2?db=2&min_replicas=1").unwrap();
+        let one = ok("redis://:p?w@h:1/2?min_replicas=1").unwrap();
         assert_eq!((one.count, one.timeout), (1, None));
         let two = ok("redis+sentinel://a,b/m?min_replicas=2&min_replicas_timeout=250#x").unwrap();
         assert_eq!(two.count, 2);

@@ -33,61 +33,44 @@ impl Target {
 }
 
 fn usage(url: &str, why: &str) -> Error {
-    Error::Usage(format!(
-        "bad ZooKeeper URL {}: {why}",
-        crate::config::redact_url(url)
-    ))
+    crate::backend::url::bad("ZooKeeper", url, why)
 }
 
 /// Reads a `zk://` or `zks://` URL.
 pub fn parse(url: &str) -> Result<Target> {
-    let (scheme, rest, port) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
-        (Some(rest), _) => ("zk", rest, DEFAULT_PORT),
-        (_, Some(rest)) => ("zks", rest, DEFAULT_TLS_PORT),
+    let u = crate::backend::url::parse(url).map_err(|why| usage(url, &why))?;
+    let (tls, port) = match u.scheme.as_str() {
+        "zk" => (false, DEFAULT_PORT),
+        "zks" => (true, DEFAULT_TLS_PORT),
         _ => return Err(usage(url, "it must start with zk:// or zks://")),
     };
-    if rest.contains('?') {
+    if !u.query.is_empty() || u.fragment.is_some() {
         return Err(usage(url, "it takes no parameters"));
     }
-    let (authority, chroot) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let credentials = match (&u.user, &u.password) {
+        (None, None) => None,
+        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
+        _ => {
+            return Err(usage(
+                url,
+                "give both user and password: zk://USER:PASSWORD@…",
+            ))
+        }
     };
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => match userinfo.split_once(':') {
-            Some((user, password)) if !user.is_empty() => {
-                (Some((user.to_string(), password.to_string())), hosts)
-            }
-            _ => {
-                return Err(usage(
-                    url,
-                    "give both user and password: zk://USER:PASSWORD@…",
-                ))
-            }
-        },
-        None => (None, authority),
-    };
-    let chroot = chroot.trim_end_matches('/');
+    let chroot = u.path.trim_end_matches('/');
     if !chroot.is_empty() {
         super::layout::check_path(chroot).map_err(|why| usage(url, &format!("chroot {why}")))?;
     }
-    let mut servers = Vec::new();
-    for host in hosts.split(',').map(str::trim) {
-        match host.rsplit_once(':') {
-            _ if host.is_empty() => return Err(usage(url, "it names no host")),
-            Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => {
-                servers.push(host.to_string())
-            }
-            Some(_) => return Err(usage(url, &format!("bad port in '{host}'"))),
-            None => servers.push(format!("{host}:{port}")),
-        }
+    if u.hosts.is_empty() {
+        return Err(usage(url, "it names no host"));
     }
+    let servers: Vec<String> = u.hosts.iter().map(|h| h.addr(port)).collect();
     Ok(Target {
-        name: format!("{scheme}://{}{chroot}", servers.join(",")),
+        name: format!("{}://{}{chroot}", u.scheme, servers.join(",")),
         servers,
         chroot: chroot.to_string(),
         credentials,
-        tls: scheme == "zks",
+        tls,
     })
 }
 
@@ -120,6 +103,13 @@ mod tests {
         let e = parse("zk://u:secret@a:x").unwrap_err().to_string();
         assert!(!e.contains("secret"), "{e}");
         assert!(parse("zk://nopassword@a").is_err());
+        let t = parse("zk://u:s3cr/e?t%25@a:1/c").unwrap();
+        assert_eq!(t.credentials, Some(("u".into(), "s3cr/e?t%".into())));
+        assert_eq!(t.chroot, "/c");
+        let t = parse("zk://u:p%2Fw%3F%25%40@a").unwrap();
+        assert_eq!(t.credentials, Some(("u".into(), "p/w?%@".into())));
+        let e = parse("zk://u:s3cr/et@127.0.0.1:x").unwrap_err().to_string();
+        assert!(!e.contains("s3cr") && !e.contains("et@"), "{e}");
         let t = parse("zks://a,b:9/c").unwrap();
         assert!(t.tls && !parse("zk://a").unwrap().tls);
         assert_eq!(t.servers, ["a:2281", "b:9"]);
