@@ -185,7 +185,7 @@ fn a_postgres_password_of_any_characters_logs_in_and_a_missing_one_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{err}");
     assert!(
-        err.contains("requires a password") && err.contains("PGPASSWORD"),
+        err.contains("wants a password") && err.contains("PGPASSWORD"),
         "{err}"
     );
     // A socket directory in ?host= is used, not passed over for TCP: nothing listens there.

@@ -107,17 +107,6 @@ impl Server {
 
     /// A failed request as an error of its kind (see [`passing`]), in one line.
     pub fn unavailable(&self, what: &str, e: &tokio_postgres::Error) -> Error {
-        // The client refuses, before the server does, to answer a password request it
-        // has no password for; its message alone says only "invalid configuration".
-        let no_password =
-            std::error::Error::source(e).is_some_and(|s| s.to_string() == "password missing");
-        if no_password {
-            return Error::Unavailable(self.line(format!(
-                "{}: {what}: the server requires a password: give it in the URL or {}",
-                self.target.name,
-                env::PG_PASSWORD
-            )));
-        }
         let why = match e.as_db_error() {
             Some(db) => format!("{}: {}", db.severity(), db.message()),
             None if password_missing(e) => format!(
