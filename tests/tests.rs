@@ -30,6 +30,7 @@
 //!   `memcached_quorum` (three servers: conformance, one or two killed, a restarted or
 //!   frozen member).
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
+//!   `zookeeper_ensemble` (the leader killed and restarted under 6 exec loops),
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
@@ -74,6 +75,7 @@ mod redis_replicas;
 mod redis_sentinel;
 mod unanswered;
 mod zookeeper;
+mod zookeeper_ensemble;
 mod zookeeper_interop;
 
 mod generated;

@@ -65,7 +65,10 @@ pub async fn connect(t: &Target, timeout: Duration, key: &str) -> Result<Client>
         true => "cannot connect over TLS (is the CA of DLOCK_TLS_CA the servers'? do they want a client certificate, DLOCK_TLS_CERT and DLOCK_TLS_KEY?)",
         false => "cannot connect",
     };
-    let client = connected.map_err(|e| unavailable(&t.name, &what(failed), e))?;
+    let client = match connected {
+        Ok(client) => client,
+        Err(e) => return Err(not_connected(t, &what(failed), e).await),
+    };
     if t.chroot.is_empty() {
         return Ok(client);
     }
@@ -136,14 +139,66 @@ pub fn ended(client: &Client) -> bool {
     )
 }
 
-/// An error of the ZooKeeper client, worded for dlock: `NAME: WHAT: why`.
+/// How long a server may take to accept a connection when dlock asks whether any of the
+/// ensemble is there at all.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A session that could not be opened. When some server of the ensemble still accepts
+/// connections, it is there but grants no session yet (an election, a member catching
+/// up, a server that is frozen): the next try may meet a leader, so it is transient. When
+/// none does, nothing serves the ensemble at all.
+async fn not_connected(t: &Target, what: &str, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as ZkError;
+    if matches!(e, ZkError::AuthFailed | ZkError::NoAuth) || !any_listening(&t.servers).await {
+        return unavailable(&t.name, what, e);
+    }
+    Error::Transient(format!(
+        "{}: {what}: no server of the ensemble grants a session yet ({e})",
+        t.name
+    ))
+}
+
+/// True when one of `servers` accepts a TCP connection.
+async fn any_listening(servers: &[String]) -> bool {
+    let probes = servers.iter().map(|s| {
+        let connect = tokio::net::TcpStream::connect(s.as_str());
+        Box::pin(async move {
+            matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, connect).await,
+                Ok(Ok(_))
+            )
+        })
+    });
+    futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .any(|up| up)
+}
+
+/// An error of the ZooKeeper client, worded for dlock: `NAME: WHAT: why`. A connection
+/// lost or a session ended is transient: the client moves the session to another server
+/// on its own while it lives, and a waiter whose session ended makes a new one. Refused
+/// credentials and refused requests are not.
 pub fn unavailable(name: &str, what: &str, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as ZkError;
+    let transient = matches!(
+        e,
+        ZkError::ConnectionLoss
+            | ZkError::Timeout
+            | ZkError::NoHosts
+            | ZkError::SessionExpired
+            | ZkError::SessionMoved
+            | ZkError::Throttled
+            | ZkError::ClientClosed
+            | ZkError::Custom(_)
+    );
     let why = match e {
-        zookeeper_client::Error::NoAuth => {
-            "not authorized (check the digest user of the URL)".to_string()
-        }
-        zookeeper_client::Error::AuthFailed => "authentication failed".to_string(),
+        ZkError::NoAuth => "not authorized (check the digest user of the URL)".to_string(),
+        ZkError::AuthFailed => "authentication failed".to_string(),
         other => other.to_string(),
     };
-    Error::Unavailable(format!("{name}: {what}: {why}"))
+    match transient {
+        true => Error::Transient(format!("{name}: {what}: {why}")),
+        false => Error::Unavailable(format!("{name}: {what}: {why}")),
+    }
 }

@@ -339,6 +339,7 @@ impl LockStore for ZkStore {
         w: &mut ZkWaiter,
         enqueue: bool,
     ) -> Result<Attempt> {
+        self.revive(req, w).await?;
         if let Some(acquired) = self.reenter(req).await? {
             self.drop_node(w).await;
             return Ok(Attempt::Granted(acquired));
