@@ -66,7 +66,7 @@ impl ZkStore {
         let client = session::connect(&self.target, req.ttl, &req.key).await?;
         self.current.adopt(client.clone());
         w.session = Some(client.clone());
-        w.blocker = None;
+        (w.blocker, w.lost_create) = (None, None);
         if let Some(node) = w.node.take() {
             let _ = client.delete(&node, None).await;
         }

@@ -12,7 +12,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acl, Acls, Client, CreateMode, Permission, SessionState};
 
 use super::url::Target;
 use crate::error::{Error, Result};
@@ -27,11 +27,19 @@ pub fn lease_ttl(timeout: Duration) -> Duration {
     timeout / 2
 }
 
-/// The ACL of every node dlock creates: the digest user's alone when the URL names one,
-/// else open (as Curator's default), so that any client can queue and release.
+/// Every right for the digest user who created a node, and reading for anyone.
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
+
+/// The ACL of every node dlock creates: when the URL names a digest user, only that user
+/// may change it, while anyone may read it, so that whoever can list the locks sees who
+/// holds them and how their last runs went; else open (as Curator's default), so that any
+/// client can queue and release.
 pub fn acls(t: &Target) -> Acls<'static> {
     match t.credentials {
-        Some(_) => Acls::creator_all(),
+        Some(_) => Acls::new(&CREATOR_ALL_ANYONE_READ),
         None => Acls::anyone_all(),
     }
 }
@@ -146,10 +154,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A session that could not be opened. When some server of the ensemble still accepts
 /// connections, it is there but grants no session yet (an election, a member catching
 /// up, a server that is frozen): the next try may meet a leader, so it is transient. When
-/// none does, nothing serves the ensemble at all.
+/// none does, nothing serves the ensemble at all. Over TLS a refused handshake (a wrong
+/// CA, a missing client certificate) looks the same from here as a server that grants no
+/// session, and is the likelier cause: it stays fatal.
 async fn not_connected(t: &Target, what: &str, e: zookeeper_client::Error) -> Error {
     use zookeeper_client::Error as ZkError;
-    if matches!(e, ZkError::AuthFailed | ZkError::NoAuth) || !any_listening(&t.servers).await {
+    let fatal = t.tls || matches!(e, ZkError::AuthFailed | ZkError::NoAuth);
+    if fatal || !any_listening(&t.servers).await {
         return unavailable(&t.name, what, e);
     }
     Error::Transient(format!(

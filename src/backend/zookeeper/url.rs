@@ -69,7 +69,9 @@ pub fn parse(url: &str) -> Result<Target> {
     };
     let chroot = chroot.trim_end_matches('/');
     if !chroot.is_empty() {
-        super::layout::check_path(chroot).map_err(|why| usage(url, &format!("chroot {why}")))?;
+        super::layout::check_path(chroot)
+            .and_then(|()| super::layout::check_not_own_tree(chroot))
+            .map_err(|why| usage(url, &format!("chroot {why}")))?;
     }
     let mut servers = Vec::new();
     for host in hosts.split(',').map(str::trim) {
@@ -110,6 +112,10 @@ mod tests {
             "zk://a//b",
             "zk://a?x=1",
             "zk://a/x/../y",
+            "zk://a/zookeeper",
+            "zk://a/zookeeper/x",
+            "zk://a/🔒",
+            "zk://a/x\u{e000}",
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
