@@ -161,7 +161,8 @@ async fn not_connected(t: &Target, what: &str, e: zookeeper_client::Error) -> Er
     use zookeeper_client::Error as ZkError;
     let fatal = t.tls || matches!(e, ZkError::AuthFailed | ZkError::NoAuth);
     if fatal || !any_listening(&t.servers).await {
-        return unavailable(&t.name, what, e);
+        let e = unavailable(&t.name, what, e);
+        return Error::Unavailable(e.to_string());
     }
     Error::Transient(format!(
         "{}: {what}: no server of the ensemble grants a session yet ({e})",
@@ -196,7 +197,6 @@ pub fn unavailable(name: &str, what: &str, e: zookeeper_client::Error) -> Error 
         e,
         ZkError::ConnectionLoss
             | ZkError::Timeout
-            | ZkError::NoHosts
             | ZkError::SessionExpired
             | ZkError::SessionMoved
             | ZkError::Throttled
