@@ -408,6 +408,51 @@ fn a_killed_waiter_leaves_the_line_when_its_session_ends() {
     assert!(status.success(), "{status:?}");
 }
 
+/// A waiter whose session expires while the server is frozen (SIGSTOP past the session
+/// timeout) queues again on a new session once the server is back, and gets the lock when
+/// the holder (whose longer session lived through it) ends: exit 0, not 69.
+#[test]
+fn a_waiter_whose_session_expired_queues_again() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "30s"]);
+    token_of(dir.path());
+    let waiters = || {
+        let out = run(&url, &["--json", "status", "job"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["waiters"].as_array().map_or(0, Vec::len)
+    };
+    let mut waiter = dlock()
+        .env("DLOCK_URL", &url)
+        .args([
+            "exec", "job", "-q", "--ttl", "2s", "-w", "90s", "--", "true",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        support::wait_for(Duration::from_secs(10), || waiters() == 1),
+        "never queued"
+    );
+    let pid = server.pid().expect("running");
+    support::send_signal(pid, "STOP");
+    // Past the client's own count (7/5 of the 2 s timeout) and the server's.
+    std::thread::sleep(Duration::from_secs(5));
+    support::send_signal(pid, "CONT");
+    assert!(
+        support::wait_for(Duration::from_secs(30), || waiters() == 1),
+        "the waiter did not queue again"
+    );
+    assert!(waiter.try_wait().unwrap().is_none(), "the waiter gave up");
+    support::send_signal(held.id(), "TERM");
+    wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
+    let status = wait_exit(&mut waiter, Duration::from_secs(30)).expect("the waiter hung");
+    let mut said = String::new();
+    let _ = std::io::Read::read_to_string(waiter.stderr.as_mut().unwrap(), &mut said);
+    assert!(status.success(), "{status:?}: {said}");
+}
+
 /// Waits until `server` has no client connection open: with `maxClientCnxns=1`, its
 /// four-letter command is answered only then (a closed client may take a moment to go).
 fn await_no_client(server: &ZkServer) {
