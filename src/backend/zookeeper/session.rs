@@ -213,3 +213,42 @@ pub fn unavailable(name: &str, what: &str, e: zookeeper_client::Error) -> Error 
         false => Error::Unavailable(format!("{name}: {what}: {why}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zookeeper_client::Error as ZkError;
+
+    /// A waiter rides out what the next try may not meet, never refused credentials.
+    #[test]
+    fn lost_connections_and_sessions_are_transient() {
+        for e in [
+            ZkError::ConnectionLoss,
+            ZkError::SessionExpired,
+            ZkError::Timeout,
+        ] {
+            assert!(unavailable("zk://h:1", "lock 'k'", e).is_retryable());
+        }
+        for e in [ZkError::NoAuth, ZkError::AuthFailed, ZkError::NoHosts] {
+            let e = unavailable("zk://h:1", "lock 'k'", e);
+            assert!(!e.is_retryable() && e.exit_code() == 69, "{e}");
+        }
+    }
+
+    /// Nothing listening on any server: exit 69 at once, not ridden out.
+    #[tokio::test]
+    async fn no_server_listening_is_fatal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
+        let e = not_connected(&t, "cannot connect", ZkError::NoHosts).await;
+        assert!(!e.is_retryable(), "{e}");
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listening.local_addr().unwrap().port();
+        let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
+        let e = not_connected(&t, "cannot connect", ZkError::NoHosts).await;
+        assert!(e.is_retryable(), "{e}");
+    }
+}
