@@ -30,7 +30,8 @@
 //!   `memcached_quorum` (three servers: conformance, one or two killed, a restarted or
 //!   frozen member).
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
-//!   `zookeeper_ensemble` (the leader killed and restarted under 6 exec loops),
+//!   `zookeeper_acl` (what one user's nodes show others), `zookeeper_ensemble` (the leader
+//!   killed and restarted under 6 exec loops),
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
@@ -75,6 +76,7 @@ mod redis_replicas;
 mod redis_sentinel;
 mod unanswered;
 mod zookeeper;
+mod zookeeper_acl;
 mod zookeeper_ensemble;
 mod zookeeper_interop;
 

@@ -13,7 +13,8 @@ use crate::error::Result;
 impl ZkStore {
     /// Every lock path under the chroot, as keys: a node with a contender among its
     /// children is a lock. ZooKeeper's own `/zookeeper` and the run records are skipped;
-    /// so are nodes these credentials may not list, with one warning line for them all.
+    /// so are nodes these credentials may not list, with one warning event (`-v`) for
+    /// them all.
     pub(super) async fn lock_keys(&self) -> Result<Vec<String>> {
         let client = self.client("").await?;
         let mut keys = Vec::new();
