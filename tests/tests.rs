@@ -35,6 +35,8 @@
 //!   `memcached_quorum` (three servers: conformance, one or two killed, a restarted or
 //!   frozen member).
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
+//!   `zookeeper_acl` (what one user's nodes show others), `zookeeper_ensemble` (the leader
+//!   killed and restarted under 6 exec loops),
 //!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
@@ -86,6 +88,8 @@ mod sql_faults;
 mod unanswered;
 mod url_secrets;
 mod zookeeper;
+mod zookeeper_acl;
+mod zookeeper_ensemble;
 mod zookeeper_interop;
 
 mod generated;

@@ -155,6 +155,38 @@ fn the_password_is_never_printed() {
     }
 }
 
+/// Keys and chroots with characters ZooKeeper refuses in a path (controls, the private
+/// use area and U+FFF0-U+FFFF, anything beyond U+FFFF), and ZooKeeper's own tree as a key
+/// or a chroot: exit 2 in one line naming the key or the URL, before connecting (nothing
+/// listens on the port), also with `--if-unavailable skip`, which skips only an
+/// unavailable store.
+#[test]
+fn keys_and_chroots_zookeeper_refuses_are_usage_errors() {
+    let url = format!("zk://127.0.0.1:{}", support::free_port());
+    let mut cases: Vec<(String, String)> =
+        ["job-🔒", "job-\u{e000}", "job-\u{fff5}", "job-\u{ffff}"]
+            .iter()
+            .chain(&["zookeeper", "/zookeeper/quota"])
+            .map(|key| (url.clone(), key.to_string()))
+            .collect();
+    for chroot in ["/🔒", "/zookeeper", "/zookeeper/app", "/a\u{f8ff}"] {
+        cases.push((format!("{url}{chroot}"), "job".to_string()));
+    }
+    for (url, key) in &cases {
+        for extra in [&[][..], &["--if-unavailable", "skip"]] {
+            let args = [&["exec", key.as_str()], extra, &["--", "true"]].concat();
+            let out = run(url, &args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{url} {key:?} {extra:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.contains("zk://127.0.0.1"), "{err}");
+            assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
+        }
+        let status = run(url, &["status", key]);
+        assert_eq!(status.status.code(), Some(2), "{url} {key:?}: {status:?}");
+    }
+}
+
 /// The server dies during a hold: CMD is killed (exit 79) within the session timeout, so
 /// before the session could expire and anyone else could take the lock.
 #[test]
@@ -380,6 +412,51 @@ fn a_killed_waiter_leaves_the_line_when_its_session_ends() {
     wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
     let status = wait_exit(&mut behind, Duration::from_secs(20)).expect("the next waiter hung");
     assert!(status.success(), "{status:?}");
+}
+
+/// A waiter whose session expires while the server is frozen (SIGSTOP past the session
+/// timeout) queues again on a new session once the server is back, and gets the lock when
+/// the holder (whose longer session lived through it) ends: exit 0, not 69.
+#[test]
+fn a_waiter_whose_session_expired_queues_again() {
+    let server = ZkServer::start();
+    let url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut held = holder(&url, "job", dir.path(), &["--ttl", "30s"]);
+    token_of(dir.path());
+    let waiters = || {
+        let out = run(&url, &["--json", "status", "job"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["waiters"].as_array().map_or(0, Vec::len)
+    };
+    let mut waiter = dlock()
+        .env("DLOCK_URL", &url)
+        .args([
+            "exec", "job", "-q", "--ttl", "2s", "-w", "90s", "--", "true",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        support::wait_for(Duration::from_secs(10), || waiters() == 1),
+        "never queued"
+    );
+    let pid = server.pid().expect("running");
+    support::send_signal(pid, "STOP");
+    // Past the client's own count (7/5 of the 2 s timeout) and the server's.
+    std::thread::sleep(Duration::from_secs(5));
+    support::send_signal(pid, "CONT");
+    assert!(
+        support::wait_for(Duration::from_secs(30), || waiters() == 1),
+        "the waiter did not queue again"
+    );
+    assert!(waiter.try_wait().unwrap().is_none(), "the waiter gave up");
+    support::send_signal(held.id(), "TERM");
+    wait_exit(&mut held, Duration::from_secs(20)).expect("holder ends");
+    let status = wait_exit(&mut waiter, Duration::from_secs(30)).expect("the waiter hung");
+    let mut said = String::new();
+    let _ = std::io::Read::read_to_string(waiter.stderr.as_mut().unwrap(), &mut said);
+    assert!(status.success(), "{status:?}: {said}");
 }
 
 /// Waits until `server` has no client connection open: with `maxClientCnxns=1`, its

@@ -14,11 +14,15 @@ use crate::support::{dlock, read_when_ready, wait_exit, wait_for, ZkServer};
 const CURATOR: &str = "/usr/share/java/curator-recipes.jar:/usr/share/java/curator-framework.jar:/usr/share/java/curator-client.jar:/usr/share/java/zookeeper.jar";
 
 /// Holds an `InterProcessMutex` on PATH (or, with a fourth argument `write` or `read`, that
-/// side of an `InterProcessReadWriteLock`) while `sh -c SCRIPT` runs.
+/// side of an `InterProcessReadWriteLock`) while `sh -c SCRIPT` runs. With `protected`, it
+/// prints the children of PATH instead, and exits 0 when there are some and Curator's
+/// `ProtectedUtils` takes each for a protected node.
 const PROGRAM: &str = r#"
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.imps.ProtectedUtils;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -30,6 +34,16 @@ public class CuratorLock {
                 args[0], 10000, 5000, new RetryNTimes(3, 100));
         client.start();
         String side = args.length > 3 ? args[3] : "mutex";
+        if (side.equals("protected")) {
+            List<String> children = client.getChildren().forPath(args[1]);
+            boolean all = !children.isEmpty();
+            for (String child : children) {
+                System.out.println(child);
+                all &= ProtectedUtils.isProtectedZNode(child);
+            }
+            client.close();
+            System.exit(all ? 0 : 1);
+        }
         InterProcessReadWriteLock rw = new InterProcessReadWriteLock(client, args[1]);
         InterProcessLock mutex = side.equals("write") ? rw.writeLock()
                 : side.equals("read") ? rw.readLock()
@@ -247,4 +261,36 @@ fn dlock_readers_share_with_a_curator_reader() {
     std::fs::write(dir.path().join(format!("go-{who}")), "").unwrap();
     let status = wait_exit(&mut reader, Duration::from_secs(30)).expect("exits");
     assert!(status.success(), "{status:?}");
+}
+
+/// dlock's contender nodes carry a protection id Curator recognises (`_c_<uuid>-…`), for
+/// an exclusive holder and a shared waiter alike.
+#[test]
+fn curator_reads_dlock_nodes_as_protected() {
+    let server = ZkServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let classes = tempfile::tempdir().unwrap();
+    let classpath = compile(classes.path());
+    let mut holder = dlock_exec(&server, dir.path(), "dlock");
+    read_when_ready(&dir.path().join("dlock-start"), Duration::from_secs(60));
+    let mut reader = dlock_exec(&server, dir.path(), "dlock-shared");
+    assert!(
+        wait_for(Duration::from_secs(60), || contenders(&server) == 2),
+        "the reader never queued"
+    );
+    let out = Command::new("java")
+        .args(["-Xmx64m", "-cp", &classpath, "CuratorLock"])
+        .args([&server.endpoint(), "/locks/job", "", "protected"])
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(names.lines().count(), 2, "{out:?}");
+    assert!(out.status.success(), "not protected for Curator: {names}");
+    for who in ["dlock", "dlock-shared"] {
+        std::fs::write(dir.path().join(format!("go-{who}")), "").unwrap();
+    }
+    for child in [&mut holder, &mut reader] {
+        let status = wait_exit(child, Duration::from_secs(30)).expect("exits");
+        assert!(status.success(), "{status:?}");
+    }
 }

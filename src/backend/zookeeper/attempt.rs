@@ -55,6 +55,24 @@ impl ZkStore {
         ))
     }
 
+    /// A waiter whose session ended (it expired while no server could be reached) queues
+    /// again on a new session: its node ended with the old one, or soon will, and is
+    /// deleted in case it has not yet.
+    pub(super) async fn revive(&self, req: &AcquireRequest, w: &mut ZkWaiter) -> Result<()> {
+        let Some(old) = w.session.as_ref().filter(|s| session::ended(s)) else {
+            return Ok(());
+        };
+        self.current.forget(old);
+        let client = session::connect(&self.target, req.ttl, &req.key).await?;
+        self.current.adopt(client.clone());
+        w.session = Some(client.clone());
+        (w.blocker, w.lost_create) = (None, None);
+        if let Some(node) = w.node.take() {
+            let _ = client.delete(&node, None).await;
+        }
+        Ok(())
+    }
+
     /// Deletes the waiter's node, if it has one.
     pub(super) async fn drop_node(&self, w: &mut ZkWaiter) {
         if let Some(node) = w.node.take() {

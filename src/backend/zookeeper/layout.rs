@@ -29,8 +29,31 @@ pub const PROTECTED: &str = "_c_";
 /// Appended to a lock's path for the node that keeps its run records.
 pub const RUNS_SUFFIX: &str = ".dlock-runs";
 
-/// Why `path` is not a valid ZooKeeper path, if it is not.
+/// True for a character ZooKeeper refuses in a path (its `PathUtils.validatePath`, which
+/// reads UTF-16 units): controls (U+0000-U+001F, U+007F-U+009F), U+D800-U+F8FF (the
+/// surrogates, so every character beyond U+FFFF, and the private use area) and
+/// U+FFF0-U+FFFF.
+pub fn refused_char(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}')
+        || c >= '\u{fff0}'
+}
+
+/// Why `path` is not a valid ZooKeeper path, if it is not. Control characters are named
+/// by their code, never printed.
 pub fn check_path(path: &str) -> std::result::Result<(), String> {
+    if let Some(c) = path.chars().find(|&c| refused_char(c)) {
+        let shown: String = path
+            .chars()
+            .map(|c| match refused_char(c) {
+                true => '?',
+                false => c,
+            })
+            .collect();
+        return Err(format!(
+            "'{shown}' has a character ZooKeeper refuses in a path (U+{:04X})",
+            c as u32
+        ));
+    }
     let Some(rest) = path.strip_prefix('/') else {
         return Err(format!("'{path}' must start with '/'"));
     };
@@ -38,11 +61,16 @@ pub fn check_path(path: &str) -> std::result::Result<(), String> {
         if part.is_empty() || part == "." || part == ".." {
             return Err(format!("'{path}' has an empty, '.' or '..' component"));
         }
-        if part.chars().any(|c| c.is_control()) {
-            return Err(format!("'{path}' has a control character"));
-        }
     }
     Ok(())
+}
+
+/// Refuses `path` when it is in ZooKeeper's own tree, `/zookeeper`.
+pub fn check_not_own_tree(path: &str) -> std::result::Result<(), String> {
+    match path == "/zookeeper" || path.starts_with("/zookeeper/") {
+        true => Err(format!("'{path}' is ZooKeeper's own tree")),
+        false => Ok(()),
+    }
 }
 
 /// The lock path of a dlock key: `/KEY` (a leading `/` in the key is optional, so that
@@ -50,9 +78,7 @@ pub fn check_path(path: &str) -> std::result::Result<(), String> {
 pub fn lock_path(key: &str) -> std::result::Result<String, String> {
     let path = format!("/{}", key.trim_start_matches('/'));
     check_path(&path)?;
-    if path == "/zookeeper" || path.starts_with("/zookeeper/") {
-        return Err(format!("'{path}' is ZooKeeper's own tree"));
-    }
+    check_not_own_tree(&path)?;
     if path.ends_with(RUNS_SUFFIX) {
         return Err(format!(
             "'{path}' ends with {RUNS_SUFFIX}, kept for run records"
@@ -64,6 +90,21 @@ pub fn lock_path(key: &str) -> std::result::Result<String, String> {
 /// The key `status` shows for a lock path found by listing: without the leading `/`.
 pub fn key_of(path: &str) -> String {
     path.trim_start_matches('/').to_string()
+}
+
+/// A new protection id: a random (version 4) UUID in its 36-character form, the shape
+/// Curator's `ProtectedUtils` recognises between `_c_` and the rest of a name.
+pub fn protection_id() -> String {
+    let hi = (crate::holder::random_u64() & !0xf000) | 0x4000;
+    let lo = (crate::holder::random_u64() & !(0b11 << 62)) | (0b10 << 62);
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
 }
 
 /// The prefix of a new contender's name for a caller holding as `sharing` (the server
@@ -209,6 +250,14 @@ impl Entry {
         }
     }
 
+    /// A contender whose data these credentials may not read (its ACL): it is there all
+    /// the same, named by its node name.
+    pub fn unreadable(name: &str, stat: &Stat) -> Entry {
+        let mut entry = Entry::read(name, &[], stat);
+        entry.meta.holder.command = "(its node's ACL hides who it is)".into();
+        entry
+    }
+
     pub fn token(&self) -> u64 {
         self.meta.token.unwrap_or(self.mzxid.max(0) as u64)
     }
@@ -266,6 +315,30 @@ mod tests {
         assert_eq!(node_prefix("/l", "u", Sharing::Exclusive), "/l/_c_u-lock-");
     }
 
+    /// As Curator's `ProtectedUtils.isProtectedZNode` reads a name: `_c_`, a UUID, `-` at
+    /// index 39, more after it.
+    #[test]
+    fn protection_ids_are_uuids() {
+        let (a, b) = (protection_id(), protection_id());
+        assert_ne!(a, b);
+        let name = node_prefix("/l", &a, Sharing::Exclusive) + "0000000001";
+        let name = name.rsplit('/').next().unwrap();
+        assert_eq!(name.len(), 3 + 36 + "-lock-".len() + 10, "{name}");
+        assert!(
+            name.starts_with(PROTECTED) && name.as_bytes()[39] == b'-',
+            "{name}"
+        );
+        let groups: Vec<usize> = a.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{a}");
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit()), "{a}");
+        assert_eq!(a.as_bytes()[14], b'4', "version 4: {a}");
+        assert!(
+            matches!(a.as_bytes()[19], b'8' | b'9' | b'a' | b'b'),
+            "variant: {a}"
+        );
+        assert_eq!(sequence(name), Some(1));
+    }
+
     #[test]
     fn names_say_how_a_node_holds() {
         let read = node_prefix("/l", "u", Sharing::Shared) + "0000000007";
@@ -298,6 +371,34 @@ mod tests {
             assert!(lock_path(bad).is_err(), "{bad}");
         }
         assert_eq!(key_of("/locks/job"), "locks/job");
+    }
+
+    /// The characters ZooKeeper's `PathUtils.validatePath` refuses, at the edges of each
+    /// range, and their neighbours it takes.
+    #[test]
+    fn characters_zookeeper_refuses() {
+        for bad in [
+            '\u{0}',
+            '\u{1f}',
+            '\u{7f}',
+            '\u{9f}',
+            '\u{e000}',
+            '\u{f8ff}',
+            '\u{fff0}',
+            '\u{fff5}',
+            '\u{ffff}',
+            '\u{10000}',
+            '🔒',
+        ] {
+            let key = format!("job-{bad}");
+            let e = lock_path(&key).unwrap_err();
+            assert!(e.contains(&format!("U+{:04X}", bad as u32)), "{e}");
+            assert!(!e.contains(bad), "printed raw: {e:?}");
+            assert!(check_path(&format!("/{key}")).is_err());
+        }
+        for good in [' ', '~', '\u{a0}', 'é', '\u{d7ff}', '\u{f900}', '\u{ffef}'] {
+            assert!(lock_path(&format!("job-{good}")).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

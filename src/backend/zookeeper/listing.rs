@@ -12,15 +12,22 @@ use crate::error::Result;
 
 impl ZkStore {
     /// Every lock path under the chroot, as keys: a node with a contender among its
-    /// children is a lock. ZooKeeper's own `/zookeeper` is skipped.
+    /// children is a lock. ZooKeeper's own `/zookeeper` and the run records are skipped;
+    /// so are nodes these credentials may not list, with one warning event (`-v`) for
+    /// them all.
     pub(super) async fn lock_keys(&self) -> Result<Vec<String>> {
         let client = self.client("").await?;
         let mut keys = Vec::new();
+        let mut hidden = Vec::new();
         let mut todo = vec!["/".to_string()];
         while let Some(dir) = todo.pop() {
             let children = match client.list_children(&dir).await {
                 Ok(c) => c,
                 Err(ZkError::NoNode) => continue,
+                Err(ZkError::NoAuth) => {
+                    hidden.push(dir);
+                    continue;
+                }
                 Err(e) => return Err(self.fail(&dir, e)),
             };
             let base = dir.trim_end_matches('/');
@@ -29,10 +36,15 @@ impl ZkStore {
             }
             for child in children.iter().filter(|c| layout::sequence(c).is_none()) {
                 let path = format!("{base}/{child}");
-                if path != "/zookeeper" {
+                if path != "/zookeeper" && !path.ends_with(layout::RUNS_SUFFIX) {
                     todo.push(path);
                 }
             }
+        }
+        if let Some(first) = hidden.first() {
+            let (name, n) = (self.name(), hidden.len());
+            log::warn!(target: "dlock", event = "nodes_unreadable", backend = name, count = n as u64;
+                "{name}: skipped {n} node(s) these credentials may not list, such as '{first}': their locks are not shown");
         }
         keys.sort();
         Ok(keys)

@@ -69,6 +69,14 @@ pub async fn read(
         let (data, stat) = match client.get_data(&node).await {
             Ok(found) => found,
             Err(ZkError::NoNode) => continue,
+            // Its ACL hides what it says, not that it is there: it holds or waits all the
+            // same (its stat needs no right to read).
+            Err(ZkError::NoAuth) => {
+                if let Some(stat) = client.check_stat(&node).await? {
+                    line.entries.push(Entry::unreadable(name, &stat));
+                }
+                continue;
+            }
             Err(e) => return Err(e),
         };
         let entry = Entry::read(name, &data, &stat);

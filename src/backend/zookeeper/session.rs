@@ -12,7 +12,7 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acl, Acls, Client, CreateMode, Permission, SessionState};
 
 use super::url::Target;
 use crate::error::{Error, Result};
@@ -27,11 +27,19 @@ pub fn lease_ttl(timeout: Duration) -> Duration {
     timeout / 2
 }
 
-/// The ACL of every node dlock creates: the digest user's alone when the URL names one,
-/// else open (as Curator's default), so that any client can queue and release.
+/// Every right for the digest user who created a node, and reading for anyone.
+static CREATOR_ALL_ANYONE_READ: [Acl; 2] = [
+    Acl::new_const(Permission::ALL, "auth", ""),
+    Acl::new_const(Permission::READ, "world", "anyone"),
+];
+
+/// The ACL of every node dlock creates: when the URL names a digest user, only that user
+/// may change it, while anyone may read it, so that whoever can list the locks sees who
+/// holds them and how their last runs went; else open (as Curator's default), so that any
+/// client can queue and release.
 pub fn acls(t: &Target) -> Acls<'static> {
     match t.credentials {
-        Some(_) => Acls::creator_all(),
+        Some(_) => Acls::new(&CREATOR_ALL_ANYONE_READ),
         None => Acls::anyone_all(),
     }
 }
@@ -65,7 +73,10 @@ pub async fn connect(t: &Target, timeout: Duration, key: &str) -> Result<Client>
         true => "cannot connect over TLS (is the CA of DLOCK_TLS_CA the servers'? do they want a client certificate, DLOCK_TLS_CERT and DLOCK_TLS_KEY?)",
         false => "cannot connect",
     };
-    let client = connected.map_err(|e| unavailable(&t.name, &what(failed), e))?;
+    let client = match connected {
+        Ok(client) => client,
+        Err(e) => return Err(not_connected(t, &what(failed), e).await),
+    };
     if t.chroot.is_empty() {
         return Ok(client);
     }
@@ -136,14 +147,108 @@ pub fn ended(client: &Client) -> bool {
     )
 }
 
-/// An error of the ZooKeeper client, worded for dlock: `NAME: WHAT: why`.
+/// How long a server may take to accept a connection when dlock asks whether any of the
+/// ensemble is there at all.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A session that could not be opened. When some server of the ensemble still accepts
+/// connections, it is there but grants no session yet (an election, a member catching
+/// up, a server that is frozen): the next try may meet a leader, so it is transient. When
+/// none does, nothing serves the ensemble at all. Over TLS a refused handshake (a wrong
+/// CA, a missing client certificate) looks the same from here as a server that grants no
+/// session, and is the likelier cause: it stays fatal.
+async fn not_connected(t: &Target, what: &str, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as ZkError;
+    let fatal = t.tls || matches!(e, ZkError::AuthFailed | ZkError::NoAuth);
+    if fatal || !any_listening(&t.servers).await {
+        let e = unavailable(&t.name, what, e);
+        return Error::Unavailable(e.to_string());
+    }
+    Error::Transient(format!(
+        "{}: {what}: no server of the ensemble grants a session yet ({e})",
+        t.name
+    ))
+}
+
+/// True when one of `servers` accepts a TCP connection.
+async fn any_listening(servers: &[String]) -> bool {
+    let probes = servers.iter().map(|s| {
+        let connect = tokio::net::TcpStream::connect(s.as_str());
+        Box::pin(async move {
+            matches!(
+                tokio::time::timeout(PROBE_TIMEOUT, connect).await,
+                Ok(Ok(_))
+            )
+        })
+    });
+    futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .any(|up| up)
+}
+
+/// An error of the ZooKeeper client, worded for dlock: `NAME: WHAT: why`. A connection
+/// lost or a session ended is transient: the client moves the session to another server
+/// on its own while it lives, and a waiter whose session ended makes a new one. Refused
+/// credentials and refused requests are not.
 pub fn unavailable(name: &str, what: &str, e: zookeeper_client::Error) -> Error {
+    use zookeeper_client::Error as ZkError;
+    let transient = matches!(
+        e,
+        ZkError::ConnectionLoss
+            | ZkError::Timeout
+            | ZkError::SessionExpired
+            | ZkError::SessionMoved
+            | ZkError::Throttled
+            | ZkError::ClientClosed
+            | ZkError::Custom(_)
+    );
     let why = match e {
-        zookeeper_client::Error::NoAuth => {
-            "not authorized (check the digest user of the URL)".to_string()
-        }
-        zookeeper_client::Error::AuthFailed => "authentication failed".to_string(),
+        ZkError::NoAuth => "not authorized (check the digest user of the URL)".to_string(),
+        ZkError::AuthFailed => "authentication failed".to_string(),
         other => other.to_string(),
     };
-    Error::Unavailable(format!("{name}: {what}: {why}"))
+    match transient {
+        true => Error::Transient(format!("{name}: {what}: {why}")),
+        false => Error::Unavailable(format!("{name}: {what}: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zookeeper_client::Error as ZkError;
+
+    /// A waiter rides out what the next try may not meet, never refused credentials.
+    #[test]
+    fn lost_connections_and_sessions_are_transient() {
+        for e in [
+            ZkError::ConnectionLoss,
+            ZkError::SessionExpired,
+            ZkError::Timeout,
+        ] {
+            assert!(unavailable("zk://h:1", "lock 'k'", e).is_retryable());
+        }
+        for e in [ZkError::NoAuth, ZkError::AuthFailed, ZkError::NoHosts] {
+            let e = unavailable("zk://h:1", "lock 'k'", e);
+            assert!(!e.is_retryable() && e.exit_code() == 69, "{e}");
+        }
+    }
+
+    /// Nothing listening on any server: exit 69 at once, not ridden out.
+    #[tokio::test]
+    async fn no_server_listening_is_fatal() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
+        let e = not_connected(&t, "cannot connect", ZkError::NoHosts).await;
+        assert!(!e.is_retryable(), "{e}");
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listening.local_addr().unwrap().port();
+        let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
+        let e = not_connected(&t, "cannot connect", ZkError::NoHosts).await;
+        assert!(e.is_retryable(), "{e}");
+    }
 }

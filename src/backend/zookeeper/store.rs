@@ -54,6 +54,9 @@ pub struct ZkWaiter {
     refreshed: Instant,
     /// When the request that created our node was sent.
     pub(super) sent: Instant,
+    /// The protection id of a create whose answer was lost: the node may exist, and is
+    /// found by it before another is made.
+    pub(super) lost_create: Option<String>,
 }
 
 impl ZkStore {
@@ -171,8 +174,12 @@ impl ZkStore {
         w: &mut ZkWaiter,
         path: &str,
     ) -> Result<()> {
+        let client = self.client_of(w, &req.key).await?;
+        if self.found_lost_create(&client, req, w, path).await? {
+            return Ok(());
+        }
         let meta = Meta::fresh(req);
-        let uuid = crate::holder::new_owner_id();
+        let uuid = w.lost_create.take().unwrap_or_else(layout::protection_id);
         let prefix = layout::node_prefix(path, &uuid, req.sharing);
         let acl = acls(&self.target);
         let parents = CreateMode::Container.with_acls(acl);
@@ -185,7 +192,6 @@ impl ZkStore {
                     .with_ttl(ttl)
             }
         };
-        let client = self.client_of(w, &req.key).await?;
         w.sent = Instant::now();
         let created = queue::create(&client, &prefix, &meta.encode(), &options, &parents).await;
         match created {
@@ -196,6 +202,46 @@ impl ZkStore {
                 Ok(())
             }
             Err(ZkError::Unimplemented) if req.detached => Err(self.no_ttl_nodes(&req.key)),
+            Err(e) => {
+                let e = self.fail(&req.key, e);
+                if e.is_retryable() {
+                    w.lost_create = Some(uuid);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Curator's protected mode: after a create whose answer was lost, our node is looked
+    /// for by its protection id, so that a lost answer never leaves a node of ours in line
+    /// (ahead of us, as long as our session lives). True when it was found, and is ours.
+    async fn found_lost_create(
+        &self,
+        client: &Client,
+        req: &AcquireRequest,
+        w: &mut ZkWaiter,
+        path: &str,
+    ) -> Result<bool> {
+        let Some(uuid) = &w.lost_create else {
+            return Ok(false);
+        };
+        let mine = format!("{}{uuid}", layout::PROTECTED);
+        let children = match client.list_children(path).await {
+            Ok(children) => children,
+            Err(ZkError::NoNode) => return Ok(false),
+            Err(e) => return Err(self.fail(&req.key, e)),
+        };
+        let Some(name) = children.into_iter().find(|c| c.starts_with(&mine)) else {
+            return Ok(false);
+        };
+        let node = format!("{path}/{name}");
+        match client.check_stat(&node).await {
+            Ok(Some(stat)) => {
+                (w.node, w.created) = (Some(node), stat.czxid);
+                (w.refreshed, w.lost_create) = (Instant::now(), None);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
             Err(e) => Err(self.fail(&req.key, e)),
         }
     }
@@ -330,6 +376,7 @@ impl LockStore for ZkStore {
             blocker: None,
             refreshed: Instant::now(),
             sent: Instant::now(),
+            lost_create: None,
         })
     }
 
@@ -339,6 +386,7 @@ impl LockStore for ZkStore {
         w: &mut ZkWaiter,
         enqueue: bool,
     ) -> Result<Attempt> {
+        self.revive(req, w).await?;
         if let Some(acquired) = self.reenter(req).await? {
             self.drop_node(w).await;
             return Ok(Attempt::Granted(acquired));

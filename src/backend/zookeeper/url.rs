@@ -59,7 +59,9 @@ pub fn parse(url: &str) -> Result<Target> {
     };
     let chroot = u.path.trim_end_matches('/');
     if !chroot.is_empty() {
-        super::layout::check_path(chroot).map_err(|why| usage(url, &format!("chroot {why}")))?;
+        super::layout::check_path(chroot)
+            .and_then(|()| super::layout::check_not_own_tree(chroot))
+            .map_err(|why| usage(url, &format!("chroot {why}")))?;
     }
     if u.hosts.is_empty() {
         return Err(usage(url, "it names no host"));
@@ -93,6 +95,10 @@ mod tests {
             "zk://a//b",
             "zk://a?x=1",
             "zk://a/x/../y",
+            "zk://a/zookeeper",
+            "zk://a/zookeeper/x",
+            "zk://a/🔒",
+            "zk://a/x\u{e000}",
         ] {
             assert_eq!(parse(bad).unwrap_err().exit_code(), 2, "{bad}");
         }
