@@ -328,3 +328,160 @@ fn a_cluster_with_a_password_and_tls() {
         "a password shows: {seen}"
     );
 }
+
+/// Shell loops of `dlock exec job` on a Cluster, each command marking its start (with its
+/// fencing token) and end in one file, each exit code written to its loop's own file, and
+/// dlock's stderr beside it. Stopped (and their files read) by [`ExecLoops::finish`];
+/// dropped early (a failed assertion), they are told to stop and killed.
+struct ExecLoops {
+    dir: std::path::PathBuf,
+    loops: Vec<Reaped>,
+}
+
+impl ExecLoops {
+    fn start(url: &str, dir: &Path, count: usize) -> ExecLoops {
+        let marks = dir.join("marks");
+        let section = format!(
+            "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.02; echo \"end $$\" >> '{m}'",
+            m = marks.display()
+        );
+        let loops = (0..count)
+            .map(|i| {
+                let script = format!(
+                    "while [ ! -e '{d}/stop' ]; do '{bin}' exec job --ttl 2s --timeout 60s -q \
+                     -- sh -c '{section}' 2>> '{d}/err-{i}'; echo $? >> '{d}/codes-{i}'; done",
+                    d = dir.display(),
+                    bin = support::dlock_bin().display(),
+                    section = section.replace('\'', "'\\''"),
+                );
+                let mut sh = std::process::Command::new("sh");
+                for (k, v) in support::dlock().get_envs() {
+                    match v {
+                        Some(v) => sh.env(k, v),
+                        None => sh.env_remove(k),
+                    };
+                }
+                sh.args(["-c", &script]).env("DLOCK_URL", url);
+                Reaped(sh.stdin(std::process::Stdio::null()).spawn().unwrap())
+            })
+            .collect();
+        ExecLoops {
+            dir: dir.to_path_buf(),
+            loops,
+        }
+    }
+
+    /// How many commands ran to their end.
+    fn runs(&self) -> usize {
+        let marks = std::fs::read_to_string(self.dir.join("marks")).unwrap_or_default();
+        marks.lines().filter(|l| l.starts_with("end")).count()
+    }
+
+    /// Waits until `more` commands have run since now (`when` names the moment).
+    fn await_runs(&self, more: usize, when: &str) {
+        let want = self.runs() + more;
+        let ran = wait_for(Duration::from_secs(40), || self.runs() >= want);
+        assert!(ran, "{more} more commands did not run {when}");
+    }
+
+    /// Stops the loops, then checks the marks: never two commands inside at once, tokens
+    /// rising in the order the commands ran. Returns every exit code with its loop's
+    /// stderr.
+    fn finish(mut self) -> Vec<(u8, String)> {
+        std::fs::write(self.dir.join("stop"), "").unwrap();
+        for l in &mut self.loops {
+            wait_exit(&mut l.0, Duration::from_secs(70)).expect("a loop ends");
+        }
+        let log = std::fs::read_to_string(self.dir.join("marks")).unwrap();
+        check_marks(&log);
+        let mut codes = Vec::new();
+        for i in 0..self.loops.len() {
+            let read = |name: &str| {
+                std::fs::read_to_string(self.dir.join(format!("{name}-{i}"))).unwrap_or_default()
+            };
+            let err = read("err");
+            for code in read("codes").lines() {
+                codes.push((code.parse().expect("an exit code"), err.clone()));
+            }
+        }
+        codes
+    }
+}
+
+impl Drop for ExecLoops {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("stop"), "");
+    }
+}
+
+/// Panics unless every `start PID TOKEN` is followed by its own `end PID` before the next
+/// start, with tokens strictly rising.
+fn check_marks(log: &str) {
+    let mut inside: Option<&str> = None;
+    let mut last_token = 0u64;
+    for line in log.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("start"), Some(pid), Some(token)) => {
+                assert!(inside.is_none(), "two holders at once:\n{log}");
+                let token: u64 = token.parse().unwrap();
+                assert!(token > last_token, "token {token} after {last_token}:\n{log}");
+                (inside, last_token) = (Some(pid), token);
+            }
+            (Some("end"), Some(pid), None) => {
+                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
+                inside = None;
+            }
+            _ => panic!("bad mark {line:?}:\n{log}"),
+        }
+    }
+}
+
+/// Waits until the node `i` says it is a master.
+fn await_master(c: &RedisCluster, i: usize, after: &str) {
+    let promoted = wait_for(Duration::from_secs(30), || {
+        c.nodes[i].cli(&["ROLE"]).starts_with("master")
+    });
+    assert!(promoted, "node {i} was not promoted after {after}");
+}
+
+/// Five `exec` loops on one key of a Cluster with `?min_replicas=1` while the key's slot
+/// fails over three ways: a `CLUSTER FAILOVER` on its replica, its master paused (SIGSTOP)
+/// until the replica takes over, and its master killed and restarted. Every `exec` exits 0
+/// (79 only for a lease really lost, and even then no two commands ever ran at once): a
+/// reply met while the slot moves (a redirection, `CLUSTERDOWN`, `TRYAGAIN`, `READONLY`,
+/// `LOADING`, a dropped connection) is tried again on the new slot map.
+#[test]
+fn exec_loops_ride_out_every_failover_of_their_slot() {
+    let mut c = RedisCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let loops = ExecLoops::start(&format!("{}?min_replicas=1", c.url()), dir.path(), 5);
+    loops.await_runs(10, "before any fault");
+    let m = c.index_of(c.master_of("dlock:{job}:lease").port);
+    let r = c.replica_of(c.nodes[m].port);
+    // (a) The replica takes over on request, the master still up.
+    assert_eq!(c.nodes[r].cli(&["CLUSTER", "FAILOVER"]), "OK");
+    await_master(&c, r, "CLUSTER FAILOVER");
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after CLUSTER FAILOVER");
+    // (b) The master (r now) paused until its replica (m) takes over.
+    c.nodes[r].pause();
+    await_master(&c, m, "its master was paused");
+    c.nodes[r].resume();
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after the paused master came back");
+    // (c) The master (m again) killed, its replica promoted, the master restarted.
+    c.nodes[m].kill();
+    await_master(&c, r, "its master was killed");
+    c.nodes[m].restart();
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after the killed master came back");
+    let codes = loops.finish();
+    let failed: Vec<_> = codes.iter().filter(|(code, _)| *code != 0).collect();
+    let lost = failed.iter().filter(|(code, _)| *code == 79).count();
+    eprintln!("{} runs, {lost} lost their lease (79)", codes.len());
+    assert!(
+        failed.iter().all(|(code, _)| *code == 79),
+        "an exec failed: {failed:?}"
+    );
+}
