@@ -349,7 +349,8 @@ impl ExecLoops {
             .map(|i| {
                 let script = format!(
                     "while [ ! -e '{d}/stop' ]; do '{bin}' exec job --ttl 2s --timeout 60s -q \
-                     -- sh -c '{section}' 2>> '{d}/err-{i}'; echo $? >> '{d}/codes-{i}'; done",
+                     -- sh -c '{section}' 2> '{d}/err-{i}'; c=$?; \
+                     echo \"$c $(date +%s.%N) $(tr '\\n' ' ' < '{d}/err-{i}')\" >> '{d}/codes'; done",
                     d = dir.display(),
                     bin = support::dlock_bin().display(),
                     section = section.replace('\'', "'\\''"),
@@ -386,7 +387,7 @@ impl ExecLoops {
 
     /// Stops the loops, then checks the marks: never two commands inside at once, tokens
     /// rising in the order the commands ran. Returns every exit code with its loop's
-    /// stderr.
+    /// time and stderr.
     fn finish(mut self) -> Vec<(u8, String)> {
         std::fs::write(self.dir.join("stop"), "").unwrap();
         for l in &mut self.loops {
@@ -394,17 +395,12 @@ impl ExecLoops {
         }
         let log = std::fs::read_to_string(self.dir.join("marks")).unwrap();
         check_marks(&log);
-        let mut codes = Vec::new();
-        for i in 0..self.loops.len() {
-            let read = |name: &str| {
-                std::fs::read_to_string(self.dir.join(format!("{name}-{i}"))).unwrap_or_default()
-            };
-            let err = read("err");
-            for code in read("codes").lines() {
-                codes.push((code.parse().expect("an exit code"), err.clone()));
-            }
-        }
-        codes
+        let codes = std::fs::read_to_string(self.dir.join("codes")).unwrap_or_default();
+        let codes = codes.lines().map(|line| {
+            let (code, rest) = line.split_once(' ').expect("a code line");
+            (code.parse().expect("an exit code"), rest.to_string())
+        });
+        codes.collect()
     }
 }
 
@@ -437,6 +433,12 @@ fn check_marks(log: &str) {
     }
 }
 
+/// Says when a phase of a fault test began (the exit codes carry the same clock).
+fn phase(what: &str) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    eprintln!("{:.3} {what}", now.unwrap().as_secs_f64());
+}
+
 /// Waits until the node `i` says it is a master.
 fn await_master(c: &RedisCluster, i: usize, after: &str) {
     let promoted = wait_for(Duration::from_secs(30), || {
@@ -459,29 +461,40 @@ fn exec_loops_ride_out_every_failover_of_their_slot() {
     loops.await_runs(10, "before any fault");
     let m = c.index_of(c.master_of("dlock:{job}:lease").port);
     let r = c.replica_of(c.nodes[m].port);
+    phase("(a) CLUSTER FAILOVER");
     // (a) The replica takes over on request, the master still up.
     assert_eq!(c.nodes[r].cli(&["CLUSTER", "FAILOVER"]), "OK");
     await_master(&c, r, "CLUSTER FAILOVER");
     c.await_ready(Duration::from_secs(30)).unwrap();
     loops.await_runs(10, "after CLUSTER FAILOVER");
+    phase("(b) the master paused");
     // (b) The master (r now) paused until its replica (m) takes over.
     c.nodes[r].pause();
     await_master(&c, m, "its master was paused");
     c.nodes[r].resume();
+    phase("(b) resumed");
     c.await_ready(Duration::from_secs(30)).unwrap();
     loops.await_runs(10, "after the paused master came back");
+    phase("(c) the master killed");
     // (c) The master (m again) killed, its replica promoted, the master restarted.
     c.nodes[m].kill();
     await_master(&c, r, "its master was killed");
     c.nodes[m].restart();
+    phase("(c) restarted");
     c.await_ready(Duration::from_secs(30)).unwrap();
     loops.await_runs(10, "after the killed master came back");
+    phase("done");
+    let url = format!("{}?min_replicas=1", c.url());
     let codes = loops.finish();
+    let codes: Vec<_> = codes
+        .into_iter()
+        .map(|(code, line)| (code, line.replace(&url, "URL")))
+        .collect();
     let failed: Vec<_> = codes.iter().filter(|(code, _)| *code != 0).collect();
     let lost = failed.iter().filter(|(code, _)| *code == 79).count();
     eprintln!("{} runs, {lost} lost their lease (79)", codes.len());
     assert!(
         failed.iter().all(|(code, _)| *code == 79),
-        "an exec failed: {failed:?}"
+        "an exec failed:\n{failed:#?}"
     );
 }

@@ -2,8 +2,11 @@
 //! `redis+sentinel://` and `redis+cluster://` URLs: after a grant and after each renewal,
 //! `WAIT N timeout` on the connection that wrote the lease (on a Cluster, the connection to
 //! the master of the lock's slot). Fewer than N acknowledgements and the grant is given
-//! back (acquire fails, exit 69), or the renewal counts as failed (`exec` retries it, and
-//! kills the command before the lease could expire if none succeeds).
+//! back, or the renewal counts as failed (`exec` retries it, and kills the command before
+//! the lease could expire if none succeeds). A grant given back while the master has N
+//! replicas attached (one still syncing after a failover, or slow) is a transient failure:
+//! a waiter tries again within its deadline, for up to the waiting loop's ride-out; with
+//! fewer attached, acquire fails at once (exit 69).
 //!
 //! `WAIT` counts replicas that received the connection's writes: it narrows the window in
 //! which a failover loses a fresh lease, it does not close it (a replica that acknowledged
@@ -139,14 +142,38 @@ impl RedisBackend {
         if acked >= i64::from(min.count) {
             return Ok(());
         }
-        Err(Error::not_replicated(
-            verb,
-            key,
-            &self.server.url,
-            acked.max(0) as u64,
-            min.count,
-            within,
-        ))
+        let acked = acked.max(0) as u64;
+        let error = Error::not_replicated(verb, key, &self.server.url, acked, min.count, within);
+        match self.attached(conn, &lease).await {
+            Some(attached) if attached >= u64::from(min.count) => Err(transient(error)),
+            _ => Err(error),
+        }
+    }
+
+    /// How many replicas the master serving `lease` has attached, in sync or not
+    /// (`connected_slaves`); `None` when it does not say.
+    async fn attached(&self, conn: &mut Conn, lease: &str) -> Option<u64> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let what = || "reading the replication state".to_string();
+        let info = self.call_with(what, conn.beside_key(lease, &cmd)).await;
+        let text: String = redis::from_redis_value(info.ok()?).ok()?;
+        connected_replicas(&text)
+    }
+}
+
+/// The `connected_slaves` of an `INFO replication` reply.
+fn connected_replicas(info: &str) -> Option<u64> {
+    info.lines()
+        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+        .and_then(|n| n.parse().ok())
+}
+
+/// The same failure, as one the next try may not meet.
+fn transient(e: Error) -> Error {
+    match e {
+        Error::Unavailable(m) => Error::Transient(m),
+        e => e,
     }
 }
 
@@ -216,6 +243,16 @@ mod tests {
             ..min
         };
         assert_eq!(set.timeout_for(Duration::from_secs(60)).as_millis(), 7);
+    }
+
+    #[test]
+    fn attached_replicas_are_read_from_info() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=a\r\n";
+        assert_eq!(connected_replicas(info), Some(2));
+        assert_eq!(connected_replicas("role:master\r\n"), None);
+        let given_back = Error::not_replicated("acquire", "k", "u", 0, 1, Duration::ZERO);
+        assert!(!given_back.is_retryable());
+        assert!(transient(given_back).is_retryable());
     }
 
     #[test]
