@@ -57,15 +57,16 @@ fn stderr(out: &Output) -> String {
     support::text(&out.stderr)
 }
 
-/// `dlock exec KEY -- touch RAN`: fails as `min_replicas` says, in one line naming the
-/// key, the server and how many replicas acknowledged; the command never ran and the key
-/// is free afterwards (`status` and the master agree).
+/// `dlock exec KEY --timeout 2s -- touch RAN`: fails as `min_replicas` says (a replica
+/// attached but frozen is waited for until the timeout), in one line naming the key, the
+/// server and how many replicas acknowledged; the command never ran and the key is free
+/// afterwards (`status` and the master agree).
 fn refused(pair: &Pair, query: &str, key: &str, acked: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let out = pair
         .dlock(query)
-        .args(["exec", key, "--", "touch"])
+        .args(["exec", key, "--timeout", "2s", "--", "touch"])
         .arg(&ran)
         .output()
         .unwrap();
@@ -288,7 +289,7 @@ fn on_a_cluster_the_master_of_the_slot_waits_for_its_replica() {
     let replica = &c.nodes[c.replica_of(master)];
     replica.pause();
     let out = url("min_replicas=1&min_replicas_timeout=200")
-        .args(["exec", "frozen", "--", "true"])
+        .args(["exec", "frozen", "--timeout", "2s", "--", "true"])
         .output()
         .unwrap();
     replica.resume();
