@@ -421,7 +421,10 @@ fn check_marks(log: &str) {
             (Some("start"), Some(pid), Some(token)) => {
                 assert!(inside.is_none(), "two holders at once:\n{log}");
                 let token: u64 = token.parse().unwrap();
-                assert!(token > last_token, "token {token} after {last_token}:\n{log}");
+                assert!(
+                    token > last_token,
+                    "token {token} after {last_token}:\n{log}"
+                );
                 (inside, last_token) = (Some(pid), token);
             }
             (Some("end"), Some(pid), None) => {

@@ -69,7 +69,9 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => Box::pin(async move {
-                c.req_packed_command(cmd).await.and_then(Value::extract_error)
+                c.req_packed_command(cmd)
+                    .await
+                    .and_then(Value::extract_error)
             }),
         }
     }

@@ -429,8 +429,12 @@ mod tests {
         }
         let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert!(failing_over(&dropped));
-        assert!(server(true).timed_out("x", Duration::from_secs(1)).is_retryable());
-        assert!(!server(false).timed_out("x", Duration::from_secs(1)).is_retryable());
+        assert!(server(true)
+            .timed_out("x", Duration::from_secs(1))
+            .is_retryable());
+        assert!(!server(false)
+            .timed_out("x", Duration::from_secs(1))
+            .is_retryable());
     }
 
     #[test]
