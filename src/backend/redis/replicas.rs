@@ -3,10 +3,9 @@
 //! `WAIT N timeout` on the connection that wrote the lease (on a Cluster, the connection to
 //! the master of the lock's slot). Fewer than N acknowledgements and the grant is given
 //! back, or the renewal counts as failed (`exec` retries it, and kills the command before
-//! the lease could expire if none succeeds). A grant given back while the master has N
-//! replicas attached (one still syncing after a failover, or slow) is a transient failure:
-//! a waiter tries again within its deadline, for up to the waiting loop's ride-out; with
-//! fewer attached, acquire fails at once (exit 69).
+//! the lease could expire if none succeeds). Either is a transient failure: replicas attach
+//! again and catch up after a failover or a restart, so a waiter tries again within its
+//! deadline, for up to the waiting loop's ride-out, before it exits 69.
 //!
 //! `WAIT` counts replicas that received the connection's writes: it narrows the window in
 //! which a failover loses a fresh lease, it does not close it (a replica that acknowledged
@@ -144,29 +143,8 @@ impl RedisBackend {
         }
         let acked = acked.max(0) as u64;
         let error = Error::not_replicated(verb, key, &self.server.url, acked, min.count, within);
-        match self.attached(conn, &lease).await {
-            Some(attached) if attached >= u64::from(min.count) => Err(transient(error)),
-            _ => Err(error),
-        }
+        Err(transient(error))
     }
-
-    /// How many replicas the master serving `lease` has attached, in sync or not
-    /// (`connected_slaves`); `None` when it does not say.
-    async fn attached(&self, conn: &mut Conn, lease: &str) -> Option<u64> {
-        let mut cmd = redis::cmd("INFO");
-        cmd.arg("replication");
-        let what = || "reading the replication state".to_string();
-        let info = self.call_with(what, conn.beside_key(lease, &cmd)).await;
-        let text: String = redis::from_redis_value(info.ok()?).ok()?;
-        connected_replicas(&text)
-    }
-}
-
-/// The `connected_slaves` of an `INFO replication` reply.
-fn connected_replicas(info: &str) -> Option<u64> {
-    info.lines()
-        .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
-        .and_then(|n| n.parse().ok())
 }
 
 /// The same failure, as one the next try may not meet.
@@ -246,10 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn attached_replicas_are_read_from_info() {
-        let info = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=a\r\n";
-        assert_eq!(connected_replicas(info), Some(2));
-        assert_eq!(connected_replicas("role:master\r\n"), None);
+    fn too_few_acknowledgements_are_transient() {
         let given_back = Error::not_replicated("acquire", "k", "u", 0, 1, Duration::ZERO);
         assert!(!given_back.is_retryable());
         assert!(transient(given_back).is_retryable());
