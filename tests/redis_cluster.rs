@@ -335,3 +335,181 @@ fn a_cluster_with_a_password_and_tls() {
         "a password shows: {seen}"
     );
 }
+
+/// Shell loops of `dlock exec job` on a Cluster, each command marking its start (with its
+/// fencing token) and end in one file, and `overlap` there when the command that started
+/// before it is still alive, a zombie aside (a command killed for a lost lease never marks
+/// its end); each
+/// exit code is written with dlock's stderr to another file. Stopped (and their files read)
+/// by [`ExecLoops::finish`]; dropped early (a failed assertion), they are told to stop.
+struct ExecLoops {
+    dir: std::path::PathBuf,
+    loops: Vec<Reaped>,
+}
+
+impl ExecLoops {
+    fn start(url: &str, dir: &Path, count: usize) -> ExecLoops {
+        let marks = dir.join("marks");
+        let section = format!(
+            "p=$(cat '{h}' 2>/dev/null); s=$(cut -d' ' -f3 \"/proc/$p/stat\" 2>/dev/null); \
+             if [ -n \"$p\" ] && [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"overlap $$ $p\" >> '{m}'; fi; echo $$ > '{h}'; \
+             echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.4; echo \"end $$\" >> '{m}'",
+            m = marks.display(),
+            h = dir.join("holder").display(),
+        );
+        let loops = (0..count)
+            .map(|i| {
+                let script = format!(
+                    "while [ ! -e '{d}/stop' ]; do '{bin}' exec job --ttl 1s --timeout 60s -q \
+                     -- sh -c '{section}' 2> '{d}/err-{i}'; c=$?; \
+                     echo \"$c $(date +%s.%N) $(tr '\\n' ' ' < '{d}/err-{i}')\" >> '{d}/codes'; done",
+                    d = dir.display(),
+                    bin = support::dlock_bin().display(),
+                    section = section.replace('\'', "'\\''"),
+                );
+                let mut sh = std::process::Command::new("sh");
+                for (k, v) in support::dlock().get_envs() {
+                    match v {
+                        Some(v) => sh.env(k, v),
+                        None => sh.env_remove(k),
+                    };
+                }
+                sh.args(["-c", &script]).env("DLOCK_URL", url);
+                Reaped(sh.stdin(std::process::Stdio::null()).spawn().unwrap())
+            })
+            .collect();
+        ExecLoops {
+            dir: dir.to_path_buf(),
+            loops,
+        }
+    }
+
+    /// How many commands ran to their end.
+    fn runs(&self) -> usize {
+        let marks = std::fs::read_to_string(self.dir.join("marks")).unwrap_or_default();
+        marks.lines().filter(|l| l.starts_with("end")).count()
+    }
+
+    /// Waits until `more` commands have run since now (`when` names the moment).
+    fn await_runs(&self, more: usize, when: &str) {
+        let want = self.runs() + more;
+        let ran = wait_for(Duration::from_secs(40), || self.runs() >= want);
+        assert!(ran, "{more} more commands did not run {when}");
+    }
+
+    /// Stops the loops, then checks the marks: never two commands inside at once, tokens
+    /// rising in the order the commands ran. Returns every exit code with its loop's
+    /// time and stderr.
+    fn finish(mut self) -> Vec<(u8, String)> {
+        std::fs::write(self.dir.join("stop"), "").unwrap();
+        for l in &mut self.loops {
+            wait_exit(&mut l.0, Duration::from_secs(70)).expect("a loop ends");
+        }
+        let log = std::fs::read_to_string(self.dir.join("marks")).unwrap();
+        check_marks(&log);
+        let codes = std::fs::read_to_string(self.dir.join("codes")).unwrap_or_default();
+        let codes = codes.lines().map(|line| {
+            let (code, rest) = line.split_once(' ').expect("a code line");
+            (code.parse().expect("an exit code"), rest.to_string())
+        });
+        codes.collect()
+    }
+}
+
+impl Drop for ExecLoops {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("stop"), "");
+    }
+}
+
+/// Panics on an `overlap`, an `end PID` that is not the last start's, or tokens that do
+/// not rise in the order the commands started.
+fn check_marks(log: &str) {
+    let mut inside: Option<&str> = None;
+    let mut last_token = 0u64;
+    for line in log.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("overlap"), _, _) => panic!("two holders at once ({line}):\n{log}"),
+            (Some("start"), Some(pid), Some(token)) => {
+                let token: u64 = token.parse().unwrap();
+                assert!(
+                    token > last_token,
+                    "token {token} after {last_token}:\n{log}"
+                );
+                (inside, last_token) = (Some(pid), token);
+            }
+            (Some("end"), Some(pid), None) => {
+                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
+                inside = None;
+            }
+            _ => panic!("bad mark {line:?}:\n{log}"),
+        }
+    }
+}
+
+/// Says when a phase of a fault test began (the exit codes carry the same clock).
+fn phase(what: &str) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    eprintln!("{:.3} {what}", now.unwrap().as_secs_f64());
+}
+
+/// Waits until the node `i` says it is a master.
+fn await_master(c: &RedisCluster, i: usize, after: &str) {
+    let promoted = wait_for(Duration::from_secs(30), || {
+        c.nodes[i].cli(&["ROLE"]).starts_with("master")
+    });
+    assert!(promoted, "node {i} was not promoted after {after}");
+}
+
+/// Five `exec` loops on one key of a Cluster with `?min_replicas=1` while the key's slot
+/// fails over three ways: a `CLUSTER FAILOVER` on its replica, its master paused (SIGSTOP)
+/// until the replica takes over, and its master killed and restarted. Every `exec` exits 0
+/// (79 only for a lease really lost, and even then no two commands ever ran at once): a
+/// reply met while the slot moves (a redirection, `CLUSTERDOWN`, `TRYAGAIN`, `READONLY`,
+/// `LOADING`, a dropped connection) is tried again on the new slot map.
+#[test]
+fn exec_loops_ride_out_every_failover_of_their_slot() {
+    let mut c = RedisCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let loops = ExecLoops::start(&format!("{}?min_replicas=1", c.url()), dir.path(), 5);
+    loops.await_runs(10, "before any fault");
+    let m = c.index_of(c.master_of("dlock:{job}:lease").port);
+    let r = c.replica_of(c.nodes[m].port);
+    phase("(a) CLUSTER FAILOVER");
+    // (a) The replica takes over on request, the master still up.
+    assert_eq!(c.nodes[r].cli(&["CLUSTER", "FAILOVER"]), "OK");
+    await_master(&c, r, "CLUSTER FAILOVER");
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after CLUSTER FAILOVER");
+    phase("(b) the master paused");
+    // (b) The master (r now) paused until its replica (m) takes over.
+    c.nodes[r].pause();
+    await_master(&c, m, "its master was paused");
+    c.nodes[r].resume();
+    phase("(b) resumed");
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after the paused master came back");
+    phase("(c) the master killed");
+    // (c) The master (m again) killed, its replica promoted, the master restarted.
+    c.nodes[m].kill();
+    await_master(&c, r, "its master was killed");
+    c.nodes[m].restart();
+    phase("(c) restarted");
+    c.await_ready(Duration::from_secs(30)).unwrap();
+    loops.await_runs(10, "after the killed master came back");
+    phase("done");
+    let url = format!("{}?min_replicas=1", c.url());
+    let codes = loops.finish();
+    let codes: Vec<_> = codes
+        .into_iter()
+        .map(|(code, line)| (code, line.replace(&url, "URL")))
+        .collect();
+    let failed: Vec<_> = codes.iter().filter(|(code, _)| *code != 0).collect();
+    let lost = failed.iter().filter(|(code, _)| *code == 79).count();
+    eprintln!("{} runs, {lost} lost their lease (79)", codes.len());
+    assert!(
+        failed.iter().all(|(code, _)| *code == 79),
+        "an exec failed:\n{failed:#?}"
+    );
+}

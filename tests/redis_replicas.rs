@@ -1,7 +1,8 @@
 //! `?min_replicas=N` on Redis: a master and one replica on loopback. A grant counts only once
 //! the replica acknowledged it (`WAIT`), so the command finds its lease on the replica; with
 //! the replica paused or dead, or fewer replicas than asked, acquire fails with exit 69 in
-//! one line and leaves the key free; a renewal the replica does not acknowledge counts as
+//! one line once its `--timeout` ends (replicas may come back meanwhile) and leaves the key
+//! free; a renewal the replica does not acknowledge counts as
 //! failed, so the command is killed (exit 79) before the lease could expire. On a Cluster
 //! the master of the lock's slot waits for its replica. Bad values, and the parameter where
 //! it is not supported (Redlock), are exit 2 before anything is touched.
@@ -57,15 +58,16 @@ fn stderr(out: &Output) -> String {
     support::text(&out.stderr)
 }
 
-/// `dlock exec KEY -- touch RAN`: fails as `min_replicas` says, in one line naming the
-/// key, the server and how many replicas acknowledged; the command never ran and the key
-/// is free afterwards (`status` and the master agree).
+/// `dlock exec KEY --timeout 2s -- touch RAN`: fails as `min_replicas` says (once the
+/// timeout ends: replicas may attach or catch up meanwhile), in one line naming the key,
+/// the server and how many replicas acknowledged; the command never ran and the key is
+/// free afterwards (`status` and the master agree).
 fn refused(pair: &Pair, query: &str, key: &str, acked: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let out = pair
         .dlock(query)
-        .args(["exec", key, "--", "touch"])
+        .args(["exec", key, "--timeout", "2s", "--", "touch"])
         .arg(&ran)
         .output()
         .unwrap();
@@ -248,7 +250,7 @@ fn behind_sentinel_the_master_it_names_waits_for_its_replica() {
     };
     lease_on_replica(url("min_replicas=1"), "sentinel", pair.replica.port);
     let out = url("min_replicas=2")
-        .args(["exec", "sentinel", "--", "true"])
+        .args(["exec", "sentinel", "--timeout", "2s", "--", "true"])
         .output()
         .unwrap();
     let err = stderr(&out);
@@ -278,7 +280,7 @@ fn on_a_cluster_the_master_of_the_slot_waits_for_its_replica() {
     }
     assert!(masters.len() > 1, "the keys all live on one master");
     let out = url("min_replicas=2&min_replicas_timeout=200")
-        .args(["exec", "two", "--", "true"])
+        .args(["exec", "two", "--timeout", "2s", "--", "true"])
         .output()
         .unwrap();
     let err = stderr(&out);
@@ -291,7 +293,7 @@ fn on_a_cluster_the_master_of_the_slot_waits_for_its_replica() {
     let replica = &c.nodes[c.replica_of(master)];
     replica.pause();
     let out = url("min_replicas=1&min_replicas_timeout=200")
-        .args(["exec", "frozen", "--", "true"])
+        .args(["exec", "frozen", "--timeout", "2s", "--", "true"])
         .output()
         .unwrap();
     replica.resume();

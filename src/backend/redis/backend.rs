@@ -45,6 +45,7 @@ impl RedisBackend {
             url: redact_url(url),
             secrets,
             tuning,
+            fails_over: !matches!(endpoint, Endpoint::Direct(_)),
         };
         let conn = endpoint.open(&server).await?;
         let backend = RedisBackend {
@@ -95,12 +96,6 @@ impl RedisBackend {
         self.endpoint.open(&self.server).await
     }
 
-    /// True when the master may change under us (Sentinel, Cluster): a failure to reach it
-    /// may be a failover in progress.
-    pub(super) fn fails_over(&self) -> bool {
-        !matches!(self.endpoint, Endpoint::Direct(_))
-    }
-
     /// Drops the shared connection: the next request opens another.
     pub(super) fn forget_conn(&self) {
         *self.lock_conn() = None;
@@ -118,7 +113,8 @@ impl RedisBackend {
     }
 
     /// Runs one request with the operation timeout; a broken connection is dropped so that
-    /// the next request reconnects (e.g. after a server restart).
+    /// the next request reconnects (e.g. after a server restart), and so is one that met a
+    /// failover (the next request looks the master, or the slot map, up again).
     pub(super) async fn call<T>(
         &self,
         what: &str,
@@ -145,16 +141,18 @@ impl RedisBackend {
         what: impl FnOnce() -> String,
         request: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(limit, request).await {
-            Ok(Ok(v)) => Ok(v),
+        let (error, broken) = match tokio::time::timeout(limit, request).await {
+            Ok(Ok(v)) => return Ok(v),
             Ok(Err(e)) => {
-                if e.is_unrecoverable_error() || e.is_connection_dropped() {
-                    *self.lock_conn() = None;
-                }
-                Err(self.server.unavailable(&what(), &e))
+                let broken = e.is_unrecoverable_error() || e.is_connection_dropped();
+                (self.server.unavailable(&what(), &e), broken)
             }
-            Err(_) => Err(self.server.timed_out(&what(), limit)),
+            Err(_) => (self.server.timed_out(&what(), limit), false),
+        };
+        if broken || error.is_retryable() {
+            *self.lock_conn() = None;
         }
+        Err(error)
     }
 
     /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]), and returns its raw reply;

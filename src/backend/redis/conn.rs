@@ -9,7 +9,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
-/// A connection to one server or to a Cluster.
+/// A connection to one server or to a Cluster. A Cluster connection may hand a server's
+/// refusal back as a reply (a [`Value::ServerError`], e.g. from a master demoted while the
+/// request was on its way): it is made an error here, as on one server, so that it is
+/// classified as one (see `connect.rs`) and never read as a reply of the wrong shape.
 #[derive(Clone)]
 pub(super) enum Conn {
     Single(MultiplexedConnection),
@@ -35,8 +38,8 @@ impl Conn {
                     host: host.clone(),
                     port: *port,
                 };
-                c.route_command(cmd.clone(), RoutingInfo::SingleNode(at))
-                    .await
+                let reply = c.route_command(cmd.clone(), RoutingInfo::SingleNode(at));
+                reply.await.and_then(Value::extract_error)
             }
             (conn, _) => cmd.query_async(conn).await,
         }
@@ -52,7 +55,9 @@ impl Conn {
             Conn::Cluster(c) => {
                 let route = Route::with_key(redis_key, SlotAddr::Master);
                 let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                c.route_command(cmd.clone(), at).await
+                c.route_command(cmd.clone(), at)
+                    .await
+                    .and_then(Value::extract_error)
             }
             conn => cmd.query_async(conn).await,
         }
@@ -63,7 +68,11 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => Box::pin(async move {
+                c.req_packed_command(cmd)
+                    .await
+                    .and_then(Value::extract_error)
+            }),
         }
     }
 
@@ -75,7 +84,10 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => Box::pin(async move {
+                let replies = c.req_packed_commands(pipeline, offset, count).await?;
+                replies.into_iter().map(Value::extract_error).collect()
+            }),
         }
     }
 

@@ -236,6 +236,24 @@ fn needs_password(e: &RedisError) -> bool {
         .any(|s| text.contains(s))
 }
 
+/// True when `e` is what a server says, or how a request fails, while a master fails over
+/// or a slot moves: a redirection the client could not follow in time (`MOVED`, `ASK`),
+/// `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`, `READONLY` or another refusal from
+/// a master just demoted to replica (`WAIT` there), a connection lost or not to be found
+/// for a slot, a Sentinel that names no master yet. The next try, on the new map or
+/// master, may well not meet it.
+pub(super) fn failing_over(e: &RedisError) -> bool {
+    use redis::{ErrorKind as K, ServerErrorKind as S};
+    match e.kind() {
+        K::Server(S::Moved | S::Ask | S::TryAgain | S::ClusterDown | S::MasterDown) => true,
+        K::Server(S::BusyLoading | S::ReadOnly) => true,
+        K::Server(S::ResponseError) => e.detail().is_some_and(|d| d.contains("replica")),
+        K::Io | K::ClusterConnectionNotFound => true,
+        K::MasterNameNotFoundBySentinel | K::NoValidReplicasFoundBySentinel => true,
+        _ => e.is_connection_dropped() || e.is_timeout(),
+    }
+}
+
 /// TLS to the Sentinels and to the master alike (`rediss+sentinel://`).
 fn sentinel_tls(
     builder: SentinelClientBuilder,
@@ -266,6 +284,10 @@ pub(super) struct Server {
     /// The passwords, scrubbed from any message as a last line of defence.
     pub(super) secrets: Vec<String>,
     pub(super) tuning: Tuning,
+    /// The master may change under us (Sentinel, Cluster): a failure that
+    /// [`failing_over`] recognises, or a master that does not answer, is
+    /// [`Error::Transient`], which waiters ride out and holders retry.
+    pub(super) fails_over: bool,
 }
 
 impl Server {
@@ -287,15 +309,23 @@ impl Server {
                 env::REDIS_AUTH
             )));
         }
-        Error::Unavailable(self.line(format!("{}: {what}: {e}", self.url)))
+        let msg = self.line(format!("{}: {what}: {e}", self.url));
+        match self.fails_over && failing_over(e) {
+            true => Error::Transient(msg),
+            false => Error::Unavailable(msg),
+        }
     }
 
     pub(super) fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        Error::Unavailable(self.line(format!(
+        let msg = self.line(format!(
             "{}: {what}: timed out after {} (server not answering)",
             self.url,
             humantime::format_duration(limit)
-        )))
+        ));
+        match self.fails_over {
+            true => Error::Transient(msg),
+            false => Error::Unavailable(msg),
+        }
     }
 
     /// Runs one request within `limit`, mapping every failure to `Unavailable`.
@@ -320,5 +350,70 @@ impl Server {
         let connecting = client.get_multiplexed_async_connection_with_config(&config);
         self.within(self.tuning.connect_timeout, "cannot connect", connecting)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error a server's `-…` reply `resp` makes.
+    fn refusal(resp: &str) -> RedisError {
+        let value = redis::parse_redis_value(resp.as_bytes()).expect("a reply");
+        value.extract_error().expect_err("a refusal")
+    }
+
+    fn server(fails_over: bool) -> Server {
+        Server {
+            url: "redis+cluster://h:1".into(),
+            secrets: Vec::new(),
+            tuning: Tuning::default(),
+            fails_over,
+        }
+    }
+
+    #[test]
+    fn replies_met_while_a_master_fails_over_are_transient() {
+        for resp in [
+            "-MOVED 3999 127.0.0.1:6381\r\n",
+            "-ASK 3999 127.0.0.1:6381\r\n",
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+            "-MASTERDOWN Link with MASTER is down\r\n",
+            "-LOADING Redis is loading the dataset in memory\r\n",
+            "-READONLY You can't write against a read only replica.\r\n",
+            "-ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.\r\n",
+        ] {
+            let e = refusal(resp);
+            assert!(failing_over(&e), "{resp}");
+            assert!(server(true).unavailable("x", &e).is_retryable(), "{resp}");
+            // One server has no failover to wait for.
+            let direct = server(false).unavailable("x", &e);
+            assert!(matches!(direct, Error::Unavailable(_)), "{resp}");
+        }
+        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(failing_over(&dropped));
+        assert!(server(true)
+            .timed_out("x", Duration::from_secs(1))
+            .is_retryable());
+        assert!(!server(false)
+            .timed_out("x", Duration::from_secs(1))
+            .is_retryable());
+    }
+
+    #[test]
+    fn refusals_of_the_request_itself_stay_fatal() {
+        for resp in [
+            "-NOAUTH Authentication required.\r\n",
+            "-WRONGPASS invalid username-password pair or user is disabled.\r\n",
+            "-NOPERM User u has no permissions to run the 'evalsha' command\r\n",
+            "-ERR unknown command 'WAIT'\r\n",
+            "-CROSSSLOT Keys in request don't hash to the same slot\r\n",
+        ] {
+            let e = refusal(resp);
+            assert!(!failing_over(&e), "{resp}");
+            let error = server(true).unavailable("x", &e);
+            assert!(matches!(error, Error::Unavailable(_)), "{resp}: {error}");
+        }
     }
 }

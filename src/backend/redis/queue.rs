@@ -13,8 +13,11 @@
 //! * Unfair waiters (`--no-fair`): the waiter subscribes to the released channel on a
 //!   separate pub/sub connection and tries again at once, so no release can slip between
 //!   the refusal and the subscription, then sleeps until a message or the same timeouts.
-//! * Behind Sentinel or on a Cluster, a fair waiter whose master cannot be reached keeps
-//!   trying for a while (a failover), reconnecting each time, instead of giving up at once.
+//! * Behind Sentinel or on a Cluster, a failure met while the master fails over or a slot
+//!   moves is [`Error::Transient`](crate::error::Error::Transient) (see `connect.rs`): the
+//!   waiting loop rides it out for up to its
+//!   [`RIDE_OUT`](crate::backend::waiting::RIDE_OUT), and the request that met it dropped
+//!   the shared connection, so the next attempt reconnects to the master found again.
 //! * Cancel, timeout, or an error leave the queue (a dropped waiter leaves from a spawned
 //!   task); a waiter killed outright drops out when its liveness deadline passes.
 
@@ -33,14 +36,7 @@ use super::scripts::{run_script, SCRIPTS};
 use super::RedisBackend;
 use crate::backend::store::{self, Woken};
 use crate::backend::{AcquireRequest, Acquired};
-use crate::error::{Error, Result};
-
-/// How long a fair waiter of Sentinel or a Cluster keeps trying while its master cannot be
-/// reached (a failover: Sentinel's `down-after-milliseconds` or the Cluster's
-/// `cluster-node-timeout`, plus an election), before it gives up with the error…
-const FAILOVER_GRACE: Duration = Duration::from_secs(30);
-/// …and how often it tries meanwhile.
-const FAILOVER_RETRY: Duration = Duration::from_millis(250);
+use crate::error::Result;
 
 /// How long past a `BLPOP` timeout we still wait for the server to answer: Redis checks
 /// blocked clients' timeouts about every 100 ms, not to the millisecond.
@@ -70,8 +66,6 @@ pub struct Waiter {
     /// A request failed: the server may not answer, so leaving goes on in the background
     /// instead of making the caller wait for another timeout.
     failed: bool,
-    /// Since when attempts fail (see [`FAILOVER_GRACE`]).
-    failing_since: Option<Instant>,
     limit: Duration,
 }
 
@@ -240,47 +234,13 @@ impl RedisBackend {
             granted_on: None,
             wakeups: Mutex::new(None),
             failed: false,
-            failing_since: None,
             limit: self.server.tuning.op_timeout,
         }
     }
 
-    /// One acquire attempt of a waiter: one round trip. A fair waiter of a store that fails
-    /// over rides a failover out (see [`FAILOVER_GRACE`]).
+    /// One acquire attempt of a waiter: one round trip, on the shared connection as it is
+    /// now (reopened when the last request found it broken).
     pub(super) async fn attempt_as(
-        &self,
-        req: &AcquireRequest,
-        waiter: &mut Waiter,
-        enqueue: bool,
-    ) -> Result<store::Attempt> {
-        match self.attempt_once(req, waiter, enqueue).await {
-            Err(e) if enqueue && self.fails_over() => self.ride_out(waiter, e).await,
-            reply => {
-                if reply.is_ok() {
-                    waiter.failing_since = None;
-                }
-                reply
-            }
-        }
-    }
-
-    /// An attempt that could not reach the master, counted as refused (the master may be
-    /// failing over) while the failures last less than [`FAILOVER_GRACE`]; the connection
-    /// is reopened for the next attempt, which looks the master up again.
-    async fn ride_out(&self, waiter: &mut Waiter, e: Error) -> Result<store::Attempt> {
-        let since = *waiter.failing_since.get_or_insert_with(Instant::now);
-        if !matches!(e, Error::Unavailable(_)) || since.elapsed() >= FAILOVER_GRACE {
-            return Err(e);
-        }
-        self.forget_conn();
-        tokio::time::sleep(FAILOVER_RETRY).await;
-        Ok(store::Attempt::Busy(store::Busy {
-            retry: Some(FAILOVER_RETRY),
-            ..store::Busy::default()
-        }))
-    }
-
-    async fn attempt_once(
         &self,
         req: &AcquireRequest,
         waiter: &mut Waiter,

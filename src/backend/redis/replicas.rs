@@ -2,8 +2,10 @@
 //! `redis+sentinel://` and `redis+cluster://` URLs: after a grant and after each renewal,
 //! `WAIT N timeout` on the connection that wrote the lease (on a Cluster, the connection to
 //! the master of the lock's slot). Fewer than N acknowledgements and the grant is given
-//! back (acquire fails, exit 69), or the renewal counts as failed (`exec` retries it, and
-//! kills the command before the lease could expire if none succeeds).
+//! back, or the renewal counts as failed (`exec` retries it, and kills the command before
+//! the lease could expire if none succeeds). Either is a transient failure: replicas attach
+//! again and catch up after a failover or a restart, so a waiter tries again within its
+//! deadline, for up to the waiting loop's ride-out, before it exits 69.
 //!
 //! `WAIT` counts replicas that received the connection's writes: it narrows the window in
 //! which a failover loses a fresh lease, it does not close it (a replica that acknowledged
@@ -120,14 +122,17 @@ impl RedisBackend {
         if acked >= i64::from(min.count) {
             return Ok(());
         }
-        Err(Error::not_replicated(
-            verb,
-            key,
-            &self.server.url,
-            acked.max(0) as u64,
-            min.count,
-            within,
-        ))
+        let acked = acked.max(0) as u64;
+        let error = Error::not_replicated(verb, key, &self.server.url, acked, min.count, within);
+        Err(transient(error))
+    }
+}
+
+/// The same failure, as one the next try may not meet.
+fn transient(e: Error) -> Error {
+    match e {
+        Error::Unavailable(m) => Error::Transient(m),
+        e => e,
     }
 }
 
@@ -201,6 +206,13 @@ mod tests {
             ..min
         };
         assert_eq!(set.timeout_for(Duration::from_secs(60)).as_millis(), 7);
+    }
+
+    #[test]
+    fn too_few_acknowledgements_are_transient() {
+        let given_back = Error::not_replicated("acquire", "k", "u", 0, 1, Duration::ZERO);
+        assert!(!given_back.is_retryable());
+        assert!(transient(given_back).is_retryable());
     }
 
     #[test]

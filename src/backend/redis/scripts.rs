@@ -60,7 +60,10 @@ pub(super) static SCRIPTS: Scripts = Scripts {
 };
 
 /// Runs `cmd`, an `EVALSHA` of `script` (see [`evalsha`]); on `NOSCRIPT` the script is
-/// loaded and the call made again, once.
+/// loaded and the call made again, once. On a Cluster the call is made again as an `EVAL`
+/// of the body instead, which reaches the one master of the keys' slot and leaves the
+/// script there: a replica just promoted knows no script, and `SCRIPT LOAD` goes to every
+/// node, so one node down (the master it replaced) would fail it.
 pub(super) async fn run_script(
     conn: &mut Conn,
     script: &Lua,
@@ -68,11 +71,27 @@ pub(super) async fn run_script(
 ) -> redis::RedisResult<Value> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            if conn.is_cluster() {
+                return as_eval(script, cmd).query_async(conn).await;
+            }
             script.load(conn).await?;
             cmd.query_async(conn).await
         }
         reply => reply,
     }
+}
+
+/// `cmd`, an `EVALSHA` of `script`, as an `EVAL` of its body with the same keys and
+/// arguments.
+fn as_eval(script: &Lua, cmd: &Cmd) -> Cmd {
+    let mut eval = Cmd::with_capacity(cmd.args_iter().len(), script.body.len() + 256);
+    eval.arg("EVAL").arg(script.body);
+    for arg in cmd.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            eval.arg(bytes);
+        }
+    }
+    eval
 }
 
 /// An `EVALSHA` of `script` on `keys`, to which the caller adds `args` arguments. Built
@@ -104,6 +123,31 @@ mod tests {
         ] {
             assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
         }
+    }
+
+    #[test]
+    fn an_evalsha_is_made_an_eval_of_the_body() {
+        let script = &SCRIPTS.renew;
+        let mut cmd = evalsha(script, &["k1", "k2"], 2);
+        cmd.arg("owner").arg(7);
+        let eval = as_eval(script, &cmd);
+        let args: Vec<Vec<u8>> = eval
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.to_vec(),
+                _ => panic!("no cursor"),
+            })
+            .collect();
+        let want: Vec<&[u8]> = vec![
+            b"EVAL",
+            script.body.as_bytes(),
+            b"2",
+            b"k1",
+            b"k2",
+            b"owner",
+            b"7",
+        ];
+        assert_eq!(args, want);
     }
 
     #[test]

@@ -68,10 +68,26 @@ impl LockStore for RedisBackend {
         self.renew_lease(key, owner, ttl).await
     }
 
+    /// A release that meets a failover (see `connect.rs`) is tried again, on the master
+    /// found again, within the operation timeout: otherwise the lease would stay held, and
+    /// its waiters wait, until it expires. Only a whole release is: taking one level of a
+    /// re-entered lease twice (the first reply lost) would take its parent's.
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         let kept = self.kept_run(key, owner);
-        self.release_with(key, owner, (mode, true), kept.as_ref())
-            .await
+        let started = std::time::Instant::now();
+        for round in 0u32.. {
+            let released = self
+                .release_with(key, owner, (mode, true), kept.as_ref())
+                .await;
+            let again = mode != ReleaseMode::One
+                && started.elapsed() < self.server.tuning.op_timeout
+                && released.as_ref().is_err_and(|e| e.is_retryable());
+            if !again {
+                return released;
+            }
+            tokio::time::sleep(crate::backend::waiting::backoff(round)).await;
+        }
+        unreachable!("the rounds of a release are counted in u32")
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
