@@ -2,7 +2,10 @@
 //! `etcdctl lock` contend for the same locks.
 //!
 //! * [`proto`]: the protobuf messages, written by hand (no `protoc` at build time).
-//! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic.
+//! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic, tried again through the
+//!   next member while they fail for a while (a leader change, a dead member).
+//! * [`failure`]: how a call failed, by its gRPC status: retried, or reported.
+//! * [`streams`]: the keep-alive and watch streams, opened again when they break.
 //! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
 //! * [`holders`]: who of a lock's contenders holds when some share it (`--shared`,
 //!   `--limit N`), and their transactions, as pure functions.
@@ -19,6 +22,7 @@
 
 pub mod client;
 pub mod deletion;
+pub mod failure;
 pub mod holders;
 pub mod linger;
 pub mod proto;
@@ -27,6 +31,7 @@ pub mod runs;
 pub mod shared;
 pub mod status;
 pub mod store;
+pub mod streams;
 pub mod tls;
 pub mod took;
 pub mod url;

@@ -73,10 +73,6 @@ pub fn whole_seconds(ttl: Duration) -> i64 {
     secs.max(1) as i64
 }
 
-pub(super) fn lease_not_found(e: &Error) -> bool {
-    e.to_string().contains("lease not found")
-}
-
 impl EtcdStore {
     /// Connects to the cluster an `etcd://` URL names.
     pub async fn connect(t: &Target) -> Result<EtcdStore> {
@@ -106,16 +102,24 @@ impl EtcdStore {
         id: i64,
         txn: TxnRequest,
     ) -> Result<TxnResponse> {
-        if w.lease.is_none() {
-            let sent = Instant::now();
-            let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
-            w.lease = Some(Granted {
-                id,
-                ttl: Duration::from_secs(granted.ttl.max(1) as u64),
-                refreshed: sent,
-            });
+        for _ in 0..2 {
+            if w.lease.is_none() {
+                let sent = Instant::now();
+                let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
+                w.lease = Some(Granted {
+                    id,
+                    ttl: Duration::from_secs(granted.ttl.max(1) as u64),
+                    refreshed: sent,
+                });
+            }
+            match self.client.txn_on_lease(txn.clone()).await? {
+                Some(resp) => return Ok(resp),
+                // Our lease expired while we waited, and our key with it: the id is free
+                // again, granted anew; the key goes to the back of the line.
+                None => (w.lease, w.queued_at) = (None, None),
+            }
         }
-        self.client.txn(txn).await
+        Err(self.client_gone(&req.key))
     }
 
     /// Every contender for `key`, oldest (the holder) first.
@@ -126,8 +130,8 @@ impl EtcdStore {
             .await?;
         let rev = resp.header.map_or(0, |h| h.revision);
         let dir = self.dir(key);
-        let direct = resp.kvs.into_iter().filter(|kv| holders::direct(&dir, kv));
-        Ok((direct.map(Entry::read).collect(), rev))
+        let line = resp.kvs.into_iter().filter(|kv| recipe::contends(&dir, kv));
+        Ok((line.map(Entry::read).collect(), rev))
     }
 
     pub(super) fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
@@ -151,8 +155,10 @@ impl EtcdStore {
         let mut meta = holder.meta.clone();
         meta.depth += 1;
         meta.token = Some(holder.token());
-        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
-        if !self.client.txn(txn).await?.succeeded {
+        let value = meta.encode();
+        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
+        let done = self.client.txn(txn).await?;
+        if recipe::written_at(&done, &value, 0).is_none() {
             return Ok(None); // changed meanwhile: attempt as anyone would
         }
         let ttl = self.client.time_to_live(holder.kv.lease).await?;
@@ -175,7 +181,7 @@ impl EtcdStore {
         let key = recipe::contender_key(&dir, id);
         let mut meta = self.meta_of(req);
         let runs = super::runs::last_key(&self.prefix, &req.key);
-        let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at, &runs);
+        let txn = recipe::enter(&dir, &key, meta.encode(), id, &runs);
         let resp = self.granted_txn(req, w, id, txn).await?;
         w.runs = recipe::run_lease(&resp);
         let (ttl, sent) = w.lease.as_ref().map(|g| (g.ttl, g.refreshed)).unzip();
@@ -189,20 +195,11 @@ impl EtcdStore {
             },
         };
         w.queued_at = Some(ours);
-        let holder = recipe::range_kvs(&resp, 1)
-            .first()
-            .cloned()
-            .map(Entry::read);
-        match holder {
+        let holder = recipe::line(&resp, 1, &dir).first().map(|&kv| kv.clone());
+        match holder.map(Entry::read) {
             Some(h) if h.kv.create_revision != ours => {
                 refuse(req, &h, &self.name)?;
-                let (position, waiters) = recipe::queue_place(&resp);
-                Ok(Attempt::Busy(Busy {
-                    holder: Some(h.info(&req.key, None)),
-                    position,
-                    waiters,
-                    ..Busy::default()
-                }))
+                Ok(Attempt::Busy(self.busy(req, &resp, ours)))
             }
             _ if resp.succeeded => {
                 let kv = KeyValue {
@@ -221,12 +218,13 @@ impl EtcdStore {
                 // Our predecessors are gone: the token is the revision of this write,
                 // later than any earlier holder's release (`Entry::token` reads it back).
                 meta.holder.acquired_at_ms = now_ms();
-                let txn = recipe::rewrite(&key, rev_of_ours(&resp), meta.encode());
+                let value = meta.encode();
+                let txn = recipe::rewrite(&key, rev_of_ours(&resp), value.clone());
                 let done = self.client.txn(txn).await?;
-                if !done.succeeded {
+                let Some(written) = recipe::written_at(&done, &value, 0) else {
                     return Err(self.client_gone(&req.key));
-                }
-                meta.token = done.header.map(|h| h.revision as u64);
+                };
+                meta.token = Some(written as u64);
                 let entry = Entry {
                     kv: KeyValue::default(),
                     meta,
@@ -258,7 +256,7 @@ impl EtcdStore {
         let runs = super::runs::last_key(&self.prefix, &req.key);
         let resp = self
             .client
-            .txn(recipe::standing(&dir, &key, rev, &runs))
+            .txn(recipe::standing(&dir, &key, &runs))
             .await?;
         w.runs = recipe::run_lease(&resp);
         let Some(ours) = recipe::range_kvs(&resp, 0).first().cloned() else {
@@ -267,12 +265,12 @@ impl EtcdStore {
             w.queued_at = None;
             return Box::pin(self.enter(req, w)).await;
         };
-        let first = recipe::range_kvs(&resp, 1).first();
-        if first.map(|f| f.create_revision) != Some(ours.create_revision) {
+        let first = recipe::line(&resp, 1, &dir).first().map(|&kv| kv.clone());
+        if first.as_ref().map(|f| f.create_revision) != Some(ours.create_revision) {
             if let Some(h) = first {
-                refuse(req, &Entry::read(h.clone()), &self.name)?;
+                refuse(req, &Entry::read(h), &self.name)?;
             }
-            return Ok(Attempt::Busy(self.busy(req, &resp)));
+            return Ok(Attempt::Busy(self.busy(req, &resp, rev)));
         }
         let (ttl, sent) = w
             .lease
@@ -303,13 +301,15 @@ impl EtcdStore {
             w.queued_at = None;
             return Box::pin(self.enter(req, w)).await;
         }
-        Ok(Attempt::Busy(self.busy(req, &resp)))
+        Ok(Attempt::Busy(self.busy(req, &resp, rev)))
     }
 
-    /// What a waiter that found its key learned: the holder and its place.
-    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse) -> Busy {
-        let holder = recipe::range_kvs(resp, 1).first().cloned().map(Entry::read);
-        let (position, waiters) = recipe::queue_place(resp);
+    /// What a waiter whose key was created at `ours` learned from an [`recipe::enter`]
+    /// answer: the holder and its place.
+    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse, ours: i64) -> Busy {
+        let line = recipe::line(resp, 1, &self.dir(&req.key));
+        let holder = line.first().map(|&kv| Entry::read(kv.clone()));
+        let (position, waiters) = recipe::queue_place(&line, ours);
         Busy {
             holder: holder.map(|h| h.info(&req.key, None)),
             position,
@@ -392,13 +392,7 @@ impl LockStore for EtcdStore {
             }
             return Ok(Attempt::Granted(acquired));
         }
-        let attempt = match self.enter(req, w).await {
-            Err(e) if lease_not_found(&e) => {
-                w.lease = None; // expired while we waited: queue again on a new one
-                self.enter(req, w).await?
-            }
-            other => other?,
-        };
+        let attempt = self.enter(req, w).await?;
         if matches!(attempt, Attempt::Busy(_)) && !enqueue {
             if let Some(g) = w.lease.take() {
                 self.client.revoke(g.id).await?;
@@ -484,8 +478,10 @@ impl LockStore for EtcdStore {
             let mut meta = holder.meta.clone();
             meta.depth -= 1;
             meta.token = Some(holder.token());
-            let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
-            if self.client.txn(txn).await?.succeeded {
+            let value = meta.encode();
+            let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
+            let done = self.client.txn(txn).await?;
+            if recipe::written_at(&done, &value, 0).is_some() {
                 return Ok(Released {
                     previous_owner,
                     still_held: true,
