@@ -1,10 +1,9 @@
 //! A small etcd v3 gRPC client: the KV, Lease and Watch calls the lock recipe needs, over
 //! tonic with the hand-written messages of [`super::proto`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
-
 
 use tokio::sync::mpsc;
 use tonic::codec::ProstCodec;
@@ -13,8 +12,8 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 use super::failure::Failure;
-pub use super::streams::{Duplex, KeepAlive, Watch};
 use super::proto::*;
+pub use super::streams::{Duplex, KeepAlive, Watch};
 use crate::backend::waiting::backoff;
 use crate::error::{Error, Result};
 
@@ -42,6 +41,9 @@ pub struct Client {
     /// 1 + the endpoint a call was given up on before it was answered (its caller timed
     /// out first: a frozen member), 0 for none: the next call moves to another endpoint.
     abandoned: Arc<AtomicUsize>,
+    /// Some call was answered: until then, a member that does not answer is one that
+    /// cannot be reached at all (a refused TLS handshake shows only at the first call).
+    answered: Arc<AtomicBool>,
 }
 
 /// The key range holding every key that starts with `prefix` (etcd's `WithPrefix`).
@@ -120,6 +122,7 @@ impl Client {
             credentials: credentials.map(Arc::new),
             token: Arc::default(),
             abandoned: Arc::default(),
+            answered: Arc::default(),
         };
         let path = "/etcdserverpb.Auth/Authenticate";
         client
@@ -187,9 +190,19 @@ impl Client {
         Error::Unavailable(format!("{}: {what}: {e}", self.name))
     }
 
-    /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]).
+    /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]);
+    /// no answer from a cluster that never answered is no transient failure.
     pub(super) fn error(&self, path: &str, f: Failure) -> Error {
-        f.into_error(&format!("{}: {}", self.name, path_name(path)))
+        let what = format!("{}: {}", self.name, path_name(path));
+        match self.unreached(&f) {
+            true => Error::Unavailable(format!("{what}: cannot connect: {}", f.text())),
+            false => f.into_error(&what),
+        }
+    }
+
+    /// `f` is no answer, and no call of this client was ever answered.
+    pub(super) fn unreached(&self, f: &Failure) -> bool {
+        f.status.is_none() && !self.answered.load(Ordering::Relaxed)
     }
 
     /// Moves off the endpoint a call was given up on, if it is still the one in use.
@@ -242,7 +255,9 @@ impl Client {
                 continue;
             }
             // A member that froze costs a whole timeout: one more try, through another.
-            if !failure.retryable() || (round > 0 && started.elapsed() >= RETRY_FOR) {
+            // Never answered, each endpoint is tried once.
+            let tried_all = self.unreached(&failure) && round as usize + 1 >= self.endpoints.len();
+            if !failure.retryable() || tried_all || (round > 0 && started.elapsed() >= RETRY_FOR) {
                 return Err(failure);
             }
             self.failover(used).await;
@@ -252,7 +267,11 @@ impl Client {
     }
 
     /// One try of one call, within [`REQUEST_TIMEOUT`].
-    async fn call<Req, Resp>(&self, path: &'static str, req: Req) -> std::result::Result<Resp, Failure>
+    async fn call<Req, Resp>(
+        &self,
+        path: &'static str,
+        req: Req,
+    ) -> std::result::Result<Resp, Failure>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
@@ -274,6 +293,9 @@ impl Client {
             .await
             .unwrap_or_else(|_| Err(Failure::silent(no_answer())));
         pending.abandoned = None;
+        if !matches!(&answer, Err(f) if f.status.is_none()) {
+            self.answered.store(true, Ordering::Relaxed);
+        }
         answer
     }
 
@@ -361,18 +383,19 @@ impl Client {
     /// lost to a leader change or a dead member), and the lease is ours.
     pub async fn grant_id(&self, ttl: i64, id: i64) -> Result<LeaseGrantResponse> {
         let path = "/etcdserverpb.Lease/LeaseGrant";
-        let resp: LeaseGrantResponse = match self.call_raw(path, LeaseGrantRequest { ttl, id }).await {
-            Ok(resp) => resp,
-            Err(f) if f.lease_exists() && id != 0 => {
-                let granted = self.time_to_live(id).await?;
-                return Ok(LeaseGrantResponse {
-                    id,
-                    ttl: granted.granted_ttl,
-                    ..Default::default()
-                });
-            }
-            Err(f) => return Err(self.error(path, f)),
-        };
+        let resp: LeaseGrantResponse =
+            match self.call_raw(path, LeaseGrantRequest { ttl, id }).await {
+                Ok(resp) => resp,
+                Err(f) if f.lease_exists() && id != 0 => {
+                    let granted = self.time_to_live(id).await?;
+                    return Ok(LeaseGrantResponse {
+                        id,
+                        ttl: granted.granted_ttl,
+                        ..Default::default()
+                    });
+                }
+                Err(f) => return Err(self.error(path, f)),
+            };
         if !resp.error.is_empty() {
             return Err(self.fail("lease grant", &resp.error));
         }

@@ -19,8 +19,12 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The server answered `status`.
+    /// The call ended with `status`: the server's answer, unless tonic made it of an
+    /// error of the connection (it keeps that error as its source).
     pub fn answered(status: tonic::Status) -> Failure {
+        if let Some(cause) = std::error::Error::source(&status) {
+            return Failure::silent(format!("{}: {cause}", status.message()));
+        }
         Failure {
             status: Some(status),
             silence: String::new(),

@@ -11,7 +11,8 @@
 //!   `--limit N`), and their transactions, as pure functions.
 //! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
 //! * [`runs`]: the last run and last success of each lock name.
-//! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
+//! * [`store`]: the acquisition built from them.
+//! * [`seam`]: the [`LockStore`](crate::backend::store::LockStore), and the wording of its errors.
 //! * [`deletion`]: a waiter's wait for the contender before it (or any) to go.
 //! * [`status`]: `dlock status`, each lock's holder and waiters.
 //! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
@@ -28,6 +29,7 @@ pub mod linger;
 pub mod proto;
 pub mod recipe;
 pub mod runs;
+pub mod seam;
 pub mod shared;
 pub mod status;
 pub mod store;

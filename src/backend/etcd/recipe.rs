@@ -128,7 +128,9 @@ pub fn contends(dir: &[u8], kv: &KeyValue) -> bool {
 
 /// A lease id as a contender key ends with it: lowercase hex, as `etcdctl lock` writes it.
 fn lease_hex(s: &[u8]) -> bool {
-    !s.is_empty() && s.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+    !s.is_empty()
+        && s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 fn op(request: Request) -> RequestOp {

@@ -229,4 +229,3 @@ impl Watch {
         Err(self.fail(broken))
     }
 }
-
