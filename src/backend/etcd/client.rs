@@ -191,7 +191,7 @@ impl Client {
     }
 
     /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]);
-    /// no answer from a cluster that never answered is no transient failure.
+    /// no connection to a cluster that never answered is no transient failure.
     pub(super) fn error(&self, path: &str, f: Failure) -> Error {
         let what = format!("{}: {}", self.name, path_name(path));
         match self.unreached(&f) {
@@ -200,9 +200,9 @@ impl Client {
         }
     }
 
-    /// `f` is no answer, and no call of this client was ever answered.
+    /// `f` is no connection, and no call of this client was ever answered.
     pub(super) fn unreached(&self, f: &Failure) -> bool {
-        f.status.is_none() && !self.answered.load(Ordering::Relaxed)
+        f.unconnected && !self.answered.load(Ordering::Relaxed)
     }
 
     /// Moves off the endpoint a call was given up on, if it is still the one in use.
@@ -255,7 +255,7 @@ impl Client {
                 continue;
             }
             // A member that froze costs a whole timeout: one more try, through another.
-            // Never answered, each endpoint is tried once.
+            // Never connected, each endpoint is tried once.
             let tried_all = self.unreached(&failure) && round as usize + 1 >= self.endpoints.len();
             if !failure.retryable() || tried_all || (round > 0 && started.elapsed() >= RETRY_FOR) {
                 return Err(failure);
@@ -282,7 +282,7 @@ impl Client {
         };
         let mut grpc = tonic::client::Grpc::new(channel);
         let call = async {
-            grpc.ready().await.map_err(Failure::silent)?;
+            grpc.ready().await.map_err(Failure::unconnected)?;
             let codec = ProstCodec::<Req, Resp>::default();
             grpc.unary(self.request(req), PathAndQuery::from_static(path), codec)
                 .await
@@ -319,7 +319,7 @@ impl Client {
             );
         let mut grpc = tonic::client::Grpc::new(self.channel().1);
         let call = async {
-            grpc.ready().await.map_err(Failure::silent)?;
+            grpc.ready().await.map_err(Failure::unconnected)?;
             let codec = ProstCodec::<Req, Resp>::default();
             grpc.streaming(
                 self.request(outgoing),

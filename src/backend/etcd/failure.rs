@@ -14,6 +14,9 @@ pub struct Failure {
     pub status: Option<tonic::Status>,
     /// Why there was no answer, when there was none.
     silence: String,
+    /// No answer because there was no connection (refused, broken, or its TLS handshake
+    /// refused), not for want of an answer in time.
+    pub unconnected: bool,
     /// The call was sent more than once: an earlier try may have been applied.
     pub retried: bool,
 }
@@ -23,21 +26,31 @@ impl Failure {
     /// error of the connection (it keeps that error as its source).
     pub fn answered(status: tonic::Status) -> Failure {
         if let Some(cause) = std::error::Error::source(&status) {
-            return Failure::silent(format!("{}: {cause}", status.message()));
+            return Failure::unconnected(format!("{}: {cause}", status.message()));
         }
         Failure {
             status: Some(status),
             silence: String::new(),
+            unconnected: false,
             retried: false,
         }
     }
 
-    /// No answer came (`why`).
+    /// No answer came in time (`why`).
     pub fn silent(why: impl std::fmt::Display) -> Failure {
         Failure {
             status: None,
             silence: why.to_string(),
+            unconnected: false,
             retried: false,
+        }
+    }
+
+    /// No connection could be made, or it broke (`why`).
+    pub fn unconnected(why: impl std::fmt::Display) -> Failure {
+        Failure {
+            unconnected: true,
+            ..Failure::silent(why)
         }
     }
 

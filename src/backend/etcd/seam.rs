@@ -55,16 +55,18 @@ impl LockStore for EtcdStore {
         enqueue: bool,
     ) -> Result<Attempt> {
         let done: Result<Attempt> = async {
+            // The answer stands when the revoke of a lease we no longer need fails (it was
+            // tried again already): the lease, and a key left on it, expire by themselves.
             if let Some(acquired) = self.reenter(req).await? {
                 if let Some(g) = w.lease.take() {
-                    self.client.revoke(g.id).await?;
+                    let _ = self.client.revoke(g.id).await;
                 }
                 return Ok(Attempt::Granted(acquired));
             }
             let attempt = self.enter(req, w).await?;
             if matches!(attempt, Attempt::Busy(_)) && !enqueue {
                 if let Some(g) = w.lease.take() {
-                    self.client.revoke(g.id).await?;
+                    let _ = self.client.revoke(g.id).await;
                 }
                 w.queued_at = None;
             }
