@@ -24,22 +24,32 @@ fn leader(cluster: &EtcdCluster) -> usize {
 
 #[test]
 fn the_leader_killed_while_a_lock_is_held() {
-    a_member_killed_while_a_lock_is_held(leader);
+    a_member_killed_while_a_lock_is_held(leader, EtcdServer::kill);
 }
 
 /// The first endpoint of the URL is the one dlock talks to: it must move to another.
 #[test]
 fn the_members_dlock_talks_to_killed_while_a_lock_is_held() {
-    a_member_killed_while_a_lock_is_held(|_| 0);
+    a_member_killed_while_a_lock_is_held(|_| 0, EtcdServer::kill);
 }
 
-/// A holder keeps its lock when the member `victim` picks is SIGKILLed: no second holder,
-/// and the lease lives on through keep-alives to the others.
+/// Frozen (SIGSTOP), the member dlock talks to neither answers nor closes the keep-alive
+/// stream: the holder's renewals move to another member within the renewal margin.
+#[test]
+fn the_member_dlock_talks_to_frozen_while_a_lock_is_held() {
+    a_member_killed_while_a_lock_is_held(|_| 0, |m| m.pause());
+}
+
+/// A holder keeps its lock when the member `victim` picks meets `fault` (SIGKILL, SIGSTOP):
+/// no second holder, and the lease lives on through keep-alives to the others.
 ///
 /// The TTL leaves room for an election that a loaded machine slows down (exec stops its
 /// command a margin before the lease could expire, counting from the last keep-alive
 /// answered): with 3 s, a slow election alone could make the holder stop it.
-fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
+fn a_member_killed_while_a_lock_is_held(
+    victim: fn(&EtcdCluster) -> usize,
+    fault: fn(&mut EtcdServer),
+) {
     const TTL: Duration = Duration::from_secs(5);
     let mut cluster = EtcdCluster::start();
     let url = cluster.url();
@@ -62,7 +72,7 @@ fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
         .parse()
         .unwrap();
     let victim = victim(&cluster);
-    cluster.members[victim].kill();
+    fault(&mut cluster.members[victim]);
     let killed = std::time::Instant::now();
     // Past the TTL (and the second a new leader adds to every lease) the holder still
     // holds: its keep-alives reached the new leader. It is watched all along, so that a

@@ -19,6 +19,17 @@ use crate::error::{Error, Result};
 
 /// How long one request may take before the store counts as unreachable.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the first try of a call waits for its answer before it is sent again through
+/// the next member; each try after waits twice as long, up to [`REQUEST_TIMEOUT`]. A frozen
+/// member costs a second, not a holder's whole renewal.
+const FIRST_TRY: Duration = Duration::from_secs(1);
+
+/// How long try `round` (from 0) of a call waits for its answer.
+pub(super) fn try_timeout(round: u32) -> Duration {
+    FIRST_TRY
+        .saturating_mul(1 << round.min(8))
+        .min(REQUEST_TIMEOUT)
+}
 /// How long a call is tried again (on another member, after a back-off) while it meets
 /// failures the next try may not: long enough for an election, after which the caller
 /// gets [`Error::Transient`] (a waiter rides it out, a holder's renewal tries again).
@@ -141,7 +152,8 @@ impl Client {
             name: creds.0.clone(),
             password: creds.1.clone(),
         };
-        let resp: AuthenticateResponse = self.call("/etcdserverpb.Auth/Authenticate", req).await?;
+        let path = "/etcdserverpb.Auth/Authenticate";
+        let resp: AuthenticateResponse = self.call(path, req, REQUEST_TIMEOUT).await?;
         let token = AsciiMetadataValue::try_from(resp.token).map_err(|e| {
             Failure::answered(tonic::Status::internal(format!("unusable token: {e}")))
         })?;
@@ -244,7 +256,7 @@ impl Client {
         let (mut round, mut logged_in) = (0, false);
         loop {
             let used = self.channel().0;
-            let mut failure = match self.call(path, req.clone()).await {
+            let mut failure = match self.call(path, req.clone(), try_timeout(round)).await {
                 Ok(resp) => return Ok(resp),
                 Err(f) => f,
             };
@@ -254,8 +266,8 @@ impl Client {
                 self.authenticate().await?;
                 continue;
             }
-            // A member that froze costs a whole timeout: one more try, through another.
-            // Never connected, each endpoint is tried once.
+            // A try that timed out gets one more, through another member, however long
+            // it took. Never connected, each endpoint is tried once.
             let tried_all = self.unreached(&failure) && round as usize + 1 >= self.endpoints.len();
             if !failure.retryable() || tried_all || (round > 0 && started.elapsed() >= RETRY_FOR) {
                 return Err(failure);
@@ -266,11 +278,12 @@ impl Client {
         }
     }
 
-    /// One try of one call, within [`REQUEST_TIMEOUT`].
+    /// One try of one call, within `limit`.
     async fn call<Req, Resp>(
         &self,
         path: &'static str,
         req: Req,
+        limit: Duration,
     ) -> std::result::Result<Resp, Failure>
     where
         Req: prost::Message + Send + Sync + 'static,
@@ -289,9 +302,9 @@ impl Client {
                 .map(tonic::Response::into_inner)
                 .map_err(Failure::answered)
         };
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, call)
+        let answer = tokio::time::timeout(limit, call)
             .await
-            .unwrap_or_else(|_| Err(Failure::silent(no_answer())));
+            .unwrap_or_else(|_| Err(Failure::silent(no_answer(limit))));
         pending.abandoned = None;
         if !matches!(&answer, Err(f) if f.status.is_none()) {
             self.answered.store(true, Ordering::Relaxed);
@@ -332,7 +345,7 @@ impl Client {
         };
         let incoming = tokio::time::timeout(REQUEST_TIMEOUT, call)
             .await
-            .unwrap_or_else(|_| Err(Failure::silent(no_answer())))?;
+            .unwrap_or_else(|_| Err(Failure::silent(no_answer(REQUEST_TIMEOUT))))?;
         Ok((tx, incoming))
     }
 
@@ -443,8 +456,8 @@ fn path_name(path: &str) -> &str {
     path.strip_prefix("/etcdserverpb.").unwrap_or(path)
 }
 
-pub(super) fn no_answer() -> String {
-    format!("no answer within {REQUEST_TIMEOUT:?}")
+pub(super) fn no_answer(limit: Duration) -> String {
+    format!("no answer within {limit:?}")
 }
 
 /// A call under way: dropped before it ends (its caller gave up waiting), it marks its

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 use tonic::codec::Streaming;
 
-use super::client::{no_answer, prefix_end, Client, REQUEST_TIMEOUT, RETRY_FOR};
+use super::client::{no_answer, prefix_end, try_timeout, Client, REQUEST_TIMEOUT, RETRY_FOR};
 use super::failure::Failure;
 use super::proto::*;
 use crate::backend::waiting::backoff;
@@ -21,6 +21,9 @@ pub type Duplex<Req, Resp> = (mpsc::UnboundedSender<Req>, Streaming<Resp>);
 pub struct KeepAlive {
     client: Client,
     stream: Option<Duplex<LeaseKeepAliveRequest, LeaseKeepAliveResponse>>,
+    /// The endpoint the stream was opened on: when the client moved off it (another call
+    /// found it dead or frozen), the stream is opened again where the client is.
+    on: usize,
     /// A round is under way, on this endpoint: when the next call finds it so, the caller
     /// gave up waiting for its answer (a stream stuck behind a frozen member), and a new
     /// stream is opened, through another member.
@@ -32,13 +35,15 @@ impl KeepAlive {
         KeepAlive {
             client,
             stream: None,
+            on: 0,
             pending: None,
         }
     }
 
     /// Refreshes `lease` to its granted TTL; the TTL the server answers (0: the lease is
     /// gone). A stream that breaks or stops answering is opened again at once, through the
-    /// next member, and tried for up to [`RETRY_FOR`] (at least twice: a member that froze costs a whole timeout).
+    /// next member, and tried for up to [`RETRY_FOR`] (at least twice), each try waiting as a
+    /// call's does.
     pub async fn once(&mut self, lease: i64) -> Result<i64> {
         if let Some(stuck) = self.pending.take() {
             self.stream = None;
@@ -49,10 +54,14 @@ impl KeepAlive {
         let mut round = 0;
         loop {
             let used = self.client.channel().0;
+            if self.on != used {
+                (self.stream, self.on) = (None, used);
+            }
             self.pending = Some(used);
-            let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.round(lease))
+            let limit = try_timeout(round);
+            let answer = tokio::time::timeout(limit, self.round(lease))
                 .await
-                .unwrap_or_else(|_| Err(Failure::silent(no_answer())));
+                .unwrap_or_else(|_| Err(Failure::silent(no_answer(limit))));
             self.pending = None;
             let failure = match answer {
                 Ok(ttl) => return Ok(ttl),
