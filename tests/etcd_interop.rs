@@ -502,7 +502,7 @@ fn a_lock_named_below_another_does_not_block_it() {
     let spawn_exec = |key: &str, script: String| {
         let mut c = dlock();
         c.env("DLOCK_URL", server.url())
-            .args(["exec", key, "--", "sh", "-c"])
+            .args(["exec", key, "--timeout", "30s", "--", "sh", "-c"])
             .arg(script);
         spawn(c)
     };
@@ -512,7 +512,7 @@ fn a_lock_named_below_another_does_not_block_it() {
     let script = format!("echo up > '{r}'; while [ ! -e '{g}' ]; do sleep 0.01; done");
     let mut sub_holder = spawn_exec("p/a", script);
     read_when_ready(&ready, Duration::from_secs(20));
-    let held = run(&["lock", "p", "--ttl", "1m"]);
+    let held = run(&["lock", "p", "--ttl", "1m", "--timeout", "10s"]);
     assert!(held.status.success(), "{held:?}");
     let owner = String::from_utf8_lossy(&held.stdout).trim().to_string();
     let mut sub_waiter = spawn_exec("p/a", "true".into());

@@ -11,7 +11,7 @@ use crate::error::Error;
 pub struct Failure {
     /// What the server answered; `None` when it did not (no connection, a broken one, or
     /// no answer in time).
-    pub status: Option<tonic::Status>,
+    pub status: Option<Box<tonic::Status>>,
     /// Why there was no answer, when there was none.
     silence: String,
     /// No answer because there was no connection (refused, broken, or its TLS handshake
@@ -29,7 +29,7 @@ impl Failure {
             return Failure::unconnected(format!("{}: {cause}", status.message()));
         }
         Failure {
-            status: Some(status),
+            status: Some(Box::new(status)),
             silence: String::new(),
             unconnected: false,
             retried: false,
@@ -55,11 +55,11 @@ impl Failure {
     }
 
     fn code(&self) -> Option<Code> {
-        self.status.as_ref().map(tonic::Status::code)
+        self.status.as_deref().map(tonic::Status::code)
     }
 
     fn message(&self) -> &str {
-        self.status.as_ref().map_or("", tonic::Status::message)
+        self.status.as_deref().map_or("", tonic::Status::message)
     }
 
     /// Worth another try, through another member or after an election: no answer, or
@@ -101,7 +101,7 @@ impl Failure {
 
     /// What happened, for messages.
     pub fn text(&self) -> String {
-        match &self.status {
+        match self.status.as_deref() {
             None => self.silence.clone(),
             Some(s) if s.message().is_empty() => format!("{:?}", s.code()),
             Some(s) => s.message().to_string(),
