@@ -1,8 +1,9 @@
-//! The etcd client against a real etcd: the calls the lock recipe is built from.
+//! The etcd client against a real etcd: the calls the lock recipe is built from, a grant
+//! sent again, and the words of an error etcd answers for a key.
 
 use std::time::Duration;
 
-use crate::support::EtcdServer;
+use crate::support::{dlock, EtcdServer};
 use dlock::backend::etcd::client::{prefix_end, Client};
 use dlock::backend::etcd::proto::*;
 
@@ -156,4 +157,62 @@ fn a_dead_endpoint_is_unavailable() {
         .expect("connected to a dead endpoint");
     assert!(e.to_string().contains("etcd://x: cannot connect"), "{e}");
     assert_eq!(e.exit_code(), dlock::exit::UNAVAILABLE);
+}
+
+/// A grant sent again after its answer was lost finds its lease id taken: the lease is
+/// ours, granted, and its TTL is the one granted.
+#[test]
+fn a_grant_sent_again_counts_as_granted() {
+    let server = EtcdServer::start();
+    rt().block_on(async {
+        let c = client(&server).await;
+        let first = c.grant_id(7, 0x5eed).await.unwrap();
+        let again = c.grant_id(7, 0x5eed).await.unwrap();
+        assert_eq!((again.id, again.ttl), (first.id, 7));
+        // Revoking it twice: there once, then gone.
+        assert!(c.revoke_found(0x5eed).await.unwrap());
+        assert!(!c.revoke_found(0x5eed).await.unwrap());
+    });
+}
+
+/// etcd refuses a user the lock's keys: every command that works on the key says which
+/// key and which cluster, in one line, exit 69, without the password.
+#[test]
+fn an_error_etcd_answers_for_a_key_names_the_key() {
+    let server = EtcdServer::start();
+    server.ctl(&["user", "add", "root:rootpw"]);
+    server.ctl(&["user", "add", "u:upw"]);
+    server.ctl(&["role", "add", "r"]);
+    server.ctl(&[
+        "role",
+        "grant-permission",
+        "r",
+        "--prefix=true",
+        "readwrite",
+        "ok/",
+    ]);
+    server.ctl(&["user", "grant-role", "u", "r"]);
+    server.ctl(&["auth", "enable"]);
+    let url = format!("etcd://u:upw@{}", server.endpoint());
+    let commands: [&[&str]; 4] = [
+        &["exec", "job", "--", "true"],
+        &["status", "job"],
+        &["unlock", "job", "--force"],
+        &["lock", "job"],
+    ];
+    for args in commands {
+        let out = dlock().env("DLOCK_URL", &url).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let code = out.status.code();
+        assert_eq!(
+            code,
+            Some(i32::from(dlock::exit::UNAVAILABLE)),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("lock 'job'"), "{args:?}: {err}");
+        assert!(err.contains(&server.endpoint()), "{args:?}: {err}");
+        assert!(err.contains("permission denied"), "{args:?}: {err}");
+        assert!(!err.contains("upw"), "{args:?}: {err}");
+    }
 }

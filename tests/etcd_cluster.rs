@@ -24,22 +24,32 @@ fn leader(cluster: &EtcdCluster) -> usize {
 
 #[test]
 fn the_leader_killed_while_a_lock_is_held() {
-    a_member_killed_while_a_lock_is_held(leader);
+    a_member_killed_while_a_lock_is_held(leader, EtcdServer::kill);
 }
 
 /// The first endpoint of the URL is the one dlock talks to: it must move to another.
 #[test]
 fn the_members_dlock_talks_to_killed_while_a_lock_is_held() {
-    a_member_killed_while_a_lock_is_held(|_| 0);
+    a_member_killed_while_a_lock_is_held(|_| 0, EtcdServer::kill);
 }
 
-/// A holder keeps its lock when the member `victim` picks is SIGKILLed: no second holder,
-/// and the lease lives on through keep-alives to the others.
+/// Frozen (SIGSTOP), the member dlock talks to neither answers nor closes the keep-alive
+/// stream: the holder's renewals move to another member within the renewal margin.
+#[test]
+fn the_member_dlock_talks_to_frozen_while_a_lock_is_held() {
+    a_member_killed_while_a_lock_is_held(|_| 0, |m| m.pause());
+}
+
+/// A holder keeps its lock when the member `victim` picks meets `fault` (SIGKILL, SIGSTOP):
+/// no second holder, and the lease lives on through keep-alives to the others.
 ///
 /// The TTL leaves room for an election that a loaded machine slows down (exec stops its
 /// command a margin before the lease could expire, counting from the last keep-alive
 /// answered): with 3 s, a slow election alone could make the holder stop it.
-fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
+fn a_member_killed_while_a_lock_is_held(
+    victim: fn(&EtcdCluster) -> usize,
+    fault: fn(&mut EtcdServer),
+) {
     const TTL: Duration = Duration::from_secs(5);
     let mut cluster = EtcdCluster::start();
     let url = cluster.url();
@@ -62,7 +72,7 @@ fn a_member_killed_while_a_lock_is_held(victim: fn(&EtcdCluster) -> usize) {
         .parse()
         .unwrap();
     let victim = victim(&cluster);
-    cluster.members[victim].kill();
+    fault(&mut cluster.members[victim]);
     let killed = std::time::Instant::now();
     // Past the TTL (and the second a new leader adds to every lease) the holder still
     // holds: its keep-alives reached the new leader. It is watched all along, so that a
@@ -307,7 +317,12 @@ fn eight_exec_loops_never_overlap_while_the_leader_is_killed() {
         wait_exit(l, Duration::from_secs(30)).expect("a loop ends");
     }
     assert!(more, "no command ran after the leader was killed");
-    let log = std::fs::read_to_string(&marks).unwrap();
+    one_at_a_time(&std::fs::read_to_string(&marks).unwrap());
+}
+
+/// Checks a log of `start PID TOKEN` / `end PID` marks: never two commands inside at once,
+/// tokens strictly increasing in the order the commands ran.
+fn one_at_a_time(log: &str) {
     let mut inside: Option<&str> = None;
     let mut last_token = 0u64;
     for line in log.lines() {
@@ -329,6 +344,85 @@ fn eight_exec_loops_never_overlap_while_the_leader_is_killed() {
             _ => panic!("bad mark {line:?}"),
         }
     }
+}
+
+/// 6 shell loops of `dlock exec` on one key while the leader is SIGKILLed and restarted 3
+/// times, then the member every dlock talks to first is frozen (SIGSTOP) for a while: a
+/// quorum is up all along, so **every** exec exits 0 (a leader change, a dead or frozen
+/// member is ridden out), one command at a time, tokens increasing, and commands run through
+/// every fault.
+#[test]
+fn every_exec_exits_0_while_the_leader_is_killed_and_a_member_frozen() {
+    let mut cluster = EtcdCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (marks, codes, stop) = (
+        dir.path().join("marks"),
+        dir.path().join("codes"),
+        dir.path().join("stop"),
+    );
+    let section = format!(
+        "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.05; echo \"end $$\" >> '{m}'",
+        m = marks.display()
+    );
+    let loop_script = format!(
+        "while [ ! -e '{}' ]; do '{}' exec job --ttl 6s -q -- sh -c '{}'; echo $? >> '{}'; done",
+        stop.display(),
+        crate::support::dlock_bin().display(),
+        section.replace('\'', "'\\''"),
+        codes.display()
+    );
+    let mut loops: Vec<_> = (0..6)
+        .map(|_| {
+            let mut sh = std::process::Command::new("sh");
+            for (k, v) in dlock().get_envs() {
+                match v {
+                    Some(v) => sh.env(k, v),
+                    None => sh.env_remove(k),
+                };
+            }
+            sh.args(["-c", &loop_script])
+                .env("DLOCK_URL", cluster.url())
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ran = || {
+        let codes = std::fs::read_to_string(&codes).unwrap_or_default();
+        codes.lines().count()
+    };
+    // Some execs end after each fault began, and after it ended.
+    let more = |n: usize| {
+        let before = ran();
+        assert!(
+            wait_for(Duration::from_secs(20), || ran() >= before + n),
+            "no exec ended"
+        );
+    };
+    more(6);
+    for _ in 0..3 {
+        let victim = leader(&cluster);
+        cluster.members[victim].kill();
+        more(3);
+        cluster.members[victim].restart();
+        more(3);
+    }
+    cluster.members[0].pause();
+    more(3);
+    cluster.members[0].resume();
+    more(3);
+    std::fs::write(&stop, "").unwrap();
+    for l in &mut loops {
+        wait_exit(l, Duration::from_secs(30)).expect("a loop ends");
+    }
+    let codes = std::fs::read_to_string(&codes).unwrap();
+    let failed: Vec<&str> = codes.lines().filter(|c| *c != "0").collect();
+    assert!(
+        failed.is_empty(),
+        "exit codes {failed:?} of {} execs",
+        codes.lines().count()
+    );
+    one_at_a_time(&std::fs::read_to_string(&marks).unwrap());
 }
 
 /// A waiter whose member dies while it waits watches again through another member: once

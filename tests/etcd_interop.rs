@@ -484,3 +484,66 @@ fn etcds_with_a_private_ca_and_a_client_certificate() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains(&url), "{err}");
 }
+
+/// The keys of a lock named below another (`p/a`: `p/a/<hex>`) are under `p/` too, but only
+/// `p/<hex>` keys contend for `p`: with `p/a` held and waited for, `exec -n p` runs, `status
+/// p` says free and `wait p` returns at once; and a waiter on `p`, queued behind a holder of
+/// `p` whose key is younger than `p/a`'s, takes its turn once that holder goes, while `p/a`'s
+/// holder still runs.
+#[test]
+fn a_lock_named_below_another_does_not_block_it() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let run = |args: &[&str]| {
+        let out = dlock().env("DLOCK_URL", server.url()).args(args).output();
+        out.unwrap()
+    };
+    let spawn_exec = |key: &str, script: String| {
+        let mut c = dlock();
+        c.env("DLOCK_URL", server.url())
+            .args(["exec", key, "--timeout", "30s", "--", "sh", "-c"])
+            .arg(script);
+        spawn(c)
+    };
+    let under = |prefix: &str| server.ctl(&["get", prefix, "--prefix", "--keys-only"]);
+    let count = |prefix: &str| under(prefix).lines().filter(|l| !l.is_empty()).count();
+    let (r, g) = (ready.display(), go.display());
+    let script = format!("echo up > '{r}'; while [ ! -e '{g}' ]; do sleep 0.01; done");
+    let mut sub_holder = spawn_exec("p/a", script);
+    read_when_ready(&ready, Duration::from_secs(20));
+    let held = run(&["lock", "p", "--ttl", "1m", "--timeout", "10s"]);
+    assert!(held.status.success(), "{held:?}");
+    let owner = String::from_utf8_lossy(&held.stdout).trim().to_string();
+    let mut sub_waiter = spawn_exec("p/a", "true".into());
+    assert!(wait_for(Duration::from_secs(20), || count("p/a/") == 2));
+    // The waiter's key is younger than p's holder's, and a p/a key came in between.
+    let mut waiter = spawn_exec("p", "true".into());
+    assert!(wait_for(Duration::from_secs(20), || count("p/") == 4));
+    let unlocked = run(&["unlock", "p", "--owner", &owner]);
+    assert!(unlocked.status.success(), "{unlocked:?}");
+    let status = wait_exit(&mut waiter, Duration::from_secs(15));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        under("p/")
+    );
+    assert!(
+        sub_holder.try_wait().unwrap().is_none(),
+        "p/a's holder still runs"
+    );
+
+    let free = run(&["exec", "-n", "p", "--", "true"]);
+    assert!(free.status.success(), "{free:?}");
+    let status = run(&["status", "p"]);
+    assert_eq!(status.status.code(), Some(1), "p is free: {status:?}");
+    let status = run(&["status", "p/a"]);
+    assert_eq!(status.status.code(), Some(0), "p/a is held: {status:?}");
+    let wait = run(&["wait", "p", "--timeout", "5s"]);
+    assert!(wait.status.success(), "{wait:?}");
+    std::fs::write(&go, "").unwrap();
+    for p_a in [&mut sub_holder, &mut sub_waiter] {
+        let status = wait_exit(p_a, Duration::from_secs(20));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    }
+}

@@ -1,22 +1,39 @@
 //! A small etcd v3 gRPC client: the KV, Lease and Watch calls the lock recipe needs, over
 //! tonic with the hand-written messages of [`super::proto`].
 
-use std::time::Duration;
-
-use futures_util::StreamExt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
-use tonic::codec::{ProstCodec, Streaming};
+use tonic::codec::ProstCodec;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
+use super::failure::Failure;
 use super::proto::*;
+pub use super::streams::{Duplex, KeepAlive, Watch};
+use crate::backend::waiting::backoff;
 use crate::error::{Error, Result};
 
 /// How long one request may take before the store counts as unreachable.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the first try of a call waits for its answer before it is sent again through
+/// the next member; each try after waits twice as long, up to [`REQUEST_TIMEOUT`]. A frozen
+/// member costs a second, not a holder's whole renewal.
+const FIRST_TRY: Duration = Duration::from_secs(1);
+
+/// How long try `round` (from 0) of a call waits for its answer.
+pub(super) fn try_timeout(round: u32) -> Duration {
+    FIRST_TRY
+        .saturating_mul(1 << round.min(8))
+        .min(REQUEST_TIMEOUT)
+}
+/// How long a call is tried again (on another member, after a back-off) while it meets
+/// failures the next try may not: long enough for an election, after which the caller
+/// gets [`Error::Transient`] (a waiter rides it out, a holder's renewal tries again).
+pub const RETRY_FOR: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A connection to one etcd cluster (any of its endpoints).
@@ -27,15 +44,18 @@ pub struct Client {
     /// The endpoint in use (its index) and its connection.
     current: Arc<RwLock<(usize, Channel)>>,
     /// `etcd://host:port,…` for messages.
-    name: String,
+    pub(super) name: String,
     /// User and password, when the cluster has authentication on.
     credentials: Option<Arc<(String, String)>>,
     /// The token `Authenticate` gave, sent with every request.
     token: Arc<RwLock<Option<AsciiMetadataValue>>>,
+    /// 1 + the endpoint a call was given up on before it was answered (its caller timed
+    /// out first: a frozen member), 0 for none: the next call moves to another endpoint.
+    abandoned: Arc<AtomicUsize>,
+    /// Some call was answered: until then, a member that does not answer is one that
+    /// cannot be reached at all (a refused TLS handshake shows only at the first call).
+    answered: Arc<AtomicBool>,
 }
-
-/// What etcd answers when a token has expired (the server drops them after a while).
-const STALE_TOKEN: &str = "invalid auth token";
 
 /// The key range holding every key that starts with `prefix` (etcd's `WithPrefix`).
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -112,13 +132,19 @@ impl Client {
             name: name.to_string(),
             credentials: credentials.map(Arc::new),
             token: Arc::default(),
+            abandoned: Arc::default(),
+            answered: Arc::default(),
         };
-        client.authenticate().await?;
+        let path = "/etcdserverpb.Auth/Authenticate";
+        client
+            .authenticate()
+            .await
+            .map_err(|f| client.error(path, f))?;
         Ok(client)
     }
 
     /// Logs in with the credentials, if any, and keeps the token for every request.
-    async fn authenticate(&self) -> Result<()> {
+    async fn authenticate(&self) -> std::result::Result<(), Failure> {
         let Some(creds) = &self.credentials else {
             return Ok(());
         };
@@ -126,9 +152,11 @@ impl Client {
             name: creds.0.clone(),
             password: creds.1.clone(),
         };
-        let resp: AuthenticateResponse = self.call("/etcdserverpb.Auth/Authenticate", req).await?;
-        let token =
-            AsciiMetadataValue::try_from(resp.token).map_err(|e| self.fail("authenticate", e))?;
+        let path = "/etcdserverpb.Auth/Authenticate";
+        let resp: AuthenticateResponse = self.call(path, req, REQUEST_TIMEOUT).await?;
+        let token = AsciiMetadataValue::try_from(resp.token).map_err(|e| {
+            Failure::answered(tonic::Status::internal(format!("unusable token: {e}")))
+        })?;
         *self.token.write().unwrap_or_else(PoisonError::into_inner) = Some(token);
         Ok(())
     }
@@ -143,7 +171,7 @@ impl Client {
         req
     }
 
-    fn channel(&self) -> (usize, Channel) {
+    pub(super) fn channel(&self) -> (usize, Channel) {
         self.current
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -152,7 +180,7 @@ impl Client {
 
     /// Moves to the next endpoint that connects, after endpoint `failed` failed; false when
     /// there is none (or only one endpoint). Another request may have moved on already.
-    async fn failover(&self, failed: usize) -> bool {
+    pub(super) async fn failover(&self, failed: usize) -> bool {
         let n = self.endpoints.len();
         if n < 2 {
             return false;
@@ -170,76 +198,127 @@ impl Client {
         false
     }
 
-    fn fail(&self, what: &str, e: impl std::fmt::Display) -> Error {
+    pub(super) fn fail(&self, what: &str, e: impl std::fmt::Display) -> Error {
         Error::Unavailable(format!("{}: {what}: {e}", self.name))
     }
 
-    /// One call; a stale auth token is renewed once, and an endpoint that does not answer
-    /// is left for the next one (the calls dlock makes may be repeated safely: a create
-    /// if absent, a compare-and-put, a revoke; a repeated grant leaves a lease that expires).
+    /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]);
+    /// no connection to a cluster that never answered is no transient failure.
+    pub(super) fn error(&self, path: &str, f: Failure) -> Error {
+        let what = format!("{}: {}", self.name, path_name(path));
+        match self.unreached(&f) {
+            true => Error::Unavailable(format!("{what}: cannot connect: {}", f.text())),
+            false => f.into_error(&what),
+        }
+    }
+
+    /// `f` is no connection, and no call of this client was ever answered.
+    pub(super) fn unreached(&self, f: &Failure) -> bool {
+        f.unconnected && !self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Moves off the endpoint a call was given up on, if it is still the one in use.
+    pub(super) async fn leave_abandoned(&self) {
+        let abandoned = self.abandoned.swap(0, Ordering::Relaxed);
+        if abandoned > 0 {
+            self.failover(abandoned - 1).await;
+        }
+    }
+
+    /// One call, as [`Client::call_raw`] does it, its failure worded.
     async fn unary<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
     where
         Req: prost::Message + Clone + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let used = self.channel().0;
-        let answer = match self.call(path, req.clone()).await {
-            Err(e) if self.unreachable(&e) && self.failover(used).await => {
-                self.call(path, req.clone()).await
-            }
-            other => other,
-        };
-        match answer {
-            Err(e) if self.credentials.is_some() && e.to_string().contains(STALE_TOKEN) => {
+        self.call_raw(path, req)
+            .await
+            .map_err(|f| self.error(path, f))
+    }
+
+    /// One call, tried again for up to [`RETRY_FOR`] while it fails in a way the next try
+    /// may not (no answer, no leader, a leader change), each time through the next
+    /// endpoint and after a back-off; a stale auth token is renewed once. Every call dlock
+    /// makes may be sent again: a create if absent, a compare-and-put, a revoke, a grant of
+    /// a lease id of our choosing (its "already exists" is ours, see [`Client::grant_id`]),
+    /// and the failure says when it was (`retried`).
+    async fn call_raw<Req, Resp>(
+        &self,
+        path: &'static str,
+        req: Req,
+    ) -> std::result::Result<Resp, Failure>
+    where
+        Req: prost::Message + Clone + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.leave_abandoned().await;
+        let started = Instant::now();
+        let (mut round, mut logged_in) = (0, false);
+        loop {
+            let used = self.channel().0;
+            let mut failure = match self.call(path, req.clone(), try_timeout(round)).await {
+                Ok(resp) => return Ok(resp),
+                Err(f) => f,
+            };
+            failure.retried = round > 0;
+            if failure.stale_token() && self.credentials.is_some() && !logged_in {
+                logged_in = true;
                 self.authenticate().await?;
-                self.call(path, req).await
+                continue;
             }
-            other => other,
+            // A try that timed out gets one more, through another member, however long
+            // it took. Never connected, each endpoint is tried once.
+            let tried_all = self.unreached(&failure) && round as usize + 1 >= self.endpoints.len();
+            if !failure.retryable() || tried_all || (round > 0 && started.elapsed() >= RETRY_FOR) {
+                return Err(failure);
+            }
+            self.failover(used).await;
+            tokio::time::sleep(backoff(round)).await;
+            round += 1;
         }
     }
 
-    /// True for an error that another endpoint may not have: no connection, no answer in
-    /// time, or a member that has no leader.
-    fn unreachable(&self, e: &Error) -> bool {
-        let text = e.to_string();
-        [
-            "connect",
-            "no answer within",
-            "Unavailable",
-            "transport",
-            "no leader",
-            "leader changed",
-        ]
-        .iter()
-        .any(|s| text.contains(s))
-    }
-
-    async fn call<Req, Resp>(&self, path: &'static str, req: Req) -> Result<Resp>
+    /// One try of one call, within `limit`.
+    async fn call<Req, Resp>(
+        &self,
+        path: &'static str,
+        req: Req,
+        limit: Duration,
+    ) -> std::result::Result<Resp, Failure>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = tonic::client::Grpc::new(self.channel().1);
+        let (used, channel) = self.channel();
+        let mut pending = Pending {
+            abandoned: Some((&self.abandoned, used)),
+        };
+        let mut grpc = tonic::client::Grpc::new(channel);
         let call = async {
-            grpc.ready().await.map_err(|e| self.fail(path, e))?;
+            grpc.ready().await.map_err(Failure::unconnected)?;
             let codec = ProstCodec::<Req, Resp>::default();
             grpc.unary(self.request(req), PathAndQuery::from_static(path), codec)
                 .await
                 .map(tonic::Response::into_inner)
-                .map_err(|s| self.fail(path_name(path), status_text(&s)))
+                .map_err(Failure::answered)
         };
-        tokio::time::timeout(REQUEST_TIMEOUT, call)
+        let answer = tokio::time::timeout(limit, call)
             .await
-            .map_err(|_| self.fail(path, format!("no answer within {REQUEST_TIMEOUT:?}")))?
+            .unwrap_or_else(|_| Err(Failure::silent(no_answer(limit))));
+        pending.abandoned = None;
+        if !matches!(&answer, Err(f) if f.status.is_none()) {
+            self.answered.store(true, Ordering::Relaxed);
+        }
+        answer
     }
 
     /// Opens a bidirectional stream with `first` on its way (etcd answers the call only once
     /// a message arrives): what is sent on the returned sender follows in order.
-    async fn stream<Req, Resp>(
+    pub(super) async fn stream<Req, Resp>(
         &self,
         path: &'static str,
         first: Req,
-    ) -> Result<(mpsc::UnboundedSender<Req>, Streaming<Resp>)>
+    ) -> std::result::Result<Duplex<Req, Resp>, Failure>
     where
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
@@ -253,7 +332,7 @@ impl Client {
             );
         let mut grpc = tonic::client::Grpc::new(self.channel().1);
         let call = async {
-            grpc.ready().await.map_err(|e| self.fail(path, e))?;
+            grpc.ready().await.map_err(Failure::unconnected)?;
             let codec = ProstCodec::<Req, Resp>::default();
             grpc.streaming(
                 self.request(outgoing),
@@ -262,11 +341,11 @@ impl Client {
             )
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| self.fail(path_name(path), status_text(&s)))
+            .map_err(Failure::answered)
         };
         let incoming = tokio::time::timeout(REQUEST_TIMEOUT, call)
             .await
-            .map_err(|_| self.fail(path, format!("no answer within {REQUEST_TIMEOUT:?}")))??;
+            .unwrap_or_else(|_| Err(Failure::silent(no_answer(REQUEST_TIMEOUT))))?;
         Ok((tx, incoming))
     }
 
@@ -295,19 +374,41 @@ impl Client {
         self.unary("/etcdserverpb.KV/Txn", req).await
     }
 
-    /// A lease of `ttl` whole seconds (the server may raise it to its minimum).
-    pub async fn grant(&self, ttl: i64) -> Result<LeaseGrantResponse> {
-        self.grant_id(ttl, 0).await
+    /// [`Client::txn`] for a transaction that puts keys on a lease: `None` when etcd
+    /// answers that the lease does not exist (it expired, or was revoked).
+    pub async fn txn_on_lease(&self, req: TxnRequest) -> Result<Option<TxnResponse>> {
+        let path = "/etcdserverpb.KV/Txn";
+        match self.call_raw(path, req).await {
+            Ok(resp) => Ok(Some(resp)),
+            Err(f) if f.lease_not_found() => Ok(None),
+            Err(f) => Err(self.error(path, f)),
+        }
     }
 
-    /// [`Client::grant`] with the lease id `id` (0: the server chooses).
+    /// A lease of `ttl` whole seconds (the server may raise it to its minimum), with an id
+    /// of our choosing, so that a grant sent again is no second lease.
+    pub async fn grant(&self, ttl: i64) -> Result<LeaseGrantResponse> {
+        self.grant_id(ttl, super::recipe::new_lease_id()).await
+    }
+
+    /// [`Client::grant`] with the lease id `id`, a random one of ours: etcd's "lease
+    /// already exists" means that an earlier try of this grant went through (an answer
+    /// lost to a leader change or a dead member), and the lease is ours.
     pub async fn grant_id(&self, ttl: i64, id: i64) -> Result<LeaseGrantResponse> {
-        let resp: LeaseGrantResponse = self
-            .unary(
-                "/etcdserverpb.Lease/LeaseGrant",
-                LeaseGrantRequest { ttl, id },
-            )
-            .await?;
+        let path = "/etcdserverpb.Lease/LeaseGrant";
+        let resp: LeaseGrantResponse =
+            match self.call_raw(path, LeaseGrantRequest { ttl, id }).await {
+                Ok(resp) => resp,
+                Err(f) if f.lease_exists() && id != 0 => {
+                    let granted = self.time_to_live(id).await?;
+                    return Ok(LeaseGrantResponse {
+                        id,
+                        ttl: granted.granted_ttl,
+                        ..Default::default()
+                    });
+                }
+                Err(f) => return Err(self.error(path, f)),
+            };
         if !resp.error.is_empty() {
             return Err(self.fail("lease grant", &resp.error));
         }
@@ -319,15 +420,15 @@ impl Client {
         self.revoke_found(lease).await.map(drop)
     }
 
-    /// [`Client::revoke`], saying whether the lease was there to revoke.
+    /// [`Client::revoke`], saying whether the lease was there to revoke (or may have been,
+    /// when an earlier try of this revoke may have gone through).
     pub async fn revoke_found(&self, lease: i64) -> Result<bool> {
+        let path = "/etcdserverpb.Lease/LeaseRevoke";
         let req = LeaseRevokeRequest { id: lease };
-        match self
-            .unary::<_, LeaseRevokeResponse>("/etcdserverpb.Lease/LeaseRevoke", req)
-            .await
-        {
-            Err(Error::Unavailable(e)) if e.contains("lease not found") => Ok(false),
-            other => other.map(|_| true),
+        match self.call_raw::<_, LeaseRevokeResponse>(path, req).await {
+            Ok(_) => Ok(true),
+            Err(f) if f.lease_not_found() => Ok(f.retried),
+            Err(f) => Err(self.error(path, f)),
         }
     }
 
@@ -341,204 +442,12 @@ impl Client {
 
     /// A keep-alive stream (one per holder, kept for its renewals), opened by its first use.
     pub fn keep_alive(&self) -> KeepAlive {
-        KeepAlive {
-            client: self.clone(),
-            stream: None,
-            pending: false,
-        }
+        KeepAlive::new(self.clone())
     }
 
     /// A watch stream (one per waiter), opened by its first watch.
     pub fn watch_stream(&self) -> Watch {
-        Watch {
-            client: self.clone(),
-            stream: None,
-        }
-    }
-}
-
-/// The two ends of an open bidirectional stream.
-type Duplex<Req, Resp> = (mpsc::UnboundedSender<Req>, Streaming<Resp>);
-
-/// One side of a `LeaseKeepAlive` stream.
-pub struct KeepAlive {
-    client: Client,
-    stream: Option<Duplex<LeaseKeepAliveRequest, LeaseKeepAliveResponse>>,
-    /// A round is under way: when the next call finds it so, the caller gave up waiting
-    /// for its answer (a stream stuck behind a dead leader), and a new stream is opened.
-    pending: bool,
-}
-
-impl KeepAlive {
-    /// Refreshes `lease` to its granted TTL; the TTL the server answers (0: the lease is
-    /// gone). A failed stream is dropped and opened again by the next call.
-    pub async fn once(&mut self, lease: i64) -> Result<i64> {
-        let used = self.client.channel().0;
-        if self.pending {
-            self.stream = None;
-        }
-        self.pending = true;
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.round(lease)).await;
-        self.pending = false;
-        let answer =
-            answer.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
-        match answer {
-            Ok(ttl) => Ok(ttl),
-            Err(e) => {
-                // The next renewal opens a new stream, on another endpoint if this one is gone.
-                self.stream = None;
-                self.client.failover(used).await;
-                Err(self.client.fail("lease keep-alive", e))
-            }
-        }
-    }
-
-    async fn round(&mut self, lease: i64) -> std::result::Result<i64, String> {
-        let req = LeaseKeepAliveRequest { id: lease };
-        let (_, rx) = match &mut self.stream {
-            Some((tx, rx)) => {
-                tx.send(req).map_err(|_| "stream closed".to_string())?;
-                (tx, rx)
-            }
-            None => {
-                let path = "/etcdserverpb.Lease/LeaseKeepAlive";
-                let opened = self.client.stream(path, req).await;
-                let (tx, rx) = self.stream.insert(opened.map_err(|e| e.to_string())?);
-                (tx, rx)
-            }
-        };
-        match rx.next().await {
-            Some(Ok(resp)) => Ok(resp.ttl),
-            Some(Err(s)) => Err(status_text(&s)),
-            None => Err("stream closed".into()),
-        }
-    }
-}
-
-/// One side of a `Watch` stream.
-pub struct Watch {
-    client: Client,
-    stream: Option<Duplex<WatchRequest, WatchResponse>>,
-}
-
-impl Watch {
-    fn fail(&self, e: impl std::fmt::Display) -> Error {
-        self.client.fail("watch", e)
-    }
-
-    fn send(&mut self, req: WatchRequest) -> Result<()> {
-        match &self.stream {
-            Some((tx, _)) => tx.send(req).map_err(|_| self.fail("stream closed")),
-            None => Err(self.fail("no watch open")),
-        }
-    }
-
-    /// Watches `key` from `start_revision` on (0: from now); returns once the server
-    /// confirms, with the watch id.
-    pub async fn create(&mut self, key: &[u8], start_revision: i64) -> Result<i64> {
-        let create = WatchCreateRequest {
-            key: key.to_vec(),
-            start_revision,
-            ..Default::default()
-        };
-        self.open(create).await
-    }
-
-    /// Watches every change to the keys from `key` up to (not including) `range_end`, from
-    /// `start_revision` on, as [`Watch::create`].
-    pub async fn create_range(
-        &mut self,
-        key: &[u8],
-        range_end: &[u8],
-        start_revision: i64,
-    ) -> Result<i64> {
-        let create = WatchCreateRequest {
-            key: key.to_vec(),
-            range_end: range_end.to_vec(),
-            start_revision,
-            ..Default::default()
-        };
-        self.open(create).await
-    }
-
-    /// Watches the deletions of every key under `prefix` from `start_revision` on, as
-    /// [`Watch::create`].
-    pub async fn create_prefix(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {
-        self.under(prefix, start_revision, FilterType::NoPut).await
-    }
-
-    /// Watches the writes (no deletions) of every key under `prefix`, as
-    /// [`Watch::create_prefix`].
-    pub async fn create_prefix_puts(&mut self, prefix: &[u8], start_revision: i64) -> Result<i64> {
-        self.under(prefix, start_revision, FilterType::NoDelete)
-            .await
-    }
-
-    async fn under(
-        &mut self,
-        prefix: &[u8],
-        start_revision: i64,
-        left_out: FilterType,
-    ) -> Result<i64> {
-        let create = WatchCreateRequest {
-            key: prefix.to_vec(),
-            range_end: prefix_end(prefix),
-            start_revision,
-            filters: vec![left_out as i32],
-            ..Default::default()
-        };
-        self.open(create).await
-    }
-
-    async fn open(&mut self, create: WatchCreateRequest) -> Result<i64> {
-        let req = WatchRequest {
-            request_union: Some(WatchRequestUnion::Create(create)),
-        };
-        match self.stream {
-            Some(_) => self.send(req)?,
-            None => {
-                let opened = self.client.stream("/etcdserverpb.Watch/Watch", req).await?;
-                self.stream = Some(opened);
-            }
-        }
-        loop {
-            let resp = tokio::time::timeout(REQUEST_TIMEOUT, self.next())
-                .await
-                .map_err(|_| self.fail(format!("no answer within {REQUEST_TIMEOUT:?}")))??;
-            if resp.created {
-                return Ok(resp.watch_id);
-            }
-        }
-    }
-
-    /// Stops watch `id` (its last answers may still arrive).
-    pub fn cancel(&mut self, id: i64) -> Result<()> {
-        let cancel = WatchCancelRequest { watch_id: id };
-        let req = WatchRequest {
-            request_union: Some(WatchRequestUnion::Cancel(cancel)),
-        };
-        self.send(req)
-    }
-
-    /// The next answer on the stream. A broken stream is dropped, and the client moves on
-    /// to another endpoint when its member is gone: watching again (a new `create`) goes
-    /// to one that answers.
-    pub async fn next(&mut self) -> Result<WatchResponse> {
-        let used = self.client.channel().0;
-        let Some((_, rx)) = &mut self.stream else {
-            return Err(self.fail("no watch open"));
-        };
-        let broken = match rx.next().await {
-            Some(Ok(resp)) if resp.canceled && !resp.cancel_reason.is_empty() => {
-                return Err(self.fail(&resp.cancel_reason))
-            }
-            Some(Ok(resp)) => return Ok(resp),
-            Some(Err(s)) => status_text(&s),
-            None => "stream closed".to_string(),
-        };
-        self.stream = None;
-        self.client.failover(used).await;
-        Err(self.fail(broken))
+        Watch::new(self.clone())
     }
 }
 
@@ -547,10 +456,20 @@ fn path_name(path: &str) -> &str {
     path.strip_prefix("/etcdserverpb.").unwrap_or(path)
 }
 
-fn status_text(s: &tonic::Status) -> String {
-    if s.message().is_empty() {
-        format!("{:?}", s.code())
-    } else {
-        s.message().to_string()
+pub(super) fn no_answer(limit: Duration) -> String {
+    format!("no answer within {limit:?}")
+}
+
+/// A call under way: dropped before it ends (its caller gave up waiting), it marks its
+/// endpoint as abandoned, for the next call to move off it.
+struct Pending<'a> {
+    abandoned: Option<(&'a AtomicUsize, usize)>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some((abandoned, used)) = self.abandoned {
+            abandoned.store(used + 1, Ordering::Relaxed);
+        }
     }
 }

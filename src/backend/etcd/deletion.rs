@@ -40,8 +40,8 @@ impl EtcdStore {
         pause: Duration,
     ) -> Result<Option<KeyValue>> {
         let dir = self.dir(key);
-        let resp = self.client.range(recipe::predecessor(&dir, rev)).await?;
-        let Some(pred) = resp.kvs.first() else {
+        let resp = self.client.range(recipe::ahead_of(&dir, rev)).await?;
+        let Some(pred) = resp.kvs.iter().find(|kv| recipe::contends(&dir, kv)) else {
             return Ok(None); // we are first: attempt again
         };
         let from = resp.header.map_or(0, |h| h.revision) + 1;

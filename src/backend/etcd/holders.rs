@@ -34,14 +34,6 @@ pub fn holders(entries: &[Entry]) -> &[Entry] {
     &entries[..holding(&sharings)]
 }
 
-/// True when `kv` is a contender for the lock whose keys start with `dir` itself, not for a
-/// lock named below it (`NAME/sub`).
-pub fn direct(dir: &[u8], kv: &KeyValue) -> bool {
-    kv.key
-        .get(dir.len()..)
-        .is_some_and(|rest| !rest.contains(&b'/'))
-}
-
 fn op(request: Request) -> RequestOp {
     RequestOp {
         request: Some(request),
@@ -118,15 +110,5 @@ mod tests {
         assert_eq!(holding(&rw), 1);
         assert_eq!(holding(&rw[1..]), 1);
         assert_eq!(holding(&rw[2..]), 2);
-    }
-
-    #[test]
-    fn only_direct_children_are_contenders() {
-        let kv = |k: &str| KeyValue {
-            key: k.into(),
-            ..Default::default()
-        };
-        assert!(direct(b"job/", &kv("job/1f")));
-        assert!(!direct(b"job/", &kv("job/sub/1f")));
     }
 }

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use super::proto::{Request, ResponseHeader};
+use super::proto::{RangeRequest, Request, ResponseHeader, TxnResponse};
 use super::recipe;
 use super::store::{whole_seconds, EtcdStore};
 use crate::backend::now_ms;
@@ -29,7 +29,8 @@ impl EtcdStore {
         let mut meta = holder.meta.clone();
         meta.token = Some(holder.token());
         meta.holder.held_until_ms = Some(now_ms() + granted.ttl.max(1) as u64 * 1000);
-        let mut txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
+        let value = meta.encode();
+        let mut txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
         for op in &mut txn.success {
             if let Some(Request::Put(put)) = &mut op.request {
                 put.ignore_lease = false;
@@ -37,7 +38,8 @@ impl EtcdStore {
             }
         }
         let moved = self.client.txn(txn).await;
-        if !matches!(moved, Ok(ref r) if r.succeeded) {
+        let on_new = |r: &TxnResponse| recipe::written_at(r, &value, granted.id).is_some();
+        if !matches!(moved, Ok(ref r) if on_new(r)) {
             let _ = self.client.revoke(granted.id).await;
             moved?;
             return Err(Error::lease_gone("hold", key, &self.name));
@@ -53,8 +55,12 @@ impl EtcdStore {
         let watching = async {
             for key in keys {
                 let dir = self.dir(key);
-                let resp = self.client.range(recipe::contenders(&dir, 1)).await?;
-                if resp.kvs.is_empty() {
+                let all = RangeRequest {
+                    keys_only: true,
+                    ..recipe::contenders(&dir, 0)
+                };
+                let resp = self.client.range(all).await?;
+                if !resp.kvs.iter().any(|kv| recipe::contends(&dir, kv)) {
                     return Ok(()); // free already
                 }
                 let seen = resp.header.as_ref().map_or(0, revision);

@@ -2,13 +2,17 @@
 //! `etcdctl lock` contend for the same locks.
 //!
 //! * [`proto`]: the protobuf messages, written by hand (no `protoc` at build time).
-//! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic.
+//! * [`client`]: the gRPC calls (KV, Lease, Watch) over tonic, tried again through the
+//!   next member while they fail for a while (a leader change, a dead member).
+//! * [`failure`]: how a call failed, by its gRPC status: retried, or reported.
+//! * [`streams`]: the keep-alive and watch streams, opened again when they break.
 //! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
 //! * [`holders`]: who of a lock's contenders holds when some share it (`--shared`,
 //!   `--limit N`), and their transactions, as pure functions.
 //! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
 //! * [`runs`]: the last run and last success of each lock name.
-//! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
+//! * [`store`]: the acquisition built from them.
+//! * [`seam`]: the [`LockStore`](crate::backend::store::LockStore), and the wording of its errors.
 //! * [`deletion`]: a waiter's wait for the contender before it (or any) to go.
 //! * [`status`]: `dlock status`, each lock's holder and waiters.
 //! * [`linger`]: a holder's key moved to a lease of its own (`exec --hold-at-least`), and
@@ -19,14 +23,17 @@
 
 pub mod client;
 pub mod deletion;
+pub mod failure;
 pub mod holders;
 pub mod linger;
 pub mod proto;
 pub mod recipe;
 pub mod runs;
+pub mod seam;
 pub mod shared;
 pub mod status;
 pub mod store;
+pub mod streams;
 pub mod tls;
 pub mod took;
 pub mod url;

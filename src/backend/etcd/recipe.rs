@@ -115,11 +115,22 @@ pub fn contender_key(dir: &[u8], lease: i64) -> Vec<u8> {
 pub fn lock_name(prefix: &str, kv: &KeyValue) -> Option<String> {
     let key = std::str::from_utf8(&kv.key).ok()?.strip_prefix(prefix)?;
     let (name, lease) = key.rsplit_once('/')?;
-    let hex = !lease.is_empty()
-        && lease
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (kv.lease != 0 && !name.is_empty() && hex).then(|| name.to_string())
+    (kv.lease != 0 && !name.is_empty() && lease_hex(lease.as_bytes())).then(|| name.to_string())
+}
+
+/// True when `kv` is a contender for the lock whose keys start with `dir` (`NAME/`): the
+/// key is `dir` and a lease id in hex, on a lease, as [`lock_name`] reads it. A key of a
+/// lock named below it (`NAME/sub/<hex>`) is under `dir` too, but contends for `NAME/sub`
+/// only: every read of a lock's line keeps to these keys.
+pub fn contends(dir: &[u8], kv: &KeyValue) -> bool {
+    kv.lease != 0 && kv.key.strip_prefix(dir).is_some_and(lease_hex)
+}
+
+/// A lease id as a contender key ends with it: lowercase hex, as `etcdctl lock` writes it.
+fn lease_hex(s: &[u8]) -> bool {
+    !s.is_empty()
+        && s.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 fn op(request: Request) -> RequestOp {
@@ -128,7 +139,8 @@ fn op(request: Request) -> RequestOp {
     }
 }
 
-/// Every key under `dir`, oldest first (`limit` 0: all).
+/// Every key under `dir`, oldest first (`limit` 0: all): the lock's contenders, and the
+/// keys of the locks named below it, which [`contends`] tells apart.
 pub fn contenders(dir: &[u8], limit: i64) -> RangeRequest {
     RangeRequest {
         key: dir.to_vec(),
@@ -140,24 +152,22 @@ pub fn contenders(dir: &[u8], limit: i64) -> RangeRequest {
     }
 }
 
-/// The newest contender created before `rev`: the one a waiter at `rev` watches.
-pub fn predecessor(dir: &[u8], rev: i64) -> RangeRequest {
+/// The keys under `dir` created before `rev`, newest first, without values: the first
+/// that [`contends`] is the contender a waiter at `rev` watches.
+pub fn ahead_of(dir: &[u8], rev: i64) -> RangeRequest {
     RangeRequest {
         sort_order: SortOrder::Descend as i32,
         max_create_revision: rev - 1,
-        limit: 1,
-        ..contenders(dir, 1)
+        keys_only: true,
+        ..contenders(dir, 0)
     }
 }
 
-/// How many contenders were created before revision `rev` (all of them when `None`),
-/// counted without reading them.
-pub fn count_before(dir: &[u8], rev: Option<i64>) -> RangeRequest {
-    RangeRequest {
-        count_only: true,
-        max_create_revision: rev.map_or(0, |r| r - 1),
-        ..contenders(dir, 0)
-    }
+/// The contenders of the lock under `dir` in a transaction's `i`th answer (a read of
+/// [`contenders`]), oldest first.
+pub fn line<'a>(resp: &'a TxnResponse, i: usize, dir: &[u8]) -> Vec<&'a KeyValue> {
+    let kvs = range_kvs(resp, i);
+    kvs.iter().filter(|kv| contends(dir, kv)).collect()
 }
 
 /// The check that `key` does not exist yet, and the write that creates it on `lease`: the
@@ -173,43 +183,25 @@ pub fn create_if_absent(key: &[u8], value: Vec<u8>, lease: i64) -> (Compare, Put
     (absent, put)
 }
 
-/// Creates our key if absent, and reads the holder, in one round trip (the `Mutex`'s
-/// `tryAcquire`): responses are [put or our key, the oldest contender, how many contend,
-/// how many are ahead of us], and last the lease of the lock's run records (`runs`, see
-/// [`run_lease`]), so that the release can write them with no read first. `queued_at`,
-/// our key's create revision when we know it, lets a waiter that finds its key count the
-/// contenders ahead of it (a new key is the last).
-pub fn enter(
-    dir: &[u8],
-    key: &[u8],
-    value: Vec<u8>,
-    lease: i64,
-    queued_at: Option<i64>,
-    runs: &[u8],
-) -> TxnRequest {
+/// Creates our key if absent, and reads the line, in one round trip (the `Mutex`'s
+/// `tryAcquire`): responses are [put or our key, every contender, oldest first (see
+/// [`line`])], and last the lease of the lock's run records (`runs`, see [`run_lease`]),
+/// so that the release can write them with no read first.
+///
+/// The line is read whole, not as etcd's `Mutex` reads its first key and counts the rest:
+/// under `NAME/` are also the keys of the locks named below it, which no range can leave
+/// out.
+pub fn enter(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64, runs: &[u8]) -> TxnRequest {
     let (absent, put) = create_if_absent(key, value, lease);
     let ours = RangeRequest {
         key: key.to_vec(),
         ..Default::default()
     };
-    let mut failure = vec![
-        op(Request::Range(ours)),
-        op(Request::Range(contenders(dir, 1))),
-        op(Request::Range(count_before(dir, None))),
-    ];
-    if let Some(rev) = queued_at {
-        failure.push(op(Request::Range(count_before(dir, Some(rev)))));
-    }
-    failure.push(run_lease_range(runs));
+    let all = || op(Request::Range(contenders(dir, 0)));
     TxnRequest {
         compare: vec![absent],
-        success: vec![
-            op(Request::Put(put)),
-            op(Request::Range(contenders(dir, 1))),
-            op(Request::Range(count_before(dir, None))),
-            run_lease_range(runs),
-        ],
-        failure,
+        success: vec![op(Request::Put(put)), all(), run_lease_range(runs)],
+        failure: vec![op(Request::Range(ours)), all(), run_lease_range(runs)],
     }
 }
 
@@ -230,38 +222,31 @@ pub fn run_lease(resp: &TxnResponse) -> i64 {
 
 /// Where a queued waiter stands, read with no write: the answers of an [`enter`] that
 /// found its key (created at `rev`).
-pub fn standing(dir: &[u8], key: &[u8], rev: i64, runs: &[u8]) -> TxnRequest {
+pub fn standing(dir: &[u8], key: &[u8], runs: &[u8]) -> TxnRequest {
     TxnRequest {
         compare: Vec::new(),
-        success: enter(dir, key, Vec::new(), 0, Some(rev), runs).failure,
+        success: enter(dir, key, Vec::new(), 0, runs).failure,
         failure: Vec::new(),
     }
 }
 
-/// A waiter's turn, taken in one write once its predecessors may be gone: if our key (created
-/// at `rev`) is still there and no contender is older, its value becomes `value`, and the
-/// revision of that write is the fencing token (later than any earlier holder's release,
-/// which an `etcdctl lock` holder's token precedes). Otherwise nothing is written, and the
-/// responses are those of an [`enter`] that found our key.
+/// A waiter's turn, taken in one write once a read ([`standing`]) found no contender ahead
+/// of our key (created at `rev`): if our key is still there, its value becomes `value`, and
+/// the revision of that write is the fencing token (later than any earlier holder's
+/// release, which an `etcdctl lock` holder's token precedes). No contender can get ahead
+/// of it since that read: a key is created at the revision of its creation, later than
+/// `rev`. Otherwise nothing is written, and the responses are those of an [`enter`] that
+/// found no key of ours.
 pub fn take_turn(dir: &[u8], key: &[u8], rev: i64, value: Vec<u8>, runs: &[u8]) -> TxnRequest {
-    let ours = created_at(key, rev);
-    // Every key under `dir` was created at `rev` or later: none is ahead of ours.
-    let first = Compare {
-        result: CompareResult::Greater as i32,
-        target: CompareTarget::Create as i32,
-        key: dir.to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(rev - 1)),
-        range_end: prefix_end(dir),
-    };
     let put = PutRequest {
         key: key.to_vec(),
         value,
         ignore_lease: true,
         ..Default::default()
     };
-    let found = enter(dir, key, Vec::new(), 0, Some(rev), runs);
+    let found = enter(dir, key, Vec::new(), 0, runs);
     TxnRequest {
-        compare: vec![ours, first],
+        compare: vec![created_at(key, rev)],
         success: vec![op(Request::Put(put)), run_lease_range(runs)],
         failure: found.failure,
     }
@@ -339,7 +324,8 @@ pub fn rewrite(key: &[u8], mod_revision: i64, value: Vec<u8>) -> TxnRequest {
     put_if(unchanged, value)
 }
 
-/// Writes `value` to the key `check` compares, keeping its lease, if `check` holds.
+/// Writes `value` to the key `check` compares, keeping its lease, if `check` holds; else
+/// reads the key (see [`written_at`]).
 pub fn put_if(check: Compare, value: Vec<u8>) -> TxnRequest {
     let put = PutRequest {
         key: check.key.clone(),
@@ -347,30 +333,35 @@ pub fn put_if(check: Compare, value: Vec<u8>) -> TxnRequest {
         ignore_lease: true,
         ..Default::default()
     };
+    let read = RangeRequest {
+        key: check.key.clone(),
+        ..Default::default()
+    };
     TxnRequest {
         compare: vec![check],
         success: vec![op(Request::Put(put))],
-        failure: Vec::new(),
+        failure: vec![op(Request::Range(read))],
     }
 }
 
-/// The count of a transaction's `i`th answer, when it is a range.
-pub fn range_count(resp: &TxnResponse, i: usize) -> Option<u64> {
-    match resp.responses.get(i).and_then(|r| r.response.as_ref()) {
-        Some(Response::Range(r)) => Some(r.count.max(0) as u64),
-        _ => None,
+/// The revision of the write of `value` by a [`put_if`] (or [`rewrite`]), when its key
+/// holds `value` (on `lease`, unless 0): the write succeeded, or an earlier try of it did
+/// (it was sent again after its answer was lost, and then found the key changed by it).
+pub fn written_at(resp: &TxnResponse, value: &[u8], lease: i64) -> Option<i64> {
+    if resp.succeeded {
+        return Some(resp.header.as_ref().map_or(0, |h| h.revision));
     }
+    let kv = range_kvs(resp, 0).first()?;
+    (kv.value == value && (lease == 0 || kv.lease == lease)).then_some(kv.mod_revision)
 }
 
-/// Our 1-based place among the waiters and how many wait, from an `enter` answer (the
-/// holder is the one contender that does not wait).
-pub fn queue_place(resp: &TxnResponse) -> (Option<u64>, Option<u64>) {
-    let total = range_count(resp, 2);
-    let ahead = match (resp.succeeded, range_count(resp, 3)) {
-        (false, Some(ahead)) => Some(ahead),
-        _ => total.map(|n| n.saturating_sub(1)),
-    };
-    (ahead, total.map(|n| n.saturating_sub(1)))
+/// Our 1-based place among the waiters and how many wait, in a `line` of contenders in
+/// which our key was created at `ours` (the holder is the one contender that does not
+/// wait, and counts among those ahead).
+pub fn queue_place(line: &[&KeyValue], ours: i64) -> (Option<u64>, Option<u64>) {
+    let ahead = line.iter().filter(|kv| kv.create_revision < ours).count();
+    let waiting = line.len().saturating_sub(1);
+    (Some(ahead as u64), Some(waiting as u64))
 }
 
 /// The key-values of a transaction's `i`th answer, when it is a range.
@@ -409,6 +400,56 @@ mod tests {
         assert_eq!(lock_name("", &kv("job/report", 0x2f)), None);
         assert_eq!(lock_name("", &kv("/1f", 0x1f)), None);
         assert_eq!(lock_name("p/", &kv("q/x/1f", 0x1f)), None);
+    }
+
+    #[test]
+    fn only_lease_keys_right_under_a_lock_contend_for_it() {
+        assert!(contends(b"p/", &kv("p/1f", 0x1f)));
+        // Moved to a lease of its own by --hold-at-least: still a contender.
+        assert!(contends(b"p/", &kv("p/1f", 0x2f)));
+        // The keys of `p/a`, `etcdctl lock p/a`'s included, are not `p`'s.
+        assert!(!contends(b"p/", &kv("p/a/1f", 0x1f)));
+        assert!(!contends(b"p/", &kv("p/1f/2f", 0x2f)));
+        // Not lock keys at all: no lease, no lease id, another lock.
+        assert!(!contends(b"p/", &kv("p/1f", 0)));
+        assert!(!contends(b"p/", &kv("p/report", 0x1f)));
+        assert!(!contends(b"p/", &kv("q/1f", 0x1f)));
+        assert!(!contends(b"p/", &kv("p/", 0x1f)));
+    }
+
+    #[test]
+    fn the_place_in_line_counts_the_contenders_only() {
+        let at = |rev| KeyValue {
+            create_revision: rev,
+            ..kv("p/1f", 1)
+        };
+        let (holder, w1, w2) = (at(3), at(5), at(9));
+        let line = [&holder, &w1, &w2];
+        assert_eq!(queue_place(&line, 5), (Some(1), Some(2)));
+        assert_eq!(queue_place(&line, 9), (Some(2), Some(2)));
+    }
+
+    #[test]
+    fn a_rewrite_found_done_by_an_earlier_try_counts_as_written() {
+        let found = |value: &str, lease| TxnResponse {
+            succeeded: false,
+            responses: vec![ResponseOp {
+                response: Some(Response::Range(RangeResponse {
+                    kvs: vec![KeyValue {
+                        value: value.into(),
+                        mod_revision: 12,
+                        ..kv("p/1f", lease)
+                    }],
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(written_at(&found("ours", 7), b"ours", 7), Some(12));
+        assert_eq!(written_at(&found("ours", 7), b"ours", 0), Some(12));
+        assert_eq!(written_at(&found("theirs", 7), b"ours", 7), None);
+        assert_eq!(written_at(&found("ours", 8), b"ours", 7), None);
+        assert_eq!(written_at(&TxnResponse::default(), b"ours", 0), None);
     }
 
     #[test]

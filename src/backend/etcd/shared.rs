@@ -38,7 +38,7 @@ impl EtcdStore {
         let read = usize::from(resp.succeeded);
         let entries: Vec<Entry> = recipe::range_kvs(&resp, read)
             .iter()
-            .filter(|kv| holders::direct(&dir, kv))
+            .filter(|kv| recipe::contends(&dir, kv))
             .cloned()
             .map(Entry::read)
             .collect();

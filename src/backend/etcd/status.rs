@@ -13,39 +13,51 @@ impl EtcdStore {
     /// The holder and waiters of each of `keys`, or of every held lock when none is named.
     pub(super) async fn key_status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         let names = match keys {
-            [] => self.lock_names().await?,
+            [] => self.lock_names().await.map_err(|e| {
+                let name = self.name.as_str();
+                e.map_message(|m| {
+                    let what = m.strip_prefix(&format!("{name}: ")).unwrap_or(&m);
+                    format!("cannot list the locks on {name}: {what}")
+                })
+            })?,
             named => named.to_vec(),
         };
         let mut all = Vec::new();
         for name in names {
-            let (entries, _) = self.entries(&name).await?;
-            let held = holders::holders(&entries);
-            if keys.is_empty() && held.is_empty() {
-                continue;
-            }
-            let mut infos = Vec::with_capacity(held.len());
-            for h in held {
-                let ttl = self.client.time_to_live(h.kv.lease).await?;
-                let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
-                infos.push(h.info(&name, left));
-            }
-            let sharing = held.first().map_or(Sharing::Exclusive, |h| h.meta.sharing);
-            let waiters = entries[held.len()..].iter().map(Entry::waiter).collect();
-            all.push(KeyStatus {
-                key: name,
-                lock: infos.first().cloned(),
-                waiters: Some(waiters),
-                servers: None,
-                // An exclusive lock lists its one holder as `lock` only.
-                holders: if sharing.is_exclusive() {
-                    Vec::new()
-                } else {
-                    infos
-                },
-                sharing,
-            });
+            let read = self.key_status_of(&name, keys.is_empty()).await;
+            all.extend(read.map_err(|e| self.on_key("read", &name, e))?);
         }
         Ok(all)
+    }
+
+    /// The status of lock `name`; `None` when it is free and `held_only`.
+    async fn key_status_of(&self, name: &str, held_only: bool) -> Result<Option<KeyStatus>> {
+        let (entries, _) = self.entries(name).await?;
+        let held = holders::holders(&entries);
+        if held_only && held.is_empty() {
+            return Ok(None);
+        }
+        let mut infos = Vec::with_capacity(held.len());
+        for h in held {
+            let ttl = self.client.time_to_live(h.kv.lease).await?;
+            let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
+            infos.push(h.info(name, left));
+        }
+        let sharing = held.first().map_or(Sharing::Exclusive, |h| h.meta.sharing);
+        let waiters = entries[held.len()..].iter().map(Entry::waiter).collect();
+        Ok(Some(KeyStatus {
+            key: name.to_string(),
+            lock: infos.first().cloned(),
+            waiters: Some(waiters),
+            servers: None,
+            // An exclusive lock lists its one holder as `lock` only.
+            holders: if sharing.is_exclusive() {
+                Vec::new()
+            } else {
+                infos
+            },
+            sharing,
+        }))
     }
 
     /// The names of every lock under the prefix, told from other keys by their shape.

@@ -20,7 +20,6 @@
 
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use tokio::sync::Mutex;
 
 use super::client::{Client, KeepAlive};
@@ -29,10 +28,8 @@ use super::proto::*;
 use super::recipe::{self, Entry};
 use super::took::Took;
 use super::url::Target;
-use crate::backend::store::{Attempt, Busy, LockStore, Woken};
-use crate::backend::{
-    now_ms, AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released, Sharing,
-};
+use crate::backend::store::{Attempt, Busy};
+use crate::backend::{now_ms, AcquireRequest, Acquired, Lease, Sharing};
 use crate::error::{Error, Result};
 
 /// A connection to one etcd cluster, holding locks under `prefix`.
@@ -73,10 +70,6 @@ pub fn whole_seconds(ttl: Duration) -> i64 {
     secs.max(1) as i64
 }
 
-pub(super) fn lease_not_found(e: &Error) -> bool {
-    e.to_string().contains("lease not found")
-}
-
 impl EtcdStore {
     /// Connects to the cluster an `etcd://` URL names.
     pub async fn connect(t: &Target) -> Result<EtcdStore> {
@@ -106,16 +99,24 @@ impl EtcdStore {
         id: i64,
         txn: TxnRequest,
     ) -> Result<TxnResponse> {
-        if w.lease.is_none() {
-            let sent = Instant::now();
-            let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
-            w.lease = Some(Granted {
-                id,
-                ttl: Duration::from_secs(granted.ttl.max(1) as u64),
-                refreshed: sent,
-            });
+        for _ in 0..2 {
+            if w.lease.is_none() {
+                let sent = Instant::now();
+                let granted = self.client.grant_id(whole_seconds(req.ttl), id).await?;
+                w.lease = Some(Granted {
+                    id,
+                    ttl: Duration::from_secs(granted.ttl.max(1) as u64),
+                    refreshed: sent,
+                });
+            }
+            match self.client.txn_on_lease(txn.clone()).await? {
+                Some(resp) => return Ok(resp),
+                // Our lease expired while we waited, and our key with it: the id is free
+                // again, granted anew; the key goes to the back of the line.
+                None => (w.lease, w.queued_at) = (None, None),
+            }
         }
-        self.client.txn(txn).await
+        Err(self.client_gone(&req.key))
     }
 
     /// Every contender for `key`, oldest (the holder) first.
@@ -126,8 +127,8 @@ impl EtcdStore {
             .await?;
         let rev = resp.header.map_or(0, |h| h.revision);
         let dir = self.dir(key);
-        let direct = resp.kvs.into_iter().filter(|kv| holders::direct(&dir, kv));
-        Ok((direct.map(Entry::read).collect(), rev))
+        let line = resp.kvs.into_iter().filter(|kv| recipe::contends(&dir, kv));
+        Ok((line.map(Entry::read).collect(), rev))
     }
 
     pub(super) fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
@@ -135,7 +136,7 @@ impl EtcdStore {
     }
 
     /// Re-enters `key` when one of `req.reenter` holds it: one level deeper on its lease.
-    async fn reenter(&self, req: &AcquireRequest) -> Result<Option<Acquired>> {
+    pub(super) async fn reenter(&self, req: &AcquireRequest) -> Result<Option<Acquired>> {
         if req.reenter.is_empty() {
             return Ok(None);
         }
@@ -151,8 +152,10 @@ impl EtcdStore {
         let mut meta = holder.meta.clone();
         meta.depth += 1;
         meta.token = Some(holder.token());
-        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
-        if !self.client.txn(txn).await?.succeeded {
+        let value = meta.encode();
+        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
+        let done = self.client.txn(txn).await?;
+        if recipe::written_at(&done, &value, 0).is_none() {
             return Ok(None); // changed meanwhile: attempt as anyone would
         }
         let ttl = self.client.time_to_live(holder.kv.lease).await?;
@@ -163,7 +166,7 @@ impl EtcdStore {
     }
 
     /// Takes the key or queues for it, on a granted lease.
-    async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
+    pub(super) async fn enter(&self, req: &AcquireRequest, w: &mut EtcdWaiter) -> Result<Attempt> {
         if !req.sharing.is_exclusive() {
             return self.enter_shared(req, w).await;
         }
@@ -175,7 +178,7 @@ impl EtcdStore {
         let key = recipe::contender_key(&dir, id);
         let mut meta = self.meta_of(req);
         let runs = super::runs::last_key(&self.prefix, &req.key);
-        let txn = recipe::enter(&dir, &key, meta.encode(), id, w.queued_at, &runs);
+        let txn = recipe::enter(&dir, &key, meta.encode(), id, &runs);
         let resp = self.granted_txn(req, w, id, txn).await?;
         w.runs = recipe::run_lease(&resp);
         let (ttl, sent) = w.lease.as_ref().map(|g| (g.ttl, g.refreshed)).unzip();
@@ -189,20 +192,11 @@ impl EtcdStore {
             },
         };
         w.queued_at = Some(ours);
-        let holder = recipe::range_kvs(&resp, 1)
-            .first()
-            .cloned()
-            .map(Entry::read);
-        match holder {
+        let holder = recipe::line(&resp, 1, &dir).first().map(|&kv| kv.clone());
+        match holder.map(Entry::read) {
             Some(h) if h.kv.create_revision != ours => {
                 refuse(req, &h, &self.name)?;
-                let (position, waiters) = recipe::queue_place(&resp);
-                Ok(Attempt::Busy(Busy {
-                    holder: Some(h.info(&req.key, None)),
-                    position,
-                    waiters,
-                    ..Busy::default()
-                }))
+                Ok(Attempt::Busy(self.busy(req, &resp, ours)))
             }
             _ if resp.succeeded => {
                 let kv = KeyValue {
@@ -221,12 +215,13 @@ impl EtcdStore {
                 // Our predecessors are gone: the token is the revision of this write,
                 // later than any earlier holder's release (`Entry::token` reads it back).
                 meta.holder.acquired_at_ms = now_ms();
-                let txn = recipe::rewrite(&key, rev_of_ours(&resp), meta.encode());
+                let value = meta.encode();
+                let txn = recipe::rewrite(&key, rev_of_ours(&resp), value.clone());
                 let done = self.client.txn(txn).await?;
-                if !done.succeeded {
+                let Some(written) = recipe::written_at(&done, &value, 0) else {
                     return Err(self.client_gone(&req.key));
-                }
-                meta.token = done.header.map(|h| h.revision as u64);
+                };
+                meta.token = Some(written as u64);
                 let entry = Entry {
                     kv: KeyValue::default(),
                     meta,
@@ -256,10 +251,7 @@ impl EtcdStore {
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let runs = super::runs::last_key(&self.prefix, &req.key);
-        let resp = self
-            .client
-            .txn(recipe::standing(&dir, &key, rev, &runs))
-            .await?;
+        let resp = self.client.txn(recipe::standing(&dir, &key, &runs)).await?;
         w.runs = recipe::run_lease(&resp);
         let Some(ours) = recipe::range_kvs(&resp, 0).first().cloned() else {
             // Our key is gone (unlocked by force, or its lease expired): queue again, on
@@ -267,12 +259,12 @@ impl EtcdStore {
             w.queued_at = None;
             return Box::pin(self.enter(req, w)).await;
         };
-        let first = recipe::range_kvs(&resp, 1).first();
-        if first.map(|f| f.create_revision) != Some(ours.create_revision) {
+        let first = recipe::line(&resp, 1, &dir).first().map(|&kv| kv.clone());
+        if first.as_ref().map(|f| f.create_revision) != Some(ours.create_revision) {
             if let Some(h) = first {
-                refuse(req, &Entry::read(h.clone()), &self.name)?;
+                refuse(req, &Entry::read(h), &self.name)?;
             }
-            return Ok(Attempt::Busy(self.busy(req, &resp)));
+            return Ok(Attempt::Busy(self.busy(req, &resp, rev)));
         }
         let (ttl, sent) = w
             .lease
@@ -303,13 +295,15 @@ impl EtcdStore {
             w.queued_at = None;
             return Box::pin(self.enter(req, w)).await;
         }
-        Ok(Attempt::Busy(self.busy(req, &resp)))
+        Ok(Attempt::Busy(self.busy(req, &resp, rev)))
     }
 
-    /// What a waiter that found its key learned: the holder and its place.
-    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse) -> Busy {
-        let holder = recipe::range_kvs(resp, 1).first().cloned().map(Entry::read);
-        let (position, waiters) = recipe::queue_place(resp);
+    /// What a waiter whose key was created at `ours` learned from an [`recipe::enter`]
+    /// answer: the holder and its place.
+    fn busy(&self, req: &AcquireRequest, resp: &TxnResponse, ours: i64) -> Busy {
+        let line = recipe::line(resp, 1, &self.dir(&req.key));
+        let holder = line.first().map(|&kv| Entry::read(kv.clone()));
+        let (position, waiters) = recipe::queue_place(&line, ours);
         Busy {
             holder: holder.map(|h| h.info(&req.key, None)),
             position,
@@ -319,14 +313,14 @@ impl EtcdStore {
     }
 
     pub(super) fn client_gone(&self, key: &str) -> Error {
-        Error::Unavailable(format!(
-            "{}: lock '{key}': our waiting key vanished (its lease expired?)",
+        Error::Transient(format!(
+            "cannot acquire lock '{key}' on {}: our waiting key vanished (its lease expired?)",
             self.name
         ))
     }
 
     /// Keeps the waiter's lease alive while it waits; false when the lease is gone.
-    async fn refresh(&self, w: &mut EtcdWaiter) -> Result<bool> {
+    pub(super) async fn refresh(&self, w: &mut EtcdWaiter) -> Result<bool> {
         let Some(g) = &mut w.lease else {
             return Ok(true);
         };
@@ -361,181 +355,4 @@ fn rev_of_ours(resp: &TxnResponse) -> i64 {
     recipe::range_kvs(resp, 0)
         .first()
         .map_or(0, |kv| kv.mod_revision)
-}
-
-#[async_trait]
-impl LockStore for EtcdStore {
-    type Waiter = EtcdWaiter;
-
-    fn describe(&self) -> String {
-        self.name.clone()
-    }
-
-    /// Every mode: each contender says in its key how it holds (see [`super::holders`]).
-    fn supports(&self, _sharing: Sharing) -> bool {
-        true
-    }
-
-    async fn begin(&self, _req: &AcquireRequest) -> Result<EtcdWaiter> {
-        Ok(EtcdWaiter::default())
-    }
-
-    async fn attempt(
-        &self,
-        req: &AcquireRequest,
-        w: &mut EtcdWaiter,
-        enqueue: bool,
-    ) -> Result<Attempt> {
-        if let Some(acquired) = self.reenter(req).await? {
-            if let Some(g) = w.lease.take() {
-                self.client.revoke(g.id).await?;
-            }
-            return Ok(Attempt::Granted(acquired));
-        }
-        let attempt = match self.enter(req, w).await {
-            Err(e) if lease_not_found(&e) => {
-                w.lease = None; // expired while we waited: queue again on a new one
-                self.enter(req, w).await?
-            }
-            other => other?,
-        };
-        if matches!(attempt, Attempt::Busy(_)) && !enqueue {
-            if let Some(g) = w.lease.take() {
-                self.client.revoke(g.id).await?;
-            }
-            w.queued_at = None;
-        }
-        Ok(attempt)
-    }
-
-    async fn sleep(
-        &self,
-        req: &AcquireRequest,
-        w: &mut EtcdWaiter,
-        _busy: &Busy,
-        pause: Duration,
-        round: u32,
-    ) -> Result<Woken> {
-        if !self.refresh(w).await? {
-            return Ok(Woken::Again);
-        }
-        match (w.queued_at, &w.lease) {
-            (Some(_), Some(g)) if !req.sharing.is_exclusive() => {
-                let pause = pause.min(g.ttl / 3);
-                self.await_release(&req.key, w.seen, pause).await?;
-            }
-            (Some(rev), Some(g)) => {
-                let pause = pause.min(g.ttl / 3);
-                let ours = recipe::contender_key(&self.dir(&req.key), g.id);
-                w.handed = self.await_turn(&req.key, &ours, rev, pause).await?;
-            }
-            _ => {
-                let pause = crate::backend::waiting::backoff(round).min(pause);
-                tokio::time::sleep(pause).await;
-            }
-        }
-        Ok(Woken::Again)
-    }
-
-    async fn leave(&self, _req: &AcquireRequest, w: EtcdWaiter) {
-        if let Some(g) = w.lease {
-            let _ = self.client.revoke(g.id).await;
-        }
-    }
-
-    /// A keep-alive: the lease runs its granted TTL again. An etcd lease keeps that TTL
-    /// for life, so a longer one is refused rather than silently shortened.
-    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        let (entries, _) = self.entries(key).await?;
-        let holder = self.held_by(&entries, "renew", key, owner)?;
-        let granted = self.client.time_to_live(holder.kv.lease).await?.granted_ttl;
-        if whole_seconds(ttl) > granted {
-            return Err(Error::Usage(format!(
-                "cannot renew lock '{key}' on {} for {ttl:?}: an etcd lease keeps the TTL it was granted with ({granted}s); acquire it with the longer --ttl",
-                self.name
-            )));
-        }
-        let sent = Instant::now();
-        let left = self.keep_alive.lock().await.once(holder.kv.lease).await?;
-        if left <= 0 {
-            return Err(Error::lease_gone("renew", key, &self.name));
-        }
-        Ok(self.lease_of(holder, key, Duration::from_secs(left as u64), sent))
-    }
-
-    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        if let (ReleaseMode::All, Some(mut took)) = (mode, self.took_lease(key, owner)) {
-            // The lease that took the lock holds it until it is revoked or expires.
-            if !self.release_with_record(key, &mut took).await? {
-                return Err(Error::lease_gone("release", key, &self.name));
-            }
-            return Ok(Released {
-                previous_owner: Some(owner.to_string()),
-                still_held: false,
-            });
-        }
-        let (entries, _) = self.entries(key).await?;
-        if mode == ReleaseMode::Force {
-            return self.free_all(&entries).await;
-        }
-        let holder = self.held_by(&entries, "release", key, owner)?;
-        let previous_owner = Some(holder.meta.owner.clone());
-        if mode == ReleaseMode::One && holder.meta.depth > 1 {
-            let mut meta = holder.meta.clone();
-            meta.depth -= 1;
-            meta.token = Some(holder.token());
-            let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, meta.encode());
-            if self.client.txn(txn).await?.succeeded {
-                return Ok(Released {
-                    previous_owner,
-                    still_held: true,
-                });
-            }
-            return Err(Error::lease_gone("release", key, &self.name));
-        }
-        self.client.revoke(holder.kv.lease).await?;
-        Ok(Released {
-            previous_owner,
-            still_held: false,
-        })
-    }
-
-    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
-        self.key_status(keys).await
-    }
-
-    fn heartbeat(&self) -> Duration {
-        Duration::from_secs(5)
-    }
-
-    async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
-        let lease = &acquired.lease;
-        self.linger_key(&lease.key, &lease.owner, left).await
-    }
-
-    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
-        self.watch_keys(keys, pause).await
-    }
-
-    async fn record_run(&self, key: &str, run: &crate::backend::RunRecord) -> Result<()> {
-        self.record_now(key, run).await
-    }
-
-    /// The run of a lock this process took is kept for its release, which writes it in
-    /// the transaction that frees the lock: still before the next holder's, and one write
-    /// fewer. Any other run is written at once.
-    async fn record_run_before_release(
-        &self,
-        key: &str,
-        run: &crate::backend::RunRecord,
-    ) -> Result<()> {
-        if self.keep_record(key, run) {
-            return Ok(());
-        }
-        self.record_now(key, run).await
-    }
-
-    async fn last_runs(&self, key: &str) -> Result<crate::backend::LastRuns> {
-        super::runs::read(&self.client, &self.prefix, key).await
-    }
 }

@@ -10,10 +10,9 @@ use std::sync::PoisonError;
 use tokio::task::JoinHandle;
 
 use super::client::Client;
-use super::holders;
 use super::proto::KeyValue;
 use super::recipe::{self, Meta};
-use super::store::{lease_not_found, EtcdStore};
+use super::store::EtcdStore;
 use crate::backend::{now_ms, AcquireRequest, RunRecord, Sharing};
 use crate::error::Result;
 
@@ -121,7 +120,7 @@ impl EtcdStore {
             // dlock's: an `etcdctl lock` key (no JSON) is left alone, its owner takes its turn.
             // Shared holders and waiters hand nothing over: the next may hold already, or
             // beside others still there; each waiter stamps its own admission.
-            if kv.key.get(dir.len()..)?.contains(&b'/') || !t.sharing.is_exclusive() {
+            if !recipe::contends(&dir, &kv) || !t.sharing.is_exclusive() {
                 return None;
             }
             let mut meta = serde_json::from_slice::<Meta>(&kv.value).ok()?;
@@ -146,14 +145,15 @@ impl EtcdStore {
                 let _ = self.keep_alive.lock().await.once(t.runs).await;
             }
         };
-        let (freed, ()) = tokio::join!(self.client.txn(txn(runs, next.as_ref())), refresh);
-        let mut freed = match freed {
+        let freed = self.client.txn_on_lease(txn(runs, next.as_ref()));
+        let (freed, ()) = tokio::join!(freed, refresh);
+        let mut freed = match freed? {
+            Some(freed) => freed,
             // The records' lease expired since the acquisition read it.
-            Err(e) if lease_not_found(&e) => {
+            None => {
                 runs = super::runs::grant(&self.client).await?;
                 self.client.txn(txn(runs, next.as_ref())).await?
             }
-            other => other?,
         };
         if !freed.succeeded && next.is_some() && !recipe::range_kvs(&freed, 0).is_empty() {
             // Still ours, but the next waiter left meanwhile: freed without a hand-over.
@@ -183,7 +183,7 @@ fn watch_next(client: Client, dir: Vec<u8>, created: i64) -> JoinHandle<Option<K
             }
             let mut created_kvs = resp.events.into_iter().filter_map(|e| e.kv);
             let first = created_kvs.find(|kv| {
-                kv.version == 1 && kv.create_revision > created && holders::direct(&dir, kv)
+                kv.version == 1 && kv.create_revision > created && recipe::contends(&dir, kv)
             });
             if first.is_some() {
                 return first;
