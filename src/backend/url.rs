@@ -94,6 +94,60 @@ impl Url {
         }
     }
 
+    /// User and password, both or neither (`None`); one without the other is refused with
+    /// `example` (`zk://`) shown as the way to give them.
+    pub fn both_credentials(&self, example: &str) -> Result<Option<(String, String)>, String> {
+        match (&self.user, &self.password) {
+            (None, None) => Ok(None),
+            (Some(user), Some(password)) => Ok(Some((user.clone(), password.clone()))),
+            _ => Err(format!(
+                "give both user and password: {example}USER:PASSWORD@…"
+            )),
+        }
+    }
+
+    /// The URL written again as `scheme://` for a client library that reads URLs itself,
+    /// every part escaped so that it reads exactly what dlock did: the credentials, the
+    /// hosts, at most one path segment (the database) and `passed` as the query.
+    pub fn for_client(&self, scheme: &str, passed: &[(&str, &str)]) -> Result<String, String> {
+        let mut text = format!("{scheme}://");
+        if self.user.is_some() || self.password.is_some() {
+            text.push_str(&percent_encode(self.user.as_deref().unwrap_or_default()));
+            if let Some(password) = &self.password {
+                text.push(':');
+                text.push_str(&percent_encode(password));
+            }
+            text.push('@');
+        }
+        let hosts: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|h| match h.port {
+                Some(_) => h.addr(0),
+                None if h.name.contains(':') => format!("[{}]", h.name),
+                None => h.name.clone(),
+            })
+            .collect();
+        text.push_str(&hosts.join(","));
+        match self.segments()?.as_slice() {
+            [] => {}
+            [db] => text.push_str(&format!("/{}", percent_encode(db))),
+            _ if self.hosts.len() > 1 => {
+                return Err("expected at most /DATABASE after the hosts".into())
+            }
+            _ => return Err("expected at most /DATABASE after the host".into()),
+        }
+        let params: Vec<String> = passed
+            .iter()
+            .map(|(n, v)| format!("{}={}", percent_encode(n), percent_encode(v)))
+            .collect();
+        if !params.is_empty() {
+            text.push('?');
+            text.push_str(&params.join("&"));
+        }
+        Ok(text)
+    }
+
     /// The path's segments between `/`, empty ones skipped, each `%XX`-decoded.
     pub fn segments(&self) -> Result<Vec<String>, String> {
         self.path

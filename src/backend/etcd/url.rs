@@ -33,16 +33,9 @@ pub fn parse(url: &str) -> Result<Target> {
         "etcds" => true,
         _ => return Err(usage(url, "it must start with etcd:// or etcds://")),
     };
-    let credentials = match (&u.user, &u.password) {
-        (None, None) => None,
-        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
-        _ => {
-            return Err(usage(
-                url,
-                "give both user and password: etcd://USER:PASSWORD@…",
-            ))
-        }
-    };
+    let credentials = u
+        .both_credentials("etcd://")
+        .map_err(|why| usage(url, &why))?;
     if !matches!(u.path.as_str(), "" | "/") || u.fragment.is_some() {
         return Err(usage(
             url,

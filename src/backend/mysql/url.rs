@@ -8,7 +8,7 @@
 
 use mysql_async::{Opts, OptsBuilder};
 
-use crate::backend::url::{percent_encode, redact as redact_url, Url};
+use crate::backend::url::{redact as redact_url, Url};
 use crate::error::{Error, Result};
 
 /// The lock table when `?table=` does not name one.
@@ -93,39 +93,13 @@ pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
     })
 }
 
-/// The client's settings from what dlock read: the URL written again for the client's
-/// own reader, every part escaped, so that it reads exactly what dlock did.
+/// The client's settings from what dlock read, through the URL written again for the
+/// client's own reader ([`Url::for_client`]); one server only.
 fn client_opts(u: &Url, passed: &[(&str, &str)]) -> std::result::Result<Opts, String> {
-    let mut text = String::from("mysql://");
-    if u.user.is_some() || u.password.is_some() {
-        text.push_str(&percent_encode(u.user.as_deref().unwrap_or_default()));
-        if let Some(password) = &u.password {
-            text.push(':');
-            text.push_str(&percent_encode(password));
-        }
-        text.push('@');
+    if u.hosts.len() > 1 {
+        return Err("give one server".into());
     }
-    match u.hosts.as_slice() {
-        [] => {}
-        [host] if host.port.is_some() => text.push_str(&host.addr(0)),
-        [host] if host.name.contains(':') => text.push_str(&format!("[{}]", host.name)),
-        [host] => text.push_str(&host.name),
-        _ => return Err("give one server".into()),
-    }
-    match u.segments()?.as_slice() {
-        [] => {}
-        [db] => text.push_str(&format!("/{}", percent_encode(db))),
-        _ => return Err("expected at most /DATABASE after the host".into()),
-    }
-    let params: Vec<String> = passed
-        .iter()
-        .map(|(n, v)| format!("{}={}", percent_encode(n), percent_encode(v)))
-        .collect();
-    if !params.is_empty() {
-        text.push('?');
-        text.push_str(&params.join("&"));
-    }
-    Opts::from_url(&text).map_err(|e| e.to_string())
+    Opts::from_url(&u.for_client("mysql", passed)?).map_err(|e| e.to_string())
 }
 
 /// Reads a URL with the password the environment gives.

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use tokio_postgres::config::SslMode;
 use tokio_postgres::Config;
 
-use crate::backend::url::{percent_encode, redact as redact_url, Url};
+use crate::backend::url::{redact as redact_url, Url};
 use crate::error::{Error, Result};
 
 /// The lock table when `?table=` does not name one.
@@ -118,42 +118,10 @@ pub fn parse_with(
     })
 }
 
-/// The client's settings from what dlock read: the URL written again for the client's
-/// own reader, every part escaped, so that it reads exactly what dlock did.
+/// The client's settings from what dlock read, through the URL written again for the
+/// client's own reader ([`Url::for_client`]).
 fn client_config(u: &Url, passed: &[(&str, &str)]) -> std::result::Result<Config, String> {
-    let mut text = String::from("postgresql://");
-    if u.user.is_some() || u.password.is_some() {
-        text.push_str(&percent_encode(u.user.as_deref().unwrap_or_default()));
-        if let Some(password) = &u.password {
-            text.push(':');
-            text.push_str(&percent_encode(password));
-        }
-        text.push('@');
-    }
-    let hosts: Vec<String> = u
-        .hosts
-        .iter()
-        .map(|h| match h.port {
-            Some(_) => h.addr(0),
-            None if h.name.contains(':') => format!("[{}]", h.name),
-            None => h.name.clone(),
-        })
-        .collect();
-    text.push_str(&hosts.join(","));
-    match u.segments()?.as_slice() {
-        [] => {}
-        [db] => text.push_str(&format!("/{}", percent_encode(db))),
-        _ => return Err("expected at most /DATABASE after the hosts".into()),
-    }
-    let params: Vec<String> = passed
-        .iter()
-        .map(|(n, v)| format!("{}={}", percent_encode(n), percent_encode(v)))
-        .collect();
-    if !params.is_empty() {
-        text.push('?');
-        text.push_str(&params.join("&"));
-    }
-    Config::from_str(&text).map_err(|e| e.to_string())
+    Config::from_str(&u.for_client("postgresql", passed)?).map_err(|e| e.to_string())
 }
 
 /// Reads a URL with the password and user the environment gives.

@@ -121,3 +121,30 @@ fn encoding_round_trips() {
     let s = "p@ss/w?rd#%,: é🔒";
     assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
 }
+
+#[test]
+fn written_for_a_client_as_read() {
+    let u = ok("mysql://u%20x:p@ss:w@h:3306,[::1],k/app%2F1?x=1");
+    assert_eq!(
+        u.for_client("mysql", &[("a b", "c&d")]).unwrap(),
+        "mysql://u%20x:p%40ss%3Aw@h:3306,[::1],k/app%2F1?a%20b=c%26d"
+    );
+    assert_eq!(
+        ok("postgres://h").for_client("postgresql", &[]).unwrap(),
+        "postgresql://h"
+    );
+    assert!(ok("postgres://h/a/b")
+        .for_client("postgresql", &[])
+        .is_err());
+}
+
+#[test]
+fn credentials_come_both_or_not_at_all() {
+    assert_eq!(ok("zk://h").both_credentials("zk://"), Ok(None));
+    assert_eq!(
+        ok("zk://u:p@h").both_credentials("zk://"),
+        Ok(Some(("u".into(), "p".into())))
+    );
+    let err = ok("etcds://u@h").both_credentials("etcd://").unwrap_err();
+    assert_eq!(err, "give both user and password: etcd://USER:PASSWORD@…");
+}

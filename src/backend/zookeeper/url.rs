@@ -47,16 +47,9 @@ pub fn parse(url: &str) -> Result<Target> {
     if !u.query.is_empty() || u.fragment.is_some() {
         return Err(usage(url, "it takes no parameters"));
     }
-    let credentials = match (&u.user, &u.password) {
-        (None, None) => None,
-        (Some(user), Some(password)) => Some((user.clone(), password.clone())),
-        _ => {
-            return Err(usage(
-                url,
-                "give both user and password: zk://USER:PASSWORD@…",
-            ))
-        }
-    };
+    let credentials = u
+        .both_credentials("zk://")
+        .map_err(|why| usage(url, &why))?;
     let chroot = u.path.trim_end_matches('/');
     if !chroot.is_empty() {
         super::layout::check_path(chroot)
