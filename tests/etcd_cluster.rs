@@ -5,6 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::loops::{self, check_marks, ended, exit_codes, quoted, Unended};
 use crate::support::{dlock, read_when_ready, wait_exit, wait_for, EtcdCluster, EtcdServer};
 
 /// The index of the member that leads, as the members report it.
@@ -270,80 +271,33 @@ fn eight_exec_loops_never_overlap_while_the_leader_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks");
     let stop = dir.path().join("stop");
-    let section = format!(
-        "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.01; echo \"end $$\" >> '{m}'",
-        m = marks.display()
-    );
-    let dlock_bin = crate::support::dlock_bin();
     let loop_script = format!(
-        "while [ ! -e '{}' ]; do '{}' exec job --ttl 3s -q -- sh -c '{}'; done",
+        "while [ ! -e '{}' ]; do '{}' exec job --ttl 3s -q -- sh -c {}; done",
         stop.display(),
-        dlock_bin.display(),
-        section.replace('\'', "'\\''")
+        crate::support::dlock_bin().display(),
+        quoted(&loops::section(&marks, "0.01"))
     );
     let mut loops: Vec<_> = (0..8)
         .map(|_| {
-            let mut sh = std::process::Command::new("sh");
-            // The clean environment of the harness's `dlock` command.
-            for (k, v) in dlock().get_envs() {
-                match v {
-                    Some(v) => sh.env(k, v),
-                    None => sh.env_remove(k),
-                };
-            }
-            sh.args(["-c", &loop_script])
-                .env("DLOCK_URL", cluster.url())
+            loops::shell(dlock().env("DLOCK_URL", cluster.url()), &loop_script)
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap()
         })
         .collect();
-    let ran = |marks: &std::path::Path| {
-        std::fs::read_to_string(marks)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.starts_with("end"))
-            .count()
-    };
-    let some = wait_for(Duration::from_secs(30), || ran(&marks) >= 10);
+    let some = wait_for(Duration::from_secs(30), || ended(&marks) >= 10);
     assert!(some, "the loops did not get going");
     let victim = leader(&cluster);
     cluster.members[victim].kill();
-    let before = ran(&marks);
-    let more = wait_for(Duration::from_secs(30), || ran(&marks) >= before + 20);
+    let before = ended(&marks);
+    let more = wait_for(Duration::from_secs(30), || ended(&marks) >= before + 20);
     std::fs::write(&stop, "").unwrap();
     for l in &mut loops {
         wait_exit(l, Duration::from_secs(30)).expect("a loop ends");
     }
     assert!(more, "no command ran after the leader was killed");
-    one_at_a_time(&std::fs::read_to_string(&marks).unwrap());
-}
-
-/// Checks a log of `start PID TOKEN` / `end PID` marks: never two commands inside at once,
-/// tokens strictly increasing in the order the commands ran.
-fn one_at_a_time(log: &str) {
-    let mut inside: Option<&str> = None;
-    let mut last_token = 0u64;
-    for line in log.lines() {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some("start"), Some(pid), Some(token)) => {
-                assert!(inside.is_none(), "two holders at once:\n{log}");
-                let token: u64 = token.parse().unwrap();
-                assert!(
-                    token > last_token,
-                    "token {token} after {last_token}:\n{log}"
-                );
-                (inside, last_token) = (Some(pid), token);
-            }
-            (Some("end"), Some(pid), None) => {
-                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
-                inside = None;
-            }
-            _ => panic!("bad mark {line:?}"),
-        }
-    }
+    check_marks(&std::fs::read_to_string(&marks).unwrap(), Unended::Overlap);
 }
 
 /// 6 shell loops of `dlock exec` on one key while the leader is SIGKILLed and restarted 3
@@ -360,28 +314,16 @@ fn every_exec_exits_0_while_the_leader_is_killed_and_a_member_frozen() {
         dir.path().join("codes"),
         dir.path().join("stop"),
     );
-    let section = format!(
-        "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.05; echo \"end $$\" >> '{m}'",
-        m = marks.display()
-    );
     let loop_script = format!(
-        "while [ ! -e '{}' ]; do '{}' exec job --ttl 6s -q -- sh -c '{}'; echo $? >> '{}'; done",
+        "while [ ! -e '{}' ]; do '{}' exec job --ttl 6s -q -- sh -c {}; echo $? >> '{}'; done",
         stop.display(),
         crate::support::dlock_bin().display(),
-        section.replace('\'', "'\\''"),
+        quoted(&loops::section(&marks, "0.05")),
         codes.display()
     );
     let mut loops: Vec<_> = (0..6)
         .map(|_| {
-            let mut sh = std::process::Command::new("sh");
-            for (k, v) in dlock().get_envs() {
-                match v {
-                    Some(v) => sh.env(k, v),
-                    None => sh.env_remove(k),
-                };
-            }
-            sh.args(["-c", &loop_script])
-                .env("DLOCK_URL", cluster.url())
+            loops::shell(dlock().env("DLOCK_URL", cluster.url()), &loop_script)
                 .stdin(Stdio::null())
                 .spawn()
                 .unwrap()
@@ -415,14 +357,14 @@ fn every_exec_exits_0_while_the_leader_is_killed_and_a_member_frozen() {
     for l in &mut loops {
         wait_exit(l, Duration::from_secs(30)).expect("a loop ends");
     }
-    let codes = std::fs::read_to_string(&codes).unwrap();
-    let failed: Vec<&str> = codes.lines().filter(|c| *c != "0").collect();
+    let codes = exit_codes(&codes);
+    let failed: Vec<u8> = codes.iter().map(|(c, _)| *c).filter(|c| *c != 0).collect();
     assert!(
         failed.is_empty(),
         "exit codes {failed:?} of {} execs",
-        codes.lines().count()
+        codes.len()
     );
-    one_at_a_time(&std::fs::read_to_string(&marks).unwrap());
+    check_marks(&std::fs::read_to_string(&marks).unwrap(), Unended::Overlap);
 }
 
 /// A waiter whose member dies while it waits watches again through another member: once

@@ -158,10 +158,7 @@ fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
 #[test]
 fn unreachable_server_is_exit_69_in_one_line() {
     let url = format!("postgres://u:hidden-pw@127.0.0.1:{}/db", free_port());
-    let out = support::dlock()
-        .args(["exec", "k", "-u", &url, "--", "true"])
-        .output()
-        .unwrap();
+    let out = support::exec_true(&url).output().unwrap();
     assert_eq!(out.status.code(), Some(69));
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -178,10 +175,7 @@ fn wrong_password_is_exit_69_without_the_password_and_pgpassword_works() {
         unreachable!()
     };
     let bad = server.url().replace(PG_PASSWORD, "wrong-secret-9");
-    let out = support::dlock()
-        .args(["exec", "k", "-u", &bad, "--", "true"])
-        .output()
-        .unwrap();
+    let out = support::exec_true(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(69));
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -190,15 +184,7 @@ fn wrong_password_is_exit_69_without_the_password_and_pgpassword_works() {
         !err.contains("wrong-secret-9") && !err.contains(PG_PASSWORD),
         "{err}"
     );
-    let out = support::dlock()
-        .args([
-            "exec",
-            "k",
-            "-u",
-            &server.url_without_password(),
-            "--",
-            "true",
-        ])
+    let out = support::exec_true(&server.url_without_password())
         .env("PGPASSWORD", PG_PASSWORD)
         .output()
         .unwrap();

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{self, alive, send_signal, wait_exit, wait_for, Reaped, RedisCluster, Store};
+use crate::support::{
+    self, alive, loops, send_signal, wait_exit, wait_for, Reaped, RedisCluster, Store,
+};
 
 /// Makes a `dlock` command pointed at the store under test.
 pub(crate) type Dlock<'a> = &'a dyn Fn() -> std::process::Command;
@@ -353,29 +355,25 @@ impl ExecLoops {
         let section = format!(
             "p=$(cat '{h}' 2>/dev/null); s=$(cut -d' ' -f3 \"/proc/$p/stat\" 2>/dev/null); \
              if [ -n \"$p\" ] && [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"overlap $$ $p\" >> '{m}'; fi; echo $$ > '{h}'; \
-             echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.4; echo \"end $$\" >> '{m}'",
+             {marked}",
             m = marks.display(),
             h = dir.join("holder").display(),
+            marked = loops::section(&marks, "0.4"),
         );
         let loops = (0..count)
             .map(|i| {
                 let script = format!(
                     "while [ ! -e '{d}/stop' ]; do '{bin}' exec job --ttl 1s --timeout 60s -q \
-                     -- sh -c '{section}' 2> '{d}/err-{i}'; c=$?; \
+                     -- sh -c {section} 2> '{d}/err-{i}'; c=$?; \
                      echo \"$c $(date +%s.%N) $(tr '\\n' ' ' < '{d}/err-{i}')\" >> '{d}/codes'; done",
                     d = dir.display(),
                     bin = support::dlock_bin().display(),
-                    section = section.replace('\'', "'\\''"),
+                    section = loops::quoted(&section),
                 );
-                let mut sh = std::process::Command::new("sh");
-                for (k, v) in support::dlock().get_envs() {
-                    match v {
-                        Some(v) => sh.env(k, v),
-                        None => sh.env_remove(k),
-                    };
-                }
-                sh.args(["-c", &script]).env("DLOCK_URL", url);
-                Reaped(sh.stdin(std::process::Stdio::null()).spawn().unwrap())
+                let sh = loops::shell(support::dlock().env("DLOCK_URL", url), &script)
+                    .stdin(std::process::Stdio::null())
+                    .spawn();
+                Reaped(sh.unwrap())
             })
             .collect();
         ExecLoops {
@@ -386,8 +384,7 @@ impl ExecLoops {
 
     /// How many commands ran to their end.
     fn runs(&self) -> usize {
-        let marks = std::fs::read_to_string(self.dir.join("marks")).unwrap_or_default();
-        marks.lines().filter(|l| l.starts_with("end")).count()
+        loops::ended(&self.dir.join("marks"))
     }
 
     /// Waits until `more` commands have run since now (`when` names the moment).
@@ -406,45 +403,14 @@ impl ExecLoops {
             wait_exit(&mut l.0, Duration::from_secs(70)).expect("a loop ends");
         }
         let log = std::fs::read_to_string(self.dir.join("marks")).unwrap();
-        check_marks(&log);
-        let codes = std::fs::read_to_string(self.dir.join("codes")).unwrap_or_default();
-        let codes = codes.lines().map(|line| {
-            let (code, rest) = line.split_once(' ').expect("a code line");
-            (code.parse().expect("an exit code"), rest.to_string())
-        });
-        codes.collect()
+        loops::check_marks(&log, loops::Unended::Killed);
+        loops::exit_codes(&self.dir.join("codes"))
     }
 }
 
 impl Drop for ExecLoops {
     fn drop(&mut self) {
         let _ = std::fs::write(self.dir.join("stop"), "");
-    }
-}
-
-/// Panics on an `overlap`, an `end PID` that is not the last start's, or tokens that do
-/// not rise in the order the commands started.
-fn check_marks(log: &str) {
-    let mut inside: Option<&str> = None;
-    let mut last_token = 0u64;
-    for line in log.lines() {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some("overlap"), _, _) => panic!("two holders at once ({line}):\n{log}"),
-            (Some("start"), Some(pid), Some(token)) => {
-                let token: u64 = token.parse().unwrap();
-                assert!(
-                    token > last_token,
-                    "token {token} after {last_token}:\n{log}"
-                );
-                (inside, last_token) = (Some(pid), token);
-            }
-            (Some("end"), Some(pid), None) => {
-                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
-                inside = None;
-            }
-            _ => panic!("bad mark {line:?}:\n{log}"),
-        }
     }
 }
 

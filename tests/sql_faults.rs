@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, pg_bin, stderr_of, text, wait_exit, wait_for, Store, MY_DB, MY_PASSWORD, MY_USER,
+    self, loops, pg_bin, stderr_of, text, wait_exit, wait_for, Store, MY_DB, MY_PASSWORD, MY_USER,
     PG_PASSWORD, PG_USER,
 };
 
@@ -375,14 +375,10 @@ fn contending_execs_ride_out_frozen_clients_and_killed_sessions(db: Sql) {
     assert!(out.status.success(), "the row is made: {out:?}");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
-    let script = format!(
-        "echo start $DLOCK_FENCING_TOKEN >> '{0}'; sleep 0.05; echo end $DLOCK_FENCING_TOKEN >> '{0}'",
-        log.display()
-    );
     let loop_script = format!(
-        "for i in $(seq {rounds}); do {} exec contended --ttl 3s --timeout 30s -- sh -c \"{}\" || exit $?; done",
+        "for i in $(seq {rounds}); do '{}' exec contended --ttl 3s --timeout 30s -- sh -c {} || exit $?; done",
         support::dlock_bin().display(),
-        script.replace('"', "\\\"").replace('$', "\\$")
+        loops::quoted(&loops::section(&log, "0.05"))
     );
     let mut loops: Vec<Child> = (0..procs)
         .map(|_| db.0.shell(&loop_script).spawn().unwrap())
@@ -413,15 +409,8 @@ fn contending_execs_ride_out_frozen_clients_and_killed_sessions(db: Sql) {
         assert!(status.success(), "a loop failed: {status}");
     }
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), procs * rounds * 2, "{text}");
-    let mut last = 0u64;
-    for pair in lines.chunks(2) {
-        let token: u64 = pair[0].strip_prefix("start ").unwrap().parse().unwrap();
-        assert_eq!(pair[1], format!("end {token}"), "overlap: {pair:?}");
-        assert!(token > last, "tokens grow: {last} then {token}");
-        last = token;
-    }
+    assert_eq!(text.lines().count(), procs * rounds * 2, "{text}");
+    loops::check_marks(&text, loops::Unended::Overlap);
 }
 
 #[test]
@@ -472,15 +461,7 @@ fn postgres_a_missing_password_is_said_to_be_required() {
     let Store::Postgres(server) = &db.0 else {
         unreachable!()
     };
-    let out = support::dlock()
-        .args([
-            "exec",
-            "k",
-            "-u",
-            &server.url_without_password(),
-            "--",
-            "true",
-        ])
+    let out = support::exec_true(&server.url_without_password())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");

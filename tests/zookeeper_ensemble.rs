@@ -3,9 +3,10 @@
 //! two commands at once, tokens rising in the order the commands ran.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use crate::support::loops::{self, check_marks, ended, exit_codes, quoted, Unended};
 use crate::support::{dlock, dlock_bin, wait_exit, wait_for, ZkEnsemble};
 
 /// How many `exec` loops contend, and how many runs each makes at least.
@@ -15,39 +16,20 @@ const RUNS_EACH: usize = 3;
 const KILLS: usize = 3;
 
 /// A shell loop of `dlock exec job` on `url`: each command marks its start (with its token)
-/// and its end in `dir/marks`; each exec's exit code goes to `dir/exits`, its stderr to
+/// and its end in `dir/marks`; each exec's exit code goes to `dir/codes`, its stderr to
 /// `dir/errors`. It runs `RUNS_EACH` times at least, then until `dir/stop` exists.
 fn exec_loop(url: &str, dir: &Path) -> Child {
-    let (marks, exits, errors, stop) = (
-        dir.join("marks"),
-        dir.join("exits"),
-        dir.join("errors"),
-        dir.join("stop"),
-    );
-    let section = format!(
-        "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep 0.05; echo \"end $$\" >> '{m}'",
-        m = marks.display()
-    );
     let script = format!(
         "i=0; while [ $i -lt {RUNS_EACH} ] || [ ! -e '{stop}' ]; do i=$((i+1)); \
-         '{bin}' exec job -q --ttl 10s -w 120s -- sh -c '{section}' 2>> '{errors}'; \
-         echo \"exit $?\" >> '{exits}'; done",
-        stop = stop.display(),
+         '{bin}' exec job -q --ttl 10s -w 120s -- sh -c {section} 2>> '{errors}'; \
+         echo $? >> '{codes}'; done",
+        stop = dir.join("stop").display(),
         bin = dlock_bin().display(),
-        section = section.replace('\'', "'\\''"),
-        errors = errors.display(),
-        exits = exits.display(),
+        section = quoted(&loops::section(&dir.join("marks"), "0.05")),
+        errors = dir.join("errors").display(),
+        codes = dir.join("codes").display(),
     );
-    let mut sh = Command::new("sh");
-    // The clean environment of the harness's `dlock` command.
-    for (k, v) in dlock().get_envs() {
-        match v {
-            Some(v) => sh.env(k, v),
-            None => sh.env_remove(k),
-        };
-    }
-    sh.args(["-c", &script])
-        .env("DLOCK_URL", url)
+    loops::shell(dlock().env("DLOCK_URL", url), &script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -61,35 +43,7 @@ fn read(path: &Path) -> String {
 
 /// How many commands have ended.
 fn ran(dir: &Path) -> usize {
-    read(&dir.join("marks"))
-        .lines()
-        .filter(|l| l.starts_with("end"))
-        .count()
-}
-
-/// Checks the marks: one command inside at a time, tokens strictly rising.
-fn assert_one_at_a_time(log: &str) {
-    let mut inside: Option<&str> = None;
-    let mut last_token = 0u64;
-    for line in log.lines() {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next(), words.next()) {
-            (Some("start"), Some(pid), Some(token)) => {
-                assert!(inside.is_none(), "two holders at once:\n{log}");
-                let token: u64 = token.parse().unwrap();
-                assert!(
-                    token > last_token,
-                    "token {token} after {last_token}:\n{log}"
-                );
-                (inside, last_token) = (Some(pid), token);
-            }
-            (Some("end"), Some(pid), None) => {
-                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
-                inside = None;
-            }
-            _ => panic!("bad mark {line:?}"),
-        }
-    }
+    ended(&dir.join("marks"))
 }
 
 #[test]
@@ -129,13 +83,13 @@ fn six_exec_loops_all_succeed_while_the_leader_is_killed_and_restarted() {
     for l in &mut loops {
         wait_exit(l, Duration::from_secs(60)).expect("a loop ends");
     }
-    let exits = read(&dir.join("exits"));
+    let codes = exit_codes(&dir.join("codes"));
     let errors = read(&dir.join("errors"));
-    let runs = exits.lines().count();
-    assert!(runs >= LOOPS * RUNS_EACH, "only {runs} runs: {exits}");
+    let runs = codes.len();
+    assert!(runs >= LOOPS * RUNS_EACH, "only {runs} runs: {codes:?}");
     assert!(
-        exits.lines().all(|l| l == "exit 0"),
-        "an exec failed:\n{exits}\n{errors}"
+        codes.iter().all(|(code, _)| *code == 0),
+        "an exec failed:\n{codes:?}\n{errors}"
     );
-    assert_one_at_a_time(&read(&dir.join("marks")));
+    check_marks(&read(&dir.join("marks")), Unended::Overlap);
 }

@@ -103,15 +103,7 @@ impl Store {
     /// `sh -c SCRIPT` with the same environment as [`Store::dlock`], for scripts that call
     /// dlock themselves (through [`dlock_bin`]).
     pub fn shell(&self, script: &str) -> Command {
-        let mut sh = Command::new("sh");
-        sh.args(["-c", script]);
-        for (k, v) in self.dlock().get_envs() {
-            match v {
-                Some(v) => sh.env(k, v),
-                None => sh.env_remove(k),
-            };
-        }
-        sh
+        super::loops::shell(&self.dlock(), script)
     }
 
     /// What this store does beyond what every store does ([`caps`]).

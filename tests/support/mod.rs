@@ -6,10 +6,12 @@
 //! - `backends`: the store of a CLI test and the conformance factories, one per backend of
 //!   the list in `macros.rs`.
 //! - `requests`: requests and wait options for library tests.
+//! - `loops`: contending `exec` loops for the fault tests, their marks and exit codes.
 
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod loops;
 mod processes;
 mod requests;
 mod servers;

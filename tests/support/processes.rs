@@ -19,6 +19,13 @@ pub fn dlock() -> Command {
     c
 }
 
+/// `dlock exec k -u URL -- true`: whether a store at `url` can be used at all.
+pub fn exec_true(url: &str) -> Command {
+    let mut c = dlock();
+    c.args(["exec", "k", "-u", url, "--", "true"]);
+    c
+}
+
 /// `dlock exec secure -- echo $DLOCK_FENCING_TOKEN` on `url` with only the TLS variables of
 /// `env` set (the TLS tests of every store).
 pub fn exec_tls<P: AsRef<std::ffi::OsStr>>(url: &str, env: &[(&str, P)]) -> std::process::Output {

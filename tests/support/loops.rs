@@ -1,0 +1,97 @@
+//! Contending `exec` loops, the harness of the fault tests: shell loops of `dlock exec` on
+//! one key whose commands mark their start (with their fencing token) and their end in one
+//! file, the exit codes the loops write down, and the one check of those marks. Each test
+//! keeps its own faults and its own loop condition.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The command each loop runs under the lock: `start PID TOKEN`, a pause of `pause`
+/// seconds, then `end PID`, appended to `marks`.
+pub fn section(marks: &Path, pause: &str) -> String {
+    format!(
+        "echo \"start $$ $DLOCK_FENCING_TOKEN\" >> '{m}'; sleep {pause}; echo \"end $$\" >> '{m}'",
+        m = marks.display()
+    )
+}
+
+/// `s` as one single-quoted shell word.
+pub fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// `sh -c SCRIPT` with the environment `dlock` has (the harness's clean one, and what its
+/// caller set, such as `DLOCK_URL`), for scripts that call dlock themselves through
+/// [`super::dlock_bin`].
+pub fn shell(dlock: &Command, script: &str) -> Command {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", script]);
+    for (k, v) in dlock.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    sh
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// How many commands have marked their end in `marks` (none while it does not exist).
+pub fn ended(marks: &Path) -> usize {
+    read(marks).lines().filter(|l| l.starts_with("end")).count()
+}
+
+/// The lines `CODE[ REST]` the loops appended to `codes`, one an exec: its exit code and
+/// whatever the loop wrote after it (empty when nothing).
+pub fn exit_codes(codes: &Path) -> Vec<(u8, String)> {
+    read(codes)
+        .lines()
+        .map(|line| {
+            let (code, rest) = line.split_once(' ').unwrap_or((line, ""));
+            (code.parse().expect("an exit code"), rest.to_string())
+        })
+        .collect()
+}
+
+/// What a `start` mark means while the command before it has not marked its end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Unended {
+    /// Every command marks its end: two holders at once.
+    Overlap,
+    /// The command before was killed (for a lost lease) before it could mark its end; the
+    /// loops write `overlap` themselves when it is still alive.
+    Killed,
+}
+
+/// Checks a log of `start PID TOKEN` / `end PID` marks: never two commands inside at once
+/// (an `overlap` mark, or a start before the last one's end where `unended` says so), an
+/// `end` only for the last start, tokens strictly rising in the order the commands ran.
+pub fn check_marks(log: &str, unended: Unended) {
+    let mut inside: Option<&str> = None;
+    let mut last_token = 0u64;
+    for line in log.lines() {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("overlap"), _, _) => panic!("two holders at once ({line}):\n{log}"),
+            (Some("start"), Some(pid), Some(token)) => {
+                if unended == Unended::Overlap {
+                    assert!(inside.is_none(), "two holders at once:\n{log}");
+                }
+                let token: u64 = token.parse().unwrap();
+                assert!(
+                    token > last_token,
+                    "token {token} after {last_token}:\n{log}"
+                );
+                (inside, last_token) = (Some(pid), token);
+            }
+            (Some("end"), Some(pid), None) => {
+                assert_eq!(inside, Some(pid), "an end without its start:\n{log}");
+                inside = None;
+            }
+            _ => panic!("bad mark {line:?}:\n{log}"),
+        }
+    }
+}
