@@ -95,3 +95,28 @@ pub fn check_marks(log: &str, unended: Unended) {
         }
     }
 }
+
+#[test]
+fn marks_one_at_a_time_with_rising_tokens_pass() {
+    let log = "start 1 5\nend 1\nstart 2 6\nend 2\n";
+    check_marks(log, Unended::Overlap);
+    check_marks("start 1 5\nstart 2 6\nend 2\n", Unended::Killed);
+}
+
+#[test]
+#[should_panic(expected = "two holders at once")]
+fn a_start_before_the_last_end_is_two_holders() {
+    check_marks("start 1 5\nstart 2 6\nend 2\nend 1\n", Unended::Overlap);
+}
+
+#[test]
+#[should_panic(expected = "two holders at once")]
+fn an_overlap_mark_is_two_holders() {
+    check_marks("start 1 5\noverlap 2 1\nstart 2 6\n", Unended::Killed);
+}
+
+#[test]
+#[should_panic(expected = "token 5 after 6")]
+fn a_token_that_does_not_rise_fails() {
+    check_marks("start 1 6\nend 1\nstart 2 5\nend 2\n", Unended::Overlap);
+}
