@@ -14,6 +14,8 @@
 //!   read back by nested calls.
 //! * [`env`]: every environment variable dlock reads or sets.
 //! * [`error`] and [`exit`]: one error type, and every exit code in one place.
+//!   No `anyhow`: every failure is an [`error::Error`] variant that decides its exit code,
+//!   so an untyped error chain would only have to be downcast back to it.
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait the commands call; the store seam
 //!   [`backend::store::LockStore`], whose implementors write only their primitives, and
