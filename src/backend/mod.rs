@@ -360,13 +360,19 @@ pub trait Backend: Send + Sync {
     /// A [`Transient`](crate::error::Error::Transient) failure (a client frozen on the key's row, a leader change)
     /// is tried again for as long as the lease could still be alive, at most
     /// [`waiting::RIDE_OUT`]: giving up would leave the next waiter to wait out the TTL.
+    /// Only a whole release is tried again: one level of a re-entered lease, released twice
+    /// because the first answer was lost, would release its parent's level too.
     async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
         let lease = &acquired.lease;
         let until = tokio::time::Instant::now() + lease.ttl.min(waiting::RIDE_OUT);
         let mut round = 0;
         let released = loop {
             match self.release(&lease.key, &lease.owner, mode).await {
-                Err(e) if e.is_retryable() && tokio::time::Instant::now() < until => {
+                Err(e)
+                    if mode != ReleaseMode::One
+                        && e.is_retryable()
+                        && tokio::time::Instant::now() < until =>
+                {
                     let pause = waiting::backoff(round);
                     round += 1;
                     tokio::time::sleep_until(until.min(tokio::time::Instant::now() + pause)).await;
