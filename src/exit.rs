@@ -6,6 +6,8 @@
 pub const OK: u8 = 0;
 /// `status`: a named key is free.
 pub const FREE: u8 = 1;
+/// `leader`: nobody leads the election (`--here`: this host does not lead it).
+pub const NO_LEADER: u8 = 3;
 /// Usage error or invalid value (bad duration, empty key, unknown option).
 pub const USAGE: u8 = 2;
 /// Backend unavailable: cannot connect, authentication refused, protocol error.
@@ -18,6 +20,9 @@ pub const NOT_OBTAINED: u8 = 75;
 pub const NOT_OWNER: u8 = 77;
 /// `exec`: the lease was lost while the command ran, and the command was terminated.
 pub const LEASE_LOST: u8 = 79;
+/// `exec`/`lock --supersede`: a newer `--supersede` waiter for the key took this one's
+/// place in the queue; nothing was run and nothing is left queued.
+pub const SUPERSEDED: u8 = 80;
 /// `exec --max-runtime`: the command ran too long and was terminated (as timeout(1)).
 pub const TIMED_OUT: u8 = 124;
 /// The command was found but could not be executed (as sh does).

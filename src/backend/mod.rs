@@ -83,6 +83,21 @@ pub struct AcquireRequest {
     /// (`--limit N`). A store that keeps only exclusive leases refuses the others
     /// ([`store::LockStore::supports`]).
     pub sharing: Sharing,
+    /// Where the request stands in the key's queue beside other waiters (`--priority`,
+    /// `--supersede`).
+    pub queue: Queueing,
+}
+
+/// How a waiter is ordered in a key's queue. The default (priority 0, not superseding)
+/// is plain arrival order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Queueing {
+    /// `--priority N`: a freed key goes to the highest-priority waiter that fits, arrival
+    /// order among equals.
+    pub priority: i32,
+    /// `--supersede`: at most one pending superseding waiter per key; a newer one makes
+    /// the older give up ([`crate::exit::SUPERSEDED`]).
+    pub supersede: bool,
 }
 
 /// A callback told of a waiter's progress.

@@ -37,6 +37,7 @@ pub fn request(
         detached,
         fair: !opts.no_fair,
         sharing: opts.sharing.sharing(),
+        queue: Default::default(),
     })
 }
 

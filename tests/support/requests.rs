@@ -51,6 +51,7 @@ pub fn req_ttl(key: &str, owner: &str, ttl: Duration) -> AcquireRequest {
         detached: true,
         fair: true,
         sharing: Default::default(),
+        queue: Default::default(),
     }
 }
 

@@ -161,6 +161,7 @@ pub fn request(holder: &Holder, key: &str, ttl: Duration, detached: bool) -> Acq
         detached,
         fair: true,
         sharing: Default::default(),
+        queue: Default::default(),
     }
 }
 

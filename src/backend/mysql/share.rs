@@ -379,6 +379,7 @@ mod tests {
             detached: false,
             fair: true,
             sharing: Sharing::Shared,
+            queue: Default::default(),
         }
     }
 

@@ -26,6 +26,7 @@ fn req(key: &str, owner: &str) -> AcquireRequest {
         detached: true,
         fair: true,
         sharing: Default::default(),
+        queue: Default::default(),
     }
 }
 
