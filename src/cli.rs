@@ -41,7 +41,15 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The `--url` help: every scheme of [`crate::backend::registry`], then how URLs combine.
+/// The short `--url` help (`-h`): one line per scheme of [`crate::backend::registry`].
+fn url_summary() -> String {
+    format!(
+        "Backend URL (none: the local store; several: a quorum; full forms: --help):\n{}",
+        crate::backend::registry::url_summary()
+    )
+}
+
+/// The long `--url` help (`--help`): every scheme's full forms, then how URLs combine.
 fn url_help() -> String {
     format!(
         "Backend URL: {}. Repeat it (or separate with commas) for a majority quorum of \
@@ -65,7 +73,8 @@ pub struct GlobalArgs {
         value_delimiter = ',',
         hide_env_values = true,
         value_name = "URL",
-        help = url_help()
+        help = url_summary(),
+        long_help = url_help()
     )]
     pub urls: Vec<String>,
 

@@ -20,8 +20,11 @@ type QuorumFn = for<'a> fn(&'a [String]) -> BoxFuture<'a, Result<Arc<dyn Backend
 pub struct Scheme {
     /// The URL prefixes that select it, e.g. `redis://`.
     pub prefixes: &'static [&'static str],
-    /// Its line in the `--url` help; empty for schemes kept out of it (tests only).
+    /// Its full forms in the long `--url` help (`--help`); empty for schemes kept out of
+    /// the help (tests only).
     pub help: &'static str,
+    /// Its one line in the short `--url` help (`-h`): the URL's shape, and the store.
+    pub summary: (&'static str, &'static str),
     /// Schemes of one family may form a quorum together.
     pub family: &'static str,
     /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
@@ -41,6 +44,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis://", "rediss://"],
         help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS)",
+        summary: ("redis[s]://HOST[:PORT]", "one Redis server; several: Redlock"),
         family: "redis",
         check: check_redis,
         open: open_redis,
@@ -48,6 +52,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis+unix://", "unix://"],
         help: "redis+unix:///PATH (a Unix socket)",
+        summary: ("redis+unix:///PATH", "one Redis server on a Unix socket"),
         family: "redis",
         check: check_redis,
         open: open_redis,
@@ -55,6 +60,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis+sentinel://", "rediss+sentinel://"],
         help: "redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names)",
+        summary: ("redis+sentinel://S1,S2/MASTER", "the master Sentinel names"),
         family: "redis",
         check: check_redis,
         open: open_redis,
@@ -62,6 +68,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis+cluster://", "rediss+cluster://"],
         help: "redis+cluster://[user:password@]host:port[,host:port…] (any nodes of one Redis Cluster; it follows the slot map), rediss+cluster:// (TLS)",
+        summary: ("redis+cluster://N1,N2", "a Redis Cluster"),
         family: "redis-cluster",
         check: check_redis,
         open: open_redis,
@@ -69,6 +76,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["etcd://", "etcds://"],
         help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
+        summary: ("etcd[s]://H1,H2", "one etcd cluster"),
         family: "etcd",
         check: check_etcd,
         open: open_etcd,
@@ -76,6 +84,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["memcached://"],
         help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
+        summary: ("memcached://HOST[:PORT]", "memcached, best effort"),
         family: "memcached",
         check: check_memcached,
         open: open_memcached,
@@ -83,6 +92,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["zk://", "zks://"],
         help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe), zks:// (TLS, port 2281 when none is named)",
+        summary: ("zk[s]://H1,H2[/CHROOT]", "one ZooKeeper ensemble"),
         family: "zookeeper",
         check: check_zookeeper,
         open: open_zookeeper,
@@ -90,6 +100,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["postgres://", "postgresql://"],
         help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
+        summary: ("postgres://[USER@]HOST/DB", "PostgreSQL"),
         family: "postgres",
         check: check_postgres,
         open: open_postgres,
@@ -97,6 +108,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["mysql://", "mariadb://"],
         help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
+        summary: ("mysql://[USER@]HOST/DB", "MySQL or MariaDB"),
         family: "mysql",
         check: check_mysql,
         open: open_mysql,
@@ -104,6 +116,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["file://"],
         help: "file://DIR (the embedded local store)",
+        summary: ("file://DIR", "the local store (the default)"),
         family: "file",
         check: check_file,
         open: open_file,
@@ -111,6 +124,7 @@ pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["memory://"],
         help: "",
+        summary: ("", ""),
         family: "memory",
         check: no_check,
         open: open_memory,
@@ -156,6 +170,21 @@ pub fn url_help() -> String {
         .filter(|h| !h.is_empty())
         .collect();
     lines.join("; ")
+}
+
+/// The short `--url` help: one line per scheme, as the registry lists them.
+pub fn url_summary() -> String {
+    let shown = || {
+        SCHEMES
+            .iter()
+            .map(|s| s.summary)
+            .filter(|(f, _)| !f.is_empty())
+    };
+    let width = shown().map(|(f, _)| f.chars().count()).max().unwrap_or(0);
+    let lines: Vec<String> = shown()
+        .map(|(form, what)| format!("{form:width$}  {what}"))
+        .collect();
+    lines.join("\n")
 }
 
 /// The quorum that `urls` (two or more) form, with its name for messages.
