@@ -87,7 +87,7 @@ pub struct GlobalArgs {
 //
 // Every subcommand flattens this instead of clap's `global = true`: propagating global
 // options is a large part of clap's work on every run, and dlock's start-up is most of
-// what an `exec` costs (figures: README, *Benchmarks*).
+// what an `exec` costs (figures: benches/RESULTS.md).
 //
 // Here and on `Output`, plain comments: clap takes a flattened struct's doc comment for the
 // description of the command that flattens it, and would show this one in place of each

@@ -3,8 +3,8 @@
 //!
 //! `std::process::Command` with a `pre_exec` hook (which the parent-death signal needs) has
 //! to `fork`: the kernel copies dlock's page tables, and every page dlock writes afterwards
-//! faults to be copied again: a large share of an `exec`'s CPU (figures: README,
-//! *Benchmarks*). Here the child shares dlock's memory (`CLONE_VM`) and dlock is paused
+//! faults to be copied again: a large share of an `exec`'s CPU (figures:
+//! benches/RESULTS.md). Here the child shares dlock's memory (`CLONE_VM`) and dlock is paused
 //! until the child has called `exec` or exited (`CLONE_VFORK`), as glibc's `posix_spawn`
 //! does; the child runs on a stack of its own and makes only system calls on data prepared
 //! before the clone: `setpgid`, `signal` (SIGPIPE back to its default), `sigprocmask`,

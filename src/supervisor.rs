@@ -5,7 +5,7 @@
 //! SIGCHLD and reads them from a `signalfd`, which also tells when the child ended. That is
 //! three system calls where tokio's signal and process drivers cost a socket pair, a
 //! handler per signal, a pidfd and a set-up on every run that is a large share of a
-//! `dlock exec` (figures: README, *Benchmarks*). The child starts with an empty signal mask
+//! `dlock exec` (figures: benches/RESULTS.md). The child starts with an empty signal mask
 //! ([`crate::spawn`] clears it), and threads started later inherit the blocked set, so no
 //! signal is ever delivered to a thread that would let it kill dlock.
 //!

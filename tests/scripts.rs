@@ -185,7 +185,7 @@ fn renew_extends_the_lease(store: Store) {
     assert_eq!(v["ttl_ms"], 120_000);
 }
 
-/// An etcd lease keeps the TTL it was granted with (README, etcd): a renewal to a longer TTL
+/// An etcd lease keeps the TTL it was granted with (docs/stores/etcd.md): a renewal to a longer TTL
 /// is refused and changes nothing; one to the granted TTL extends the lease by that TTL.
 fn etcd_renewal_keeps_the_granted_ttl(store: Store) {
     let (_, owner, _) = run(&store, &["lock", "extended", "--ttl", "2s"]);

@@ -223,7 +223,7 @@ fn readers_share_and_a_queued_writer_stops_later_readers(store: Store) {
         assert_eq!(st["waiters"][0].get("sharing"), None, "a writer: {st}");
     }
     // A reader arriving after the queued writer does not overtake it (where waiters
-    // queue: elsewhere readers may starve a writer, as the README says).
+    // queue: elsewhere readers may starve a writer, as docs/commands.md says).
     if store.caps().queue {
         let (c, err) = code(&store, &["exec", "-n", "-s", "rw", "--", "true"]);
         assert_eq!(c, Some(75), "a reader overtook a queued writer: {err}");

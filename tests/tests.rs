@@ -46,6 +46,8 @@
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
 //!
 //! The repository and the harness:
+//! - `docs`: the manual's `console` examples run, its links resolve, its store pages share
+//!   their headings.
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
 //!   generated::` rewrites them).
 //! - `harness_smoke`: the servers start and restart, and every file here is declared below.
@@ -92,5 +94,6 @@ mod zookeeper_acl;
 mod zookeeper_ensemble;
 mod zookeeper_interop;
 
+mod docs;
 mod generated;
 mod harness_smoke;

@@ -28,7 +28,7 @@ impl Contention {
 
 /// Runs of each contention row, interleaved with the other rows. Seven: with three, the
 /// median of one 8-process row still moved between two runs by more than the noise we accept
-/// (figures: README, *Benchmarks*).
+/// (figures: benches/RESULTS.md).
 const CONTENTION_ROUNDS: usize = 7;
 
 /// Each round's rate, `None` for a round that failed.

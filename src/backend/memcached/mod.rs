@@ -1,6 +1,6 @@
 //! The Memcached backend: add + compare-and-swap on memcached's meta protocol (≥ 1.6).
 //! Best effort: memcached keeps nothing on disk and may evict any item, so a lock it
-//! holds survives neither a restart nor memory pressure (see the README).
+//! holds survives neither a restart nor memory pressure (see docs/stores/memcached.md).
 //!
 //! * `url`: `memcached://host:port`.
 //! * `client`: the meta commands over pooled TCP connections.

@@ -46,8 +46,8 @@ impl Names {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS` for both tables, one statement each: what the README
-    /// gives users who create them ahead of time.
+    /// `CREATE TABLE IF NOT EXISTS` for both tables, one statement each: what
+    /// docs/stores/mysql.md gives users who create them ahead of time.
     pub fn ddl(&self) -> [String; 2] {
         let (l, w) = (&self.locks, &self.waiters);
         [

@@ -52,8 +52,8 @@ impl Names {
         }
     }
 
-    /// `CREATE TABLE IF NOT EXISTS` for both tables: what the README gives users who create
-    /// them ahead of time.
+    /// `CREATE TABLE IF NOT EXISTS` for both tables: what docs/stores/postgres.md gives users
+    /// who create them ahead of time.
     pub fn ddl(&self) -> String {
         let (l, w) = (&self.locks, &self.waiters);
         format!(

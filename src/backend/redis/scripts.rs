@@ -13,7 +13,7 @@ use super::conn::Conn;
 
 /// A Lua script as sent: `common.lua` in front of its own file, and the SHA1 that
 /// `build.rs` computed from the same text (hashing at run time would add to the start-up of
-/// every `dlock` run; figures: README, *Benchmarks*).
+/// every `dlock` run; figures: benches/RESULTS.md).
 pub(super) struct Lua {
     pub(super) body: &'static str,
     pub(super) sha: &'static str,
