@@ -6,6 +6,8 @@
 //!
 //! # Layout
 //!
+//! How the parts fit, the store seam and how to add a store: `docs/design.md`.
+//!
 //! * [`cli`]: the clap definition, the single source of `--help`, completions and man pages.
 //! * [`generate`]: completions and man pages from [`cli`] (checked in under `completions/`
 //!   and `man/`; `tests/generated.rs` fails when they are stale).
