@@ -39,6 +39,7 @@
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
 //! * [`metrics`]: node_exporter textfile metrics of an `exec` run (`--metrics-file`).
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
+//! * [`ids`]: owner ids and random numbers (a leaf: it imports nothing of the crate).
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
 //! `.cargo/config.toml` links the binary statically (start-up time is most of what one
@@ -61,6 +62,7 @@ pub mod events;
 pub mod exit;
 pub mod generate;
 pub mod holder;
+pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod output;

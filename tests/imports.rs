@@ -1,5 +1,5 @@
 //! No import circle among the files of `src/`: each file's `use` trees and inline
-//! `crate::`/`super::`/`self::` paths name the file that defines the module they reach, and
+//! paths (`crate::`, `super::`, `self::`, a child module's name) name the file that defines the module they reach, and
 //! those edges must form no cycle. A path that stops at a folder's `mod.rs` (an item it
 //! re-exports) is an edge to that `mod.rs`, so a circle through a re-export counts too;
 //! `mod x;` declarations are not edges. A failure prints every circle found.
@@ -16,7 +16,11 @@ fn collect(dir: &Path, root: &Path, out: &mut Modules) {
         if path.is_dir() {
             collect(&path, root, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
-            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
             out.insert(module_of(&rel), rel);
         }
     }
@@ -28,7 +32,10 @@ fn module_of(rel: &str) -> String {
     if matches!(parts.last(), Some(&"mod") | Some(&"lib") | Some(&"main")) {
         parts.pop();
     }
-    std::iter::once("crate").chain(parts).collect::<Vec<_>>().join("::")
+    std::iter::once("crate")
+        .chain(parts)
+        .collect::<Vec<_>>()
+        .join("::")
 }
 
 /// The source with comments, strings and character literals blanked out, so a path
@@ -105,8 +112,9 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Every path the code names: the leaves of each `use` tree, and each inline path that
-/// starts with `crate`, `super` or `self`. Paired with the inline module it appears in.
+/// Every path the code names: the leaves of each `use` tree, and each inline path (those
+/// that start with another crate or a type are dropped by [`resolve`]). Paired with the
+/// inline module it appears in.
 fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
     let mut found = Vec::new();
     let mut inline: Vec<(String, usize)> = Vec::new();
@@ -128,17 +136,19 @@ fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
                 inline.push((toks[i + 1].clone(), depth));
             }
             "use" if i == 0 || toks[i - 1] != "$" => {
-                let end = (i..toks.len()).find(|&j| toks[j] == ";").unwrap_or(toks.len());
+                let end = (i..toks.len())
+                    .find(|&j| toks[j] == ";")
+                    .unwrap_or(toks.len());
                 for leaf in use_leaves(&toks[i + 1..end]) {
                     found.push((scope.clone(), leaf));
                 }
                 i = end;
             }
-            "crate" | "super" | "self"
-                if (i == 0 || (toks[i - 1] != "$" && toks[i - 1] != "::" && toks[i - 1] != "in"))
-                    && toks.get(i + 1).is_some_and(|t| t == "::") =>
+            word if word.chars().all(is_ident)
+                && (i == 0 || !["$", "::", "in"].contains(&toks[i - 1].as_str()))
+                && toks.get(i + 1).is_some_and(|t| t == "::") =>
             {
-                let mut path = vec![t.to_string()];
+                let mut path = vec![word.to_string()];
                 let mut j = i + 1;
                 while toks.get(j).is_some_and(|t| t == "::")
                     && toks.get(j + 1).is_some_and(|t| t.chars().all(is_ident))
@@ -346,7 +356,7 @@ fn no_import_circle_among_src_files() {
 fn the_reader_sees_use_trees_inline_paths_and_nested_modules() {
     let code = code_only(
         "use super::{a, b::{c as d, e}};\n// use crate::x;\nfn f() { let s = \"crate::y\"; \
-         crate::z::g(); }\nmod tests { use super::*; }\n",
+         crate::z::g(); }\nmod tests { use super::*; child::f(); }\n",
     );
     let found = paths(&code);
     let shown: Vec<String> = found
@@ -355,6 +365,13 @@ fn the_reader_sees_use_trees_inline_paths_and_nested_modules() {
         .collect();
     assert_eq!(
         shown,
-        ["|super::a", "|super::b::c", "|super::b::e", "|crate::z::g", "tests|super::*"]
+        [
+            "|super::a",
+            "|super::b::c",
+            "|super::b::e",
+            "|crate::z::g",
+            "tests|super::*",
+            "tests|child::f"
+        ]
     );
 }

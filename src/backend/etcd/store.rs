@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 
-use super::client::{Client, KeepAlive};
+use super::client::{self, Client};
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry};
+use super::streams::KeepAlive;
 use super::took::Took;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy};
@@ -173,7 +174,7 @@ impl EtcdStore {
         if let (Some(rev), Some(g)) = (w.queued_at, &w.lease) {
             return self.take_turn(req, w, rev, g.id).await;
         }
-        let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
+        let id = w.lease.as_ref().map_or_else(client::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let mut meta = self.meta_of(req);

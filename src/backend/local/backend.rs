@@ -479,7 +479,7 @@ impl Backend for LocalBackend {
     }
 
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
-        linger::detach(self, acquired, left).await
+        linger::detach(&self.ctx, acquired, left).await
     }
 
     async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {

@@ -10,8 +10,7 @@
 use std::time::Duration;
 
 use super::file::boot_ms;
-use super::queue::UNLISTED;
-use super::record::LeaseRecord;
+use super::record::{LeaseRecord, UNLISTED};
 use super::store::{Attempt, Session, STUCK_AFTER_MS};
 use crate::backend::sharing::Admission;
 use crate::backend::Sharing;

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::file::{boot_ms, io_err, read_full_at, Ctx, KeyFile};
 use super::locks::{self, hold_lock, wait_lock, Kind, MAX_TICKET};
-use super::queue::UNLISTED;
-use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN};
+use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN, UNLISTED};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, WaitInfo};
 use crate::error::{Error, Result};
 

@@ -41,7 +41,7 @@ pub struct MyWaiter {
 impl MyWaiter {
     pub(super) fn new() -> MyWaiter {
         MyWaiter {
-            id: crate::holder::new_owner_id(),
+            id: crate::ids::new_owner_id(),
             seen: None,
             same: 0,
         }

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
+use super::backend::KeptRun;
+use super::backend::RedisBackend;
 use super::keys::{run_keys, Keys};
-use super::reply::{holder_json, lock_info, Reply};
-use super::runs::KeptRun;
+use super::reply::{holder_json, lock_info, parse_sharing, Reply};
 use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
-use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
@@ -367,18 +367,6 @@ fn sharing_arg(sharing: Sharing) -> String {
         Sharing::Exclusive => "x".to_string(),
         Sharing::Shared => "s".to_string(),
         Sharing::Limit(n) => n.to_string(),
-    }
-}
-
-/// Reads [`sharing_arg`] back (a group's mode, a conflict's reply).
-pub(super) fn parse_sharing(s: &str) -> Sharing {
-    match s {
-        "s" => Sharing::Shared,
-        n => n
-            .parse()
-            .ok()
-            .and_then(Sharing::limit)
-            .unwrap_or(Sharing::Exclusive),
     }
 }
 

@@ -28,12 +28,12 @@ use futures_util::StreamExt;
 use redis::aio::PubSub;
 use redis::{Cmd, Value};
 
+use super::backend::RedisBackend;
 use super::conn::Conn;
 use super::keys::Keys;
 use super::lease::{for_share, Attempt, Join, QueueArgs};
 use super::reply::holder_json;
 use super::scripts::{run_script, SCRIPTS};
-use super::RedisBackend;
 use crate::backend::store::{self, Woken};
 use crate::backend::{AcquireRequest, Acquired};
 use crate::error::Result;
@@ -224,7 +224,7 @@ impl RedisBackend {
     /// The state of a new acquisition: a fresh waiter id, not queued yet.
     pub(super) fn waiter(&self, req: &AcquireRequest, conn: Conn) -> Waiter {
         Waiter {
-            id: crate::holder::new_owner_id(), // a waiter id is as random as an owner id
+            id: crate::ids::new_owner_id(), // a waiter id is as random as an owner id
             owner: req.owner.clone(),
             keys: Keys::new(&req.key),
             json: holder_json(&req.holder),

@@ -54,8 +54,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::backend::RedlockBackend;
 use super::member::Member;
-use super::RedlockBackend;
 use crate::backend::quorum::round::{self, Failure};
 use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::redis::{Attempt, Busy, Vote};

@@ -9,20 +9,11 @@ use super::layout::Meta;
 use super::queue::{self, Line};
 use super::session;
 use super::shares::{self, Blocker};
-use super::store::{ZkStore, ZkWaiter};
+use super::store::{Watch, ZkStore, ZkWaiter};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{AcquireRequest, Acquired};
 use crate::error::{Error, Result};
-
-/// What a waiter sleeps on until it may be admitted.
-#[derive(Debug, Clone)]
-pub enum Watch {
-    /// The node that blocks it: its deletion may admit us.
-    Node(String),
-    /// The lock's children, as they were at `pzxid`: any holder leaving may admit us.
-    Line { path: String, pzxid: i64 },
-}
 
 impl ZkStore {
     /// Stamps our node now that it holds: the zxid of this write is the fencing token.

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
-use super::attempt::Watch;
 use super::layout::{self, Entry, Meta};
 use super::queue::{self, Line};
 use super::session::{self, acls, unavailable};
@@ -41,6 +40,15 @@ pub struct ZkStore {
     /// The session and node of each `exec` lease this process holds, by owner:
     /// renewals ask that session.
     sessions: Mutex<HashMap<String, (Client, String)>>,
+}
+
+/// What a waiter sleeps on until it may be admitted.
+#[derive(Debug, Clone)]
+pub enum Watch {
+    /// The node that blocks it: its deletion may admit us.
+    Node(String),
+    /// The lock's children, as they were at `pzxid`: any holder leaving may admit us.
+    Line { path: String, pzxid: i64 },
 }
 
 /// One acquisition: its own session (`exec`), its node once queued, what blocks it.
