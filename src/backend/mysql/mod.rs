@@ -17,6 +17,7 @@
 mod backend;
 mod connect;
 mod lease;
+mod row;
 pub mod schema;
 mod share;
 mod status;

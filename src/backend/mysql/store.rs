@@ -19,7 +19,7 @@ use rand::Rng;
 
 use super::backend::MysqlStore;
 use super::connect::Tuning;
-use super::lease::MyWaiter;
+use super::row::MyWaiter;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
