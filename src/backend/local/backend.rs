@@ -110,7 +110,7 @@ use async_trait::async_trait;
 use super::file::{self, io_err, Ctx, KeyFile};
 use super::locks::{self, wait_lock, Kind};
 use super::names;
-use super::store::{self, Attempt, Step};
+use super::store::{self, Ask, Step};
 use super::wait::{self, Abort, Outcome};
 use super::waiter::{HoldGuard, Waiting, Wake};
 use super::{holders, linger, runs, watch};
@@ -152,7 +152,7 @@ impl LocalBackend {
             Kind::Exclusive,
             Some(wait),
             move |s| {
-                s.attempt(&Attempt {
+                s.attempt(&Ask {
                     req: &r,
                     me,
                     nowait,

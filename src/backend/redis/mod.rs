@@ -40,7 +40,7 @@ mod url;
 
 pub use self::backend::RedisBackend;
 pub use self::connect::{tls_certificates, Tuning};
-pub(crate) use self::lease::{Attempt, Busy, Vote};
+pub(crate) use self::lease::{Busy, Tried, Vote};
 pub(crate) use self::replicas::refuse as refuse_min_replicas;
 pub(crate) use self::url::parse as parse_url;
 pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};

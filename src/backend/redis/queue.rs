@@ -31,7 +31,7 @@ use redis::{Cmd, Value};
 use super::backend::RedisBackend;
 use super::conn::Conn;
 use super::keys::Keys;
-use super::lease::{for_share, Attempt, Join, QueueArgs};
+use super::lease::{for_share, Join, QueueArgs, Tried};
 use super::reply::holder_json;
 use super::scripts::{run_script, SCRIPTS};
 use crate::backend::store::{self, Woken};
@@ -256,12 +256,12 @@ impl RedisBackend {
         let attempt = self.run_acquire(req, &waiter.keys, queue, 0).await;
         waiter.queued = queued;
         match attempt {
-            Ok(Attempt::Granted(lease)) => {
+            Ok(Tried::Granted(lease)) => {
                 waiter.queued = false; // the script took us off the queue
                 waiter.granted_on = Some(waiter.conn.clone());
                 Ok(granted(lease))
             }
-            Ok(Attempt::Busy(busy)) => Ok(store::Attempt::Busy(busy)),
+            Ok(Tried::Busy(busy)) => Ok(store::Attempt::Busy(busy)),
             Err(e) => {
                 waiter.failed = true;
                 Err(e)
@@ -336,13 +336,13 @@ impl RedisBackend {
         waiter.blocking = blocked.answered();
         Ok(match attempt {
             // Claimed again, fresh, by the next attempt.
-            Attempt::Granted(_) if sent_at.elapsed() > req.ttl / 10 => Woken::Again,
-            Attempt::Granted(lease) => {
+            Tried::Granted(_) if sent_at.elapsed() > req.ttl / 10 => Woken::Again,
+            Tried::Granted(lease) => {
                 waiter.queued = false;
                 waiter.granted_on = Some(conn);
                 Woken::Answered(Box::new(granted(lease)))
             }
-            Attempt::Busy(busy) => Woken::Answered(Box::new(store::Attempt::Busy(busy))),
+            Tried::Busy(busy) => Woken::Answered(Box::new(store::Attempt::Busy(busy))),
         })
     }
 
