@@ -113,7 +113,7 @@ use super::names;
 use super::store::{self, Ask, Step};
 use super::wait::{self, Abort, Outcome};
 use super::waiter::{HoldGuard, Waiting, Wake};
-use super::{holders, linger, runs, watch};
+use super::{linger, runs, shared, watch};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, Listing, LockInfo, ReleaseMode, Released,
     WaitOptions,
@@ -318,7 +318,7 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
-        holders::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
+        shared::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
         let started = wait.since;
         let nowait = wait.deadline.is_some_and(|d| d <= Instant::now());
         let kf = self

@@ -8,7 +8,7 @@
 //! one read plus one, committed with the grant.
 //!
 //! Shared and semaphore attempts, and an exclusive one that finds such holders, go on in
-//! `share.rs` under the same row lock; renew, hold-at-least and release go there only
+//! `shared.rs` under the same row lock; renew, hold-at-least and release go there only
 //! when their exclusive statement found no lease of the caller's.
 
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use mysql_async::{Conn, TxOpts};
 use super::backend::{ms, on_conn, MysqlStore};
 use super::row::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue, Row};
 use super::schema::Sql;
-use super::share::{
+use super::shared::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
 use crate::backend::group::GROUP_OWNER;

@@ -1,6 +1,6 @@
-//! What an attempt and its shared-holder branch (`share.rs`) both read and keep: the
+//! What an attempt and its shared-holder branch (`shared.rs`) both read and keep: the
 //! waiter's place in line, the key's row as locked, the live queue, and what a release
-//! found. Its own file so that `lease.rs` and `share.rs` both import it, and not each
+//! found. Its own file so that `lease.rs` and `shared.rs` both import it, and not each
 //! other both ways.
 
 use mysql_async::prelude::Queryable;
@@ -75,7 +75,7 @@ impl Current {
         self.owner.as_deref().filter(|_| self.live())
     }
 
-    /// True when shared or semaphore holders keep the key (see `share.rs`).
+    /// True when shared or semaphore holders keep the key (see `shared.rs`).
     pub(super) fn is_group(&self) -> bool {
         self.holder_id() == Some(GROUP_OWNER)
     }

@@ -53,7 +53,7 @@ impl LockStore for MysqlStore {
         self.server.target.name.clone()
     }
 
-    /// Exclusive leases, `--shared` and `--limit N` alike (see `share.rs`).
+    /// Exclusive leases, `--shared` and `--limit N` alike (see `shared.rs`).
     fn supports(&self, _sharing: crate::backend::Sharing) -> bool {
         true
     }

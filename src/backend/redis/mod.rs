@@ -14,7 +14,7 @@
 //! * `scripts.rs`: the Lua scripts, sent by hash.
 //! * `reply.rs`: reading replies, lease fields and holders.
 //! * `lease.rs`: one attempt (also Redlock's), renew, release.
-//! * `queue.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
+//! * `wait.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
 //! * `replicas.rs`: `?min_replicas`, a `WAIT` after each grant and renewal.
 //! * `linger.rs`: a lease left to expire by itself (`--hold-at-least`), and watching for
 //!   a release (`dlock wait`).
@@ -29,7 +29,6 @@ mod connect;
 mod keys;
 mod lease;
 mod linger;
-mod queue;
 mod replicas;
 mod reply;
 mod runs;
@@ -37,6 +36,7 @@ mod scripts;
 mod status;
 mod store;
 mod url;
+mod wait;
 
 pub use self::backend::RedisBackend;
 pub use self::connect::{tls_certificates, Tuning};

@@ -7,7 +7,7 @@
 //! TTL node (servers started with `zookeeper.extendedTypesEnabled=true`) whose expiry dlock
 //! writes into the node and honours itself, since the server reaps TTL nodes only now and
 //! then. An exclusive waiter watches only the contender just before it; shared and
-//! semaphore contenders hold together as [`super::shares`] says. The fencing token is the
+//! semaphore contenders hold together as [`super::shared`] says. The fencing token is the
 //! zxid of the write that stamps a holder's node once it is admitted: later than every
 //! earlier holder's release, distinct for holders admitted together, and zxids grow
 //! across leader changes.
@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use super::layout::{self, Entry, Meta};
-use super::queue::{self, Line};
+use super::line::{self, Line};
 use super::session::{self, acls, unavailable};
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
@@ -116,7 +116,7 @@ impl ZkStore {
 
     pub(super) async fn line(&self, key: &str, sweep: bool) -> Result<(String, Line)> {
         let path = self.path(key)?;
-        let line = queue::read(&self.client(key).await?, &path, sweep, None)
+        let line = line::read(&self.client(key).await?, &path, sweep, None)
             .await
             .map_err(|e| self.fail(key, e))?;
         Ok((path, line))
@@ -201,7 +201,7 @@ impl ZkStore {
             }
         };
         w.sent = Instant::now();
-        let created = queue::create(&client, &prefix, &meta.encode(), &options, &parents).await;
+        let created = line::create(&client, &prefix, &meta.encode(), &options, &parents).await;
         match created {
             Ok((node, stat)) => {
                 w.node = Some(node);
@@ -361,7 +361,7 @@ impl LockStore for ZkStore {
         self.target.name.clone()
     }
 
-    /// Every mode: a contender's name says how it holds the key (see [`super::shares`]).
+    /// Every mode: a contender's name says how it holds the key (see [`super::shared`]).
     fn supports(&self, _sharing: Sharing) -> bool {
         true
     }
