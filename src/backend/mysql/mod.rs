@@ -9,6 +9,7 @@
 //! * `schema.rs`: the tables and every statement.
 //! * `backend.rs`: the store value and its request connection.
 //! * `lease.rs`: one attempt, renew, hold-at-least, release, leaving the queue.
+//! * `row.rs`: what `lease.rs` and `shared.rs` both read: the waiter, the key's row, the queue.
 //! * `shared.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and

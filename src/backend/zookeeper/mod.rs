@@ -3,7 +3,7 @@
 //!
 //! * [`layout`]: lock paths, contender node names, what a node's data says (pure).
 //! * [`session`]: connecting, what a session's timeout gives a lease, error wording.
-//! * [`queue`]: creating contender nodes and reading a lock's line in order.
+//! * [`line`]: creating contender nodes and reading a lock's line in order.
 //! * [`shared`]: who holds when contenders may hold together (`--shared`, `--limit N`).
 //! * [`attempt`]: one attempt on the line, and what a waiter watches.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
