@@ -49,7 +49,7 @@ impl ForChild {
 
 /// Prepares `urls` (as given, possibly with passwords) for the command.
 pub fn for_child(urls: &[String]) -> Result<ForChild> {
-    let urls = crate::backend::join_urls(urls);
+    let urls = crate::backend::spec::join_urls(urls);
     let url = urls.iter().map(|u| strip(u)).collect::<Vec<_>>().join(",");
     if url == urls.join(",") {
         return Ok(ForChild { url, fd: None });
@@ -75,20 +75,20 @@ fn memfd_with(urls: &[String]) -> std::io::Result<OwnedFd> {
     Ok(file.into())
 }
 
-/// `urls` (as `--url` splits them: joined again, see [`crate::backend::join_urls`]) with
+/// `urls` (as `--url` splits them: joined again, see [`crate::backend::spec::join_urls`]) with
 /// each URL that has no password replaced by the inherited full URL (see the module
 /// documentation) that strips down to it. Without an inherited descriptor, or when it
 /// cannot be read, the joined `urls` as they are.
 pub fn restore(urls: Vec<String>) -> Vec<String> {
     let Some(full) = inherited() else {
-        return crate::backend::join_urls(&urls);
+        return crate::backend::spec::join_urls(&urls);
     };
     restore_from(urls, &full)
 }
 
 /// [`restore`] with the inherited URLs given.
 pub fn restore_from(urls: Vec<String>, full: &[String]) -> Vec<String> {
-    crate::backend::join_urls(&urls)
+    crate::backend::spec::join_urls(&urls)
         .into_iter()
         .map(|url| {
             full.iter()

@@ -74,7 +74,7 @@ fn json_line(record: &Record, elapsed_ms: f64) -> String {
     let mut fields = serde_json::Map::new();
     fields.insert(
         "ts".into(),
-        crate::output::rfc3339_ms(crate::backend::now_ms()).into(),
+        crate::output::time::rfc3339_ms(crate::backend::now_ms()).into(),
     );
     fields.insert(
         "elapsed_ms".into(),

@@ -21,7 +21,7 @@
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait the commands call; the store seam
 //!   [`backend::store::LockStore`], whose implementors write only their primitives, and
-//!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`];
+//!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`]; opening a backend in [`backend::spec`];
 //!   the one URL reader and redaction rule in [`backend::url`] (each store's `url.rs` turns
 //!   its reading into the store's typed target);
 //!   one folder per store: [`backend::local`] (embedded, the default), [`backend::redis`]
@@ -29,6 +29,46 @@
 //!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],
 //!   [`backend::memcached`] (one server or a quorum); [`backend::quorum`] counts votes for
 //!   both quorums.
+//!
+//!   No import circle among files, `mod.rs` included (`tests/imports.rs` reads every
+//!   `use` and path): [`ids`] and [`terminal`] import nothing of the crate's logic;
+//!   [`backend`]'s `mod.rs` holds the vocabulary (requests, leases, holders, run records,
+//!   statuses) and the [`backend::Backend`] trait and imports no store;
+//!   [`backend::waiting::pace`] (the back-off and the ride-out) sits below both the seam
+//!   and the loop; the store folders come above them and the shared recipes
+//!   ([`backend::sharing`], [`backend::group`], [`backend::sql`], [`backend::quorum`]);
+//!   [`backend::registry`] (the schemes) above the stores; and on top [`backend::spec`],
+//!   which reads `--url` into a [`backend::spec::BackendSpec`] and opens it
+//!   ([`backend::spec::open`]). Inside a folder, a file imports an item from the file
+//!   that defines it, not through the folder's `mod.rs`.
+//!
+//!   A store folder names its files after this template, each present when the store
+//!   has the part:
+//!   `url.rs` (its URL read into the store's typed target), `connect.rs` (connections,
+//!   timeouts, TLS, the one-line errors and which of them are transient), `backend.rs`
+//!   (the store value, when it is more than the `LockStore`), `store.rs` (the
+//!   `impl LockStore`), `lease.rs` (one attempt, renew, release), `shared.rs` (`--shared`
+//!   and `--limit N` holders), `wait.rs` (how a waiter sleeps and is woken), `status.rs`
+//!   (`status` and listing), `runs.rs` (the run records), `linger.rs`
+//!   (`--hold-at-least`), and a file for what an attempt and its `shared.rs` branch both
+//!   read (`row.rs` in the SQL stores). Where a folder differs, and why:
+//!   - `local/`: kernel locks do its waiting, so it is a `Backend` of its own rather
+//!     than a `LockStore`: `backend.rs` is the value and its acquire loop, `store.rs`
+//!     the synchronous state transitions of a key file, `queue.rs` the waiter list
+//!     `status` shows, `wait.rs` the bridge from blocking kernel locks to async code.
+//!   - `etcd/` and `zookeeper/`: a line of contenders ordered by creation, as
+//!     `etcdctl lock` and Curator write it: the pure part in `recipe.rs`/`layout.rs`,
+//!     the line's I/O in `line.rs` (ZooKeeper), who at the head holds in
+//!     `holders.rs`/`shared.rs`; etcd's own gRPC client in `client.rs`, `streams.rs`,
+//!     `failure.rs`, `proto.rs`, and its `LockStore` in `seam.rs` (its `store.rs` is the
+//!     value and its acquisition pieces).
+//!   - `postgres/` and `mysql/`: the run records share the status tables' reading, so
+//!     `status.rs` holds both; `schema.rs` holds every statement. PostgreSQL's
+//!     shared-holder branch is still `group.rs` and reads its rows from `lease.rs` (the
+//!     one known import circle, listed in `tests/imports.rs`).
+//!   - `redis/`, `redlock/`, `memcached/`: Lua scripts beside `scripts.rs` (Redis); the
+//!     quorum's rounds and members in `round.rs`/`member.rs` (Redlock) and `quorum/`
+//!     (memcached), counted by [`backend::quorum`].
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the
@@ -41,6 +81,7 @@
 //! * [`events`]: what `-v` and `--log-format json` tell about a run, on stderr.
 //! * [`metrics`]: node_exporter textfile metrics of an `exec` run (`--metrics-file`).
 //! * [`holder`]: the metadata (host, pid, user, command) stored with each lease.
+//! * [`ids`]: owner ids and random numbers (a leaf: it imports nothing of the crate).
 //!
 //! Outside `src/`: `build.rs` hashes the Redis Lua scripts at build time, and
 //! `.cargo/config.toml` links the binary statically (start-up time is most of what one
@@ -63,6 +104,7 @@ pub mod events;
 pub mod exit;
 pub mod generate;
 pub mod holder;
+pub mod ids;
 pub mod lease;
 pub mod metrics;
 pub mod output;

@@ -1,7 +1,6 @@
 //! What dlock prints: JSON shapes, the status table, shell assignments, the waiting line.
 
 use std::io::Write;
-use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -11,8 +10,10 @@ use crate::backend::{
 use crate::terminal::escape;
 
 pub mod runs;
+pub mod time;
 mod waitline;
 pub use self::runs::RunJson;
+pub use self::time::{rfc3339_ms, short_duration};
 pub use self::waitline::WaitLine;
 
 /// Writes one line to stdout and flushes it. Unlike `println!`, which panics, a reader that
@@ -67,11 +68,6 @@ pub fn stdout_is_open() -> bool {
         _ => false,
     };
     !(read_write && is_null)
-}
-
-/// RFC 3339 (UTC, milliseconds) for a time in milliseconds since the epoch.
-pub fn rfc3339_ms(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
 /// `lock --json` and `renew --json`.
@@ -381,16 +377,6 @@ fn status_row(s: &KeyStatus) -> Vec<String> {
             None => l.holder.command.clone(),
         },
     ]
-}
-
-/// `1h02m`, `5m03s`, `4.2s`, `350ms`: compact and readable.
-pub fn short_duration(ms: u64) -> String {
-    match ms {
-        0..=999 => format!("{ms}ms"),
-        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
-        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
-        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
-    }
 }
 
 /// Quotes `s` for a POSIX shell (single quotes; `'` becomes `'\''`).

@@ -91,27 +91,6 @@ mod tests {
     }
 
     #[test]
-    fn a_holder_description_is_escaped() {
-        // A Curator lock node's data is read as its host: arbitrary bytes, a NUL included.
-        let lock = crate::backend::LockInfo {
-            key: "k".into(),
-            owner: "_c_x-lock-0000000001".into(),
-            fencing_token: 1,
-            holder: crate::backend::Holder {
-                host: "10.0.0.1\0\x1b[2J".into(),
-                command: "a\nb".into(),
-                ..Default::default()
-            },
-            ttl_left_ms: None,
-            depth: 1,
-        };
-        assert_eq!(
-            lock.describe(),
-            "_c_x-lock-0000000001 (10.0.0.1\\0\\e[2J pid 0: a\\nb)"
-        );
-    }
-
-    #[test]
     fn escaping_twice_is_escaping_once() {
         let raw = "d\0\0\0 \x1b]0;title\x07 \u{2028}\n";
         let once = escape(raw).into_owned();

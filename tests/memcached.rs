@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dlock::backend::{Backend, BackendSpec, ReleaseMode, RunRecord};
+use dlock::backend::spec::BackendSpec;
+use dlock::backend::{Backend, ReleaseMode, RunRecord};
 use dlock::error::Error;
 
 use crate::support::{
@@ -20,7 +21,7 @@ fn dlock(server: &MemcachedServer) -> std::process::Command {
 
 async fn open(server: &MemcachedServer) -> Arc<dyn Backend> {
     let spec = BackendSpec::from_urls(&[server.url()]).unwrap();
-    dlock::backend::open(&spec).await.unwrap()
+    dlock::backend::spec::open(&spec).await.unwrap()
 }
 
 /// The token `status KEY --json` shows.

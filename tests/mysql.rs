@@ -312,8 +312,8 @@ fn tls_with_ssl_mode_required() {
 async fn waiters_are_served_in_arrival_order() {
     use dlock::backend::{Backend, ReleaseMode};
     let server = MysqlServer::start();
-    let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).unwrap();
-    let b: std::sync::Arc<dyn Backend> = dlock::backend::open(&spec).await.unwrap();
+    let spec = dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).unwrap();
+    let b: std::sync::Arc<dyn Backend> = dlock::backend::spec::open(&spec).await.unwrap();
     b.acquire(&support::req("line", "first"), &support::no_wait())
         .await
         .unwrap();

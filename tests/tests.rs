@@ -51,6 +51,7 @@
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
 //!   generated::` rewrites them).
 //! - `harness_smoke`: the servers start and restart, and every file here is declared below.
+//! - `imports`: no import circle among the files of `src/`.
 
 #[macro_use]
 mod macros;
@@ -97,3 +98,4 @@ mod zookeeper_interop;
 mod docs;
 mod generated;
 mod harness_smoke;
+mod imports;

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use dlock::backend::BackendSpec;
+use dlock::backend::spec::BackendSpec;
 
 use crate::opts::Opts;
 use crate::procs::{handle_signals, interrupted, ROOT};

@@ -191,7 +191,7 @@ impl LockStore for MemoryStore {
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<MemoryWaiter> {
         Ok(MemoryWaiter {
-            id: crate::holder::new_owner_id(),
+            id: crate::ids::new_owner_id(),
             seen: self.changed.subscribe(),
         })
     }

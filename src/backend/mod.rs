@@ -25,7 +25,7 @@ pub mod redlock;
 pub mod registry;
 pub mod runs;
 pub mod sharing;
-mod spec;
+pub mod spec;
 pub mod sql;
 pub mod store;
 pub mod url;
@@ -40,9 +40,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use self::runs::{LastRuns, RunRecord, RUN_RECORD_TTL};
 pub use self::sharing::Sharing;
-pub use self::spec::{join_urls, BackendSpec};
 
 use crate::error::Result;
 
@@ -351,6 +349,50 @@ pub struct ServerView {
     pub error: Option<String>,
 }
 
+// A key's run records are vocabulary of the `Backend` trait, so they are defined here;
+// how they are read, merged and encoded is in [`runs`].
+
+/// How long a store keeps a key's run records after the last write: long enough for a
+/// monthly job, bounded so that retired keys do not stay forever.
+pub const RUN_RECORD_TTL: Duration = Duration::from_secs(40 * 24 * 3600);
+
+/// One finished `exec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub owner: String,
+    pub fencing_token: u64,
+    /// Who ran it: host, pid, user, command, and when the lock was taken.
+    #[serde(flatten)]
+    pub holder: Holder,
+    /// When CMD started and ended, milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub ended_at_ms: u64,
+    /// The code `exec` exited with: CMD's own, 128+N when signal N killed it, 79 when the
+    /// lease was lost, 124 when `--max-runtime` cut it short.
+    pub exit_code: i32,
+    /// The signal that ended CMD, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// How long dlock waited for the lock, and how long CMD ran.
+    pub waited_ms: u64,
+    pub ran_ms: u64,
+    /// True when the lease was lost while CMD ran (dlock killed it, exit 79).
+    #[serde(default)]
+    pub lease_lost: bool,
+    /// True when CMD ran longer than `--max-runtime` and was terminated (exit 124).
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// What a store remembers of a key's runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastRuns {
+    /// The most recent finished run.
+    pub last: Option<RunRecord>,
+    /// The most recent run that succeeded (the same as `last` when that one did).
+    pub last_success: Option<RunRecord>,
+}
+
 /// A lock store. Implementations are cheap to share behind an `Arc`.
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -374,12 +416,12 @@ pub trait Backend: Send + Sync {
     ///
     /// A [`Transient`](crate::error::Error::Transient) failure (a client frozen on the key's row, a leader change)
     /// is tried again for as long as the lease could still be alive, at most
-    /// [`waiting::RIDE_OUT`]: giving up would leave the next waiter to wait out the TTL.
+    /// [`waiting::pace::RIDE_OUT`]: giving up would leave the next waiter to wait out the TTL.
     /// Only a whole release is tried again: one level of a re-entered lease, released twice
     /// because the first answer was lost, would release its parent's level too.
     async fn release_acquired(&self, acquired: Acquired, mode: ReleaseMode) -> Result<()> {
         let lease = &acquired.lease;
-        let until = tokio::time::Instant::now() + lease.ttl.min(waiting::RIDE_OUT);
+        let until = tokio::time::Instant::now() + lease.ttl.min(waiting::pace::RIDE_OUT);
         let mut round = 0;
         let released = loop {
             match self.release(&lease.key, &lease.owner, mode).await {
@@ -388,7 +430,7 @@ pub trait Backend: Send + Sync {
                         && e.is_retryable()
                         && tokio::time::Instant::now() < until =>
                 {
-                    let pause = waiting::backoff(round);
+                    let pause = waiting::pace::backoff(round);
                     round += 1;
                     tokio::time::sleep_until(until.min(tokio::time::Instant::now() + pause)).await;
                 }
@@ -479,31 +521,6 @@ pub(crate) async fn unless_cancelled<T>(
     }
 }
 
-/// Opens the backend a spec names. Connecting may fail with `Unavailable`.
-pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
-    open_with(spec, false).await
-}
-
-/// [`open`] for a caller that makes one request at a time (the CLI), which lets a Redis
-/// waiter sleep on the one connection it has (see [`redis::Tuning::exclusive`]).
-pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
-    open_with(spec, true).await
-}
-
-async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
-    match spec {
-        BackendSpec::Local(dir) => Ok(Arc::new(local::LocalBackend::open(dir)?)),
-        BackendSpec::One(url) => {
-            install_crypto_provider();
-            (registry::scheme_of(url)?.open)(url, exclusive).await
-        }
-        BackendSpec::Quorum(urls) => {
-            install_crypto_provider();
-            (registry::quorum_of(urls)?.1)(urls).await
-        }
-    }
-}
-
 /// Makes ring rustls's process-wide crypto provider, before any TLS connection. Clients
 /// that build their TLS settings without naming a provider (tonic, mysql_async, the
 /// ZooKeeper client) take that one; without it rustls guesses from its features, and
@@ -523,4 +540,30 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_description_is_escaped() {
+        // A Curator lock node's data is read as its host: arbitrary bytes, a NUL included.
+        let lock = LockInfo {
+            key: "k".into(),
+            owner: "_c_x-lock-0000000001".into(),
+            fencing_token: 1,
+            holder: Holder {
+                host: "10.0.0.1\0\x1b[2J".into(),
+                command: "a\nb".into(),
+                ..Default::default()
+            },
+            ttl_left_ms: None,
+            depth: 1,
+        };
+        assert_eq!(
+            lock.describe(),
+            "_c_x-lock-0000000001 (10.0.0.1\\0\\e[2J pid 0: a\\nb)"
+        );
+    }
 }

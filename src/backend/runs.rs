@@ -9,43 +9,7 @@
 //! atomically may keep a `last_success` older than `last` for a moment: readers only
 //! ever see whole records.
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
-use super::Holder;
-
-/// How long a store keeps a key's run records after the last write: long enough for a
-/// monthly job, bounded so that retired keys do not stay forever.
-pub const RUN_RECORD_TTL: Duration = Duration::from_secs(40 * 24 * 3600);
-
-/// One finished `exec`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub owner: String,
-    pub fencing_token: u64,
-    /// Who ran it: host, pid, user, command, and when the lock was taken.
-    #[serde(flatten)]
-    pub holder: Holder,
-    /// When CMD started and ended, milliseconds since the Unix epoch.
-    pub started_at_ms: u64,
-    pub ended_at_ms: u64,
-    /// The code `exec` exited with: CMD's own, 128+N when signal N killed it, 79 when the
-    /// lease was lost, 124 when `--max-runtime` cut it short.
-    pub exit_code: i32,
-    /// The signal that ended CMD, if one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<i32>,
-    /// How long dlock waited for the lock, and how long CMD ran.
-    pub waited_ms: u64,
-    pub ran_ms: u64,
-    /// True when the lease was lost while CMD ran (dlock killed it, exit 79).
-    #[serde(default)]
-    pub lease_lost: bool,
-    /// True when CMD ran longer than `--max-runtime` and was terminated (exit 124).
-    #[serde(default)]
-    pub timed_out: bool,
-}
+use super::{LastRuns, RunRecord};
 
 impl RunRecord {
     /// A run succeeded when CMD exited 0 with its lease intact.
@@ -91,15 +55,6 @@ impl RunRecord {
     pub fn decode(bytes: &[u8]) -> Option<RunRecord> {
         serde_json::from_slice(bytes).ok()
     }
-}
-
-/// What a store remembers of a key's runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LastRuns {
-    /// The most recent finished run.
-    pub last: Option<RunRecord>,
-    /// The most recent run that succeeded (the same as `last` when that one did).
-    pub last_success: Option<RunRecord>,
 }
 
 impl LastRuns {

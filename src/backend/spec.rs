@@ -2,9 +2,12 @@
 //! checked against the scheme table before anything is opened.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use super::local::LocalBackend;
 use super::registry;
 use super::url::redact as redact_url;
+use super::{install_crypto_provider, Backend};
 use crate::config::default_dir;
 use crate::error::{Error, Result};
 
@@ -71,6 +74,31 @@ impl BackendSpec {
                 }
                 Ok(BackendSpec::Quorum(many.to_vec()))
             }
+        }
+    }
+}
+
+/// Opens the backend a spec names. Connecting may fail with `Unavailable`.
+pub async fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
+    open_with(spec, false).await
+}
+
+/// [`open`] for a caller that makes one request at a time (the CLI), which lets a Redis
+/// waiter sleep on the one connection it has (see [`super::redis::Tuning::exclusive`]).
+pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
+    open_with(spec, true).await
+}
+
+async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
+    match spec {
+        BackendSpec::Local(dir) => Ok(Arc::new(LocalBackend::open(dir)?)),
+        BackendSpec::One(url) => {
+            install_crypto_provider();
+            (registry::scheme_of(url)?.open)(url, exclusive).await
+        }
+        BackendSpec::Quorum(urls) => {
+            install_crypto_provider();
+            (registry::quorum_of(urls)?.1)(urls).await
         }
     }
 }

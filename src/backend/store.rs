@@ -119,7 +119,7 @@ pub trait LockStore: Send + Sync {
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        tokio::time::sleep(super::waiting::backoff(round).min(pause)).await;
+        tokio::time::sleep(super::waiting::pace::backoff(round).min(pause)).await;
         Ok(Woken::Again)
     }
 

@@ -10,7 +10,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rand::Rng;
 use tokio::time::Instant;
 
 use super::store::{Attempt, Busy, LockStore, Woken};
@@ -19,27 +18,8 @@ use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Re
 use super::{LastRuns, RunRecord};
 use crate::error::{Error, Result};
 
-/// How long a waiter keeps trying while its store answers with [`Error::Transient`]
-/// failures (a leader change, a lock-wait timeout behind a frozen client, a dropped
-/// session), within its own deadline: long enough for an election or a server's eviction
-/// of a dead session, short enough that a store that stays broken is reported.
-pub const RIDE_OUT: Duration = Duration::from_secs(30);
-
-/// The first back-off of a store without notifications; it doubles per refusal.
-const BACKOFF_FIRST: Duration = Duration::from_millis(10);
-/// The longest back-off.
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
-/// How long a store without notifications sleeps after `round` refusals: doubling from
-/// 10 ms to 1 s, each drawn from the upper half of its range so that waiters that were
-/// refused together do not come back together.
-pub fn backoff(round: u32) -> Duration {
-    let cap = BACKOFF_FIRST
-        .saturating_mul(1u32 << round.min(16))
-        .min(BACKOFF_MAX);
-    let ms = cap.as_millis() as u64;
-    Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
-}
+pub mod pace;
+pub use self::pace::{backoff, RIDE_OUT};
 
 /// Every lock store is a backend: the loop below does the waiting.
 #[async_trait]

@@ -14,9 +14,9 @@ use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
 use crate::env;
 use crate::error::{Error, Result};
-use crate::holder;
 use crate::output::WaitLine;
 use crate::supervisor::Signals;
+use crate::{holder, ids};
 
 /// Most owner ids kept in `DLOCK_OWNERS`; deeper nesting than this is not sensible.
 const MAX_OWNERS: usize = 16;
@@ -30,7 +30,7 @@ pub fn request(
 ) -> Result<AcquireRequest> {
     Ok(AcquireRequest {
         key: key.to_string(),
-        owner: holder::new_owner_id(),
+        owner: ids::new_owner_id(),
         reenter: inherited_owners(),
         ttl: check_ttl(opts.ttl)?,
         holder: holder::current(command),
@@ -167,7 +167,7 @@ pub async fn connect_and_acquire(
     let req = request(key, opts, command, detached)?;
     let line = WaitLine::start(global, key, &named(global));
     let backend = tokio::select! {
-        opened = super::open(global, Some(key)) => match opened {
+        opened = super::common::open(global, Some(key)) => match opened {
             Ok((_, backend)) => backend,
             Err(e) => return conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
         },

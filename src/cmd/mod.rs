@@ -5,6 +5,7 @@
 //! thread that lives as long as dlock (see [`crate::supervisor`]).
 
 pub(crate) mod acquire;
+mod common;
 mod completions;
 mod exec;
 mod hold;
@@ -16,12 +17,7 @@ mod unlock;
 mod wait;
 mod watch;
 
-use std::sync::Arc;
-
-use crate::backend::BackendSpec;
-use crate::backend::{self, Backend};
 use crate::cli::{Cli, Command, Global};
-use crate::config::check_key;
 use crate::error::{Error, Result};
 
 /// Runs the parsed command line and returns the exit code.
@@ -49,43 +45,5 @@ async fn dispatch(global: Global, command: Command) -> Result<u8> {
         Command::Status(args) => status::run(&global, args).await,
         Command::Wait(args) => wait::run(&global, args).await,
         Command::Completions(args) => completions::run(&args),
-    }
-}
-
-/// Checks `key` and opens the backend the global options name.
-async fn open(global: &Global, key: Option<&str>) -> Result<(BackendSpec, Arc<dyn Backend>)> {
-    if let Some(key) = key {
-        check_key(key)?;
-    }
-    let spec = BackendSpec::from_urls(&global.urls)?;
-    let t0 = std::time::Instant::now();
-    let backend = backend::open_exclusive(&spec)
-        .await
-        .map_err(|e| naming(key, e))?;
-    let (d, ms) = (backend.describe(), t0.elapsed().as_millis() as u64);
-    log::info!(target: "dlock", event = "connected", backend = d.as_str(), ms = ms; "connected to {d} in {ms}ms");
-    Ok((spec, backend))
-}
-
-/// A store that cannot be reached is named by its own error; the key the command was for
-/// is added, so that the one line says both.
-fn naming(key: Option<&str>, e: Error) -> Error {
-    match (key, e) {
-        (Some(k), e @ (Error::Unavailable(_) | Error::Transient(_)))
-            if !e.to_string().contains(&format!("'{k}'")) =>
-        {
-            e.map_message(|m| format!("lock '{k}': {m}"))
-        }
-        (_, e) => e,
-    }
-}
-
-/// The owner id from `--owner`/`DLOCK_OWNER`, required by `renew` and `unlock`.
-fn required_owner(owner: Option<String>, key: &str) -> Result<String> {
-    match owner {
-        Some(o) if !o.trim().is_empty() => Ok(o.trim().to_string()),
-        _ => Err(Error::Usage(format!(
-            "no owner for '{key}': pass --owner ID (printed by `dlock lock`) or set DLOCK_OWNER"
-        ))),
     }
 }

@@ -1,7 +1,8 @@
 //! `dlock status [KEY...]`: who holds what, and for named keys how their last run went.
 
+use super::common::last_runs;
 use crate::backend::sharing::Admission;
-use crate::backend::{Backend, KeyStatus, LastRuns, Sharing};
+use crate::backend::{KeyStatus, Sharing};
 use crate::cli::{Global, StatusArgs};
 use crate::config::check_key;
 use crate::error::{Error, Result};
@@ -18,7 +19,7 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
     if args.watch {
         return super::watch::run(global, &args.keys).await;
     }
-    let (_, backend) = super::open(global, None).await?;
+    let (_, backend) = super::common::open(global, None).await?;
     let (states, unreadable) = if args.keys.is_empty() {
         let listing = backend.list().await?;
         (listing.held, listing.unreadable)
@@ -62,32 +63,6 @@ pub fn exit_code(states: &[KeyStatus], sharing: Sharing) -> u8 {
     } else {
         exit::FREE
     }
-}
-
-/// The run records of the named keys, in order (none for a listing). A key whose records
-/// cannot be read gets `None` and, when `warn`, a warning: they are not what `status`
-/// is asked first, and must not hide who holds the lock.
-pub async fn last_runs(
-    backend: &dyn Backend,
-    keys: &[String],
-    warn: bool,
-) -> Vec<Option<LastRuns>> {
-    let mut all = Vec::with_capacity(keys.len());
-    for key in keys {
-        all.push(match backend.last_runs(key).await {
-            Ok(r) => Some(r),
-            Err(e) => {
-                if warn {
-                    crate::say!(
-                        "warning: cannot read the last run of '{key}' on {}: {e}",
-                        backend.describe()
-                    );
-                }
-                None
-            }
-        });
-    }
-    all
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use crate::exit;
 
 /// Releases one acquisition of the owner's lease, or the whole lock with `--force`.
 pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8> {
-    let (_, backend) = super::open(global, Some(&args.key)).await?;
+    let (_, backend) = super::common::open(global, Some(&args.key)).await?;
     if args.force {
         let released = backend.release(&args.key, "", ReleaseMode::Force).await?;
         if !global.quiet {
@@ -22,7 +22,7 @@ pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8> {
         }
         return Ok(exit::OK);
     }
-    let owner = super::required_owner(args.owner, &args.key)?;
+    let owner = super::common::required_owner(args.owner, &args.key)?;
     let released = backend.release(&args.key, &owner, ReleaseMode::One).await?;
     if released.still_held && global.verbose > 0 {
         crate::say!(

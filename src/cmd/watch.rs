@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use super::status::last_runs;
+use super::common::last_runs;
 use crate::backend::{now_ms, Backend, KeyStatus, LastRuns};
 use crate::cli::Global;
 use crate::error::Result;
@@ -26,7 +26,7 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// Runs the view until a signal ends it.
 pub async fn run(global: &Global, keys: &[String]) -> Result<u8> {
     let mut signals = Signals::catch()?;
-    let (_, backend) = super::open(global, None).await?;
+    let (_, backend) = super::common::open(global, None).await?;
     let live = !global.json && std::io::stdout().is_terminal();
     let mut last_gist = None;
     loop {

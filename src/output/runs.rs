@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{rfc3339_ms, short_duration};
+use super::time::{rfc3339_ms, short_duration};
 use crate::backend::{LastRuns, RunRecord};
 
 /// A run record in `status --json`: the stored fields, plus how it ended in words and its

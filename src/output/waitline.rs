@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::short_duration;
+use super::time::short_duration;
 use crate::backend::{now_ms, ProgressFn, WaitInfo};
 use crate::cli::Global;
 

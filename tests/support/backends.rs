@@ -396,8 +396,9 @@ pub mod factory {
         let cluster = tokio::task::spawn_blocking(crate::support::RedisCluster::start)
             .await
             .expect("start a Redis Cluster");
-        let spec = dlock::backend::BackendSpec::from_urls(&[cluster.url()]).expect("cluster URL");
-        let backend = dlock::backend::open(&spec)
+        let spec =
+            dlock::backend::spec::BackendSpec::from_urls(&[cluster.url()]).expect("cluster URL");
+        let backend = dlock::backend::spec::open(&spec)
             .await
             .expect("connect to the cluster");
         (backend, Box::new(cluster))
@@ -416,16 +417,21 @@ pub mod factory {
     /// A single etcd member on free ports, opened through the scheme table.
     pub async fn etcd() -> (Arc<dyn Backend>, Guard) {
         let server = crate::support::EtcdServer::start();
-        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("etcd URL");
-        let backend = dlock::backend::open(&spec).await.expect("connect to etcd");
+        let spec = dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).expect("etcd URL");
+        let backend = dlock::backend::spec::open(&spec)
+            .await
+            .expect("connect to etcd");
         (backend, Box::new(server))
     }
 
     /// A memcached on a free port, opened through the scheme table.
     pub async fn memcached() -> (Arc<dyn Backend>, Guard) {
         let server = crate::support::MemcachedServer::start();
-        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("memcached URL");
-        let backend = dlock::backend::open(&spec).await.expect("open memcached");
+        let spec =
+            dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).expect("memcached URL");
+        let backend = dlock::backend::spec::open(&spec)
+            .await
+            .expect("open memcached");
         (backend, Box::new(server))
     }
 
@@ -435,8 +441,8 @@ pub mod factory {
             .map(|_| crate::support::MemcachedServer::start())
             .collect();
         let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-        let spec = dlock::backend::BackendSpec::from_urls(&urls).expect("memcached URLs");
-        let backend = dlock::backend::open(&spec)
+        let spec = dlock::backend::spec::BackendSpec::from_urls(&urls).expect("memcached URLs");
+        let backend = dlock::backend::spec::open(&spec)
             .await
             .expect("open the memcached quorum");
         (backend, Box::new(servers))
@@ -445,8 +451,8 @@ pub mod factory {
     /// A standalone ZooKeeper server on a free port, opened through the scheme table.
     pub async fn zookeeper() -> (Arc<dyn Backend>, Guard) {
         let server = crate::support::ZkServer::start();
-        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("zk URL");
-        let backend = dlock::backend::open(&spec)
+        let spec = dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).expect("zk URL");
+        let backend = dlock::backend::spec::open(&spec)
             .await
             .expect("connect to ZooKeeper");
         (backend, Box::new(server))
@@ -455,8 +461,9 @@ pub mod factory {
     /// A PostgreSQL server on a free port, opened through the scheme table.
     pub async fn postgres() -> (Arc<dyn Backend>, Guard) {
         let server = crate::support::PostgresServer::start();
-        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("postgres URL");
-        let backend = dlock::backend::open(&spec)
+        let spec =
+            dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).expect("postgres URL");
+        let backend = dlock::backend::spec::open(&spec)
             .await
             .expect("connect to postgres");
         (backend, Box::new(server))
@@ -465,8 +472,11 @@ pub mod factory {
     /// A MariaDB server on a free port, opened through the scheme table.
     pub async fn mysql() -> (Arc<dyn Backend>, Guard) {
         let server = crate::support::MysqlServer::start();
-        let spec = dlock::backend::BackendSpec::from_urls(&[server.url()]).expect("mysql URL");
-        let backend = dlock::backend::open(&spec).await.expect("connect to mysql");
+        let spec =
+            dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).expect("mysql URL");
+        let backend = dlock::backend::spec::open(&spec)
+            .await
+            .expect("connect to mysql");
         (backend, Box::new(server))
     }
 
@@ -476,8 +486,8 @@ pub mod factory {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let url = format!("memory://conformance-{n}");
-        let spec = dlock::backend::BackendSpec::from_urls(&[url]).expect("memory URL");
-        let backend = dlock::backend::open(&spec)
+        let spec = dlock::backend::spec::BackendSpec::from_urls(&[url]).expect("memory URL");
+        let backend = dlock::backend::spec::open(&spec)
             .await
             .expect("open memory store");
         (backend, Box::new(()))

@@ -154,7 +154,7 @@ pub fn request(holder: &Holder, key: &str, ttl: Duration, detached: bool) -> Acq
     holder.acquired_at_ms = backend::now_ms();
     AcquireRequest {
         key: key.to_string(),
-        owner: dlock::holder::new_owner_id(),
+        owner: dlock::ids::new_owner_id(),
         reenter: Vec::new(),
         ttl,
         holder,
@@ -166,7 +166,7 @@ pub fn request(holder: &Holder, key: &str, ttl: Duration, detached: bool) -> Acq
 }
 
 pub async fn open(store: &Store) -> Result<Arc<dyn Backend>, String> {
-    backend::open(&store.spec())
+    backend::spec::open(&store.spec())
         .await
         .map_err(|e| format!("open: {e}"))
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
 use tonic::codec::ProstCodec;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::AsciiMetadataValue;
@@ -13,7 +12,6 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::failure::Failure;
 use super::proto::*;
-pub use super::streams::{Duplex, KeepAlive, Watch};
 use crate::backend::waiting::backoff;
 use crate::error::{Error, Result};
 
@@ -162,7 +160,7 @@ impl Client {
     }
 
     /// `req` with the auth token, when there is one.
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(super) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(message);
         let token = self.token.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(token) = token.as_ref() {
@@ -312,43 +310,6 @@ impl Client {
         answer
     }
 
-    /// Opens a bidirectional stream with `first` on its way (etcd answers the call only once
-    /// a message arrives): what is sent on the returned sender follows in order.
-    pub(super) async fn stream<Req, Resp>(
-        &self,
-        path: &'static str,
-        first: Req,
-    ) -> std::result::Result<Duplex<Req, Resp>, Failure>
-    where
-        Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
-    {
-        let (tx, rx) = mpsc::unbounded_channel::<Req>();
-        let _ = tx.send(first);
-        let outgoing =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
-            );
-        let mut grpc = tonic::client::Grpc::new(self.channel().1);
-        let call = async {
-            grpc.ready().await.map_err(Failure::unconnected)?;
-            let codec = ProstCodec::<Req, Resp>::default();
-            grpc.streaming(
-                self.request(outgoing),
-                PathAndQuery::from_static(path),
-                codec,
-            )
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(Failure::answered)
-        };
-        let incoming = tokio::time::timeout(REQUEST_TIMEOUT, call)
-            .await
-            .unwrap_or_else(|_| Err(Failure::silent(no_answer(REQUEST_TIMEOUT))))?;
-        Ok((tx, incoming))
-    }
-
     pub async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
         self.unary("/etcdserverpb.KV/Range", req).await
     }
@@ -388,7 +349,7 @@ impl Client {
     /// A lease of `ttl` whole seconds (the server may raise it to its minimum), with an id
     /// of our choosing, so that a grant sent again is no second lease.
     pub async fn grant(&self, ttl: i64) -> Result<LeaseGrantResponse> {
-        self.grant_id(ttl, super::recipe::new_lease_id()).await
+        self.grant_id(ttl, new_lease_id()).await
     }
 
     /// [`Client::grant`] with the lease id `id`, a random one of ours: etcd's "lease
@@ -439,16 +400,6 @@ impl Client {
         };
         self.unary("/etcdserverpb.Lease/LeaseTimeToLive", req).await
     }
-
-    /// A keep-alive stream (one per holder, kept for its renewals), opened by its first use.
-    pub fn keep_alive(&self) -> KeepAlive {
-        KeepAlive::new(self.clone())
-    }
-
-    /// A watch stream (one per waiter), opened by its first watch.
-    pub fn watch_stream(&self) -> Watch {
-        Watch::new(self.clone())
-    }
 }
 
 /// `KV/Range` from `/etcdserverpb.KV/Range`.
@@ -472,4 +423,10 @@ impl Drop for Pending<'_> {
             abandoned.store(used + 1, Ordering::Relaxed);
         }
     }
+}
+
+/// A lease id of our own choosing (positive, never 0, which asks etcd to choose), so that a
+/// key can be put on the lease in the same breath as the lease is granted.
+pub fn new_lease_id() -> i64 {
+    (crate::ids::random_u64() >> 1).max(1) as i64
 }

@@ -90,12 +90,6 @@ impl Entry {
     }
 }
 
-/// A lease id of our own choosing (positive, never 0, which asks etcd to choose), so that a
-/// key can be put on the lease in the same breath as the lease is granted.
-pub fn new_lease_id() -> i64 {
-    (crate::holder::random_u64() >> 1).max(1) as i64
-}
-
 /// `<prefix>NAME/`: every contender's key for lock NAME starts with it.
 pub fn lock_dir(prefix: &str, name: &str) -> Vec<u8> {
     format!("{prefix}{name}/").into_bytes()

@@ -15,8 +15,9 @@
 
 use tokio::sync::Mutex;
 
-use super::client::{prefix_end, Client, KeepAlive};
+use super::client::{prefix_end, Client};
 use super::proto::*;
+use super::streams::KeepAlive;
 use crate::backend::{LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::Result;
 

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::client;
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry, Meta};
@@ -26,7 +27,7 @@ impl EtcdStore {
         req: &AcquireRequest,
         w: &mut EtcdWaiter,
     ) -> Result<Attempt> {
-        let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
+        let id = w.lease.as_ref().map_or_else(client::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let runs = super::runs::last_key(&self.prefix, &req.key);

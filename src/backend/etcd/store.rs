@@ -21,15 +21,16 @@
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
 
-use super::client::{Client, KeepAlive};
+use super::client::{self, Client};
 use super::holders;
 use super::proto::*;
 use super::recipe::{self, Entry};
-use super::took::Took;
+use super::streams::KeepAlive;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy};
-use crate::backend::{now_ms, AcquireRequest, Acquired, Lease, Sharing};
+use crate::backend::{now_ms, AcquireRequest, Acquired, Lease, RunRecord, Sharing};
 use crate::error::{Error, Result};
 
 /// A connection to one etcd cluster, holding locks under `prefix`.
@@ -173,7 +174,7 @@ impl EtcdStore {
         if let (Some(rev), Some(g)) = (w.queued_at, &w.lease) {
             return self.take_turn(req, w, rev, g.id).await;
         }
-        let id = w.lease.as_ref().map_or_else(recipe::new_lease_id, |g| g.id);
+        let id = w.lease.as_ref().map_or_else(client::new_lease_id, |g| g.id);
         let dir = self.dir(&req.key);
         let key = recipe::contender_key(&dir, id);
         let mut meta = self.meta_of(req);
@@ -355,4 +356,32 @@ fn rev_of_ours(resp: &TxnResponse) -> i64 {
     recipe::range_kvs(resp, 0)
         .first()
         .map_or(0, |kv| kv.mod_revision)
+}
+
+/// A lock this process took (what is done with it: `took.rs`).
+pub struct Took {
+    pub key: String,
+    pub owner: String,
+    /// The lease its key is on.
+    pub lease: i64,
+    /// Its key's create revision.
+    pub created: i64,
+    /// The lease of the lock's run records when it was taken (0: none).
+    pub runs: i64,
+    /// How it was taken: only an exclusive holder hands the lock over to the next.
+    pub sharing: Sharing,
+    /// The record of its run, kept for the release to write (see
+    /// [`LockStore::record_run_before_release`](crate::backend::store::LockStore::record_run_before_release)).
+    pub record: Option<RunRecord>,
+    /// The watch for the oldest waiter behind it, started as it was taken (exclusive only).
+    pub next: Option<JoinHandle<Option<KeyValue>>>,
+}
+
+impl Drop for Took {
+    /// A lock released another way (or forgotten) needs no watch for its next waiter.
+    fn drop(&mut self) {
+        if let Some(watch) = &self.next {
+            watch.abort();
+        }
+    }
 }

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tonic::codec::Streaming;
+use tonic::codec::{ProstCodec, Streaming};
+use tonic::codegen::http::uri::PathAndQuery;
 
 use super::client::{no_answer, prefix_end, try_timeout, Client, REQUEST_TIMEOUT, RETRY_FOR};
 use super::failure::Failure;
@@ -16,6 +17,57 @@ use crate::error::{Error, Result};
 
 /// The two ends of an open bidirectional stream.
 pub type Duplex<Req, Resp> = (mpsc::UnboundedSender<Req>, Streaming<Resp>);
+
+/// The streams a client opens: one duplex per call, a keep-alive stream per holder, a
+/// watch stream per waiter.
+impl Client {
+    /// Opens a bidirectional stream with `first` on its way (etcd answers the call only once
+    /// a message arrives): what is sent on the returned sender follows in order.
+    pub(super) async fn stream<Req, Resp>(
+        &self,
+        path: &'static str,
+        first: Req,
+    ) -> std::result::Result<Duplex<Req, Resp>, Failure>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel::<Req>();
+        let _ = tx.send(first);
+        let outgoing =
+            futures_util::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
+            );
+        let mut grpc = tonic::client::Grpc::new(self.channel().1);
+        let call = async {
+            grpc.ready().await.map_err(Failure::unconnected)?;
+            let codec = ProstCodec::<Req, Resp>::default();
+            grpc.streaming(
+                self.request(outgoing),
+                PathAndQuery::from_static(path),
+                codec,
+            )
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(Failure::answered)
+        };
+        let incoming = tokio::time::timeout(REQUEST_TIMEOUT, call)
+            .await
+            .unwrap_or_else(|_| Err(Failure::silent(no_answer(REQUEST_TIMEOUT))))?;
+        Ok((tx, incoming))
+    }
+
+    /// A keep-alive stream (one per holder, kept for its renewals), opened by its first use.
+    pub fn keep_alive(&self) -> KeepAlive {
+        KeepAlive::new(self.clone())
+    }
+
+    /// A watch stream (one per waiter), opened by its first watch.
+    pub fn watch_stream(&self) -> Watch {
+        Watch::new(self.clone())
+    }
+}
 
 /// One side of a `LeaseKeepAlive` stream.
 pub struct KeepAlive {

@@ -12,37 +12,9 @@ use tokio::task::JoinHandle;
 use super::client::Client;
 use super::proto::KeyValue;
 use super::recipe::{self, Meta};
-use super::store::EtcdStore;
-use crate::backend::{now_ms, AcquireRequest, RunRecord, Sharing};
+use super::store::{EtcdStore, Took};
+use crate::backend::{now_ms, AcquireRequest, RunRecord};
 use crate::error::Result;
-
-/// A lock this process took.
-pub struct Took {
-    pub key: String,
-    pub owner: String,
-    /// The lease its key is on.
-    pub lease: i64,
-    /// Its key's create revision.
-    pub created: i64,
-    /// The lease of the lock's run records when it was taken (0: none).
-    pub runs: i64,
-    /// How it was taken: only an exclusive holder hands the lock over to the next.
-    pub sharing: Sharing,
-    /// The record of its run, kept for the release to write (see
-    /// [`LockStore::record_run_before_release`](crate::backend::store::LockStore::record_run_before_release)).
-    pub record: Option<RunRecord>,
-    /// The watch for the oldest waiter behind it, started as it was taken (exclusive only).
-    pub next: Option<JoinHandle<Option<KeyValue>>>,
-}
-
-impl Drop for Took {
-    /// A lock released another way (or forgotten) needs no watch for its next waiter.
-    fn drop(&mut self) {
-        if let Some(watch) = &self.next {
-            watch.abort();
-        }
-    }
-}
 
 impl EtcdStore {
     /// Notes that lease `id` took `req.key` for `req.owner`; `runs` is the lease of the

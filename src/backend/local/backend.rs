@@ -110,10 +110,10 @@ use async_trait::async_trait;
 use super::file::{self, io_err, Ctx, KeyFile};
 use super::locks::{self, wait_lock, Kind};
 use super::names;
-use super::store::{self, Attempt, Step};
+use super::store::{self, Ask, Step};
 use super::wait::{self, Abort, Outcome};
 use super::waiter::{HoldGuard, Waiting, Wake};
-use super::{holders, linger, runs, watch};
+use super::{linger, runs, shared, watch};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, Listing, LockInfo, ReleaseMode, Released,
     WaitOptions,
@@ -152,7 +152,7 @@ impl LocalBackend {
             Kind::Exclusive,
             Some(wait),
             move |s| {
-                s.attempt(&Attempt {
+                s.attempt(&Ask {
                     req: &r,
                     me,
                     nowait,
@@ -318,7 +318,7 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
-        holders::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
+        shared::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
         let started = wait.since;
         let nowait = wait.deadline.is_some_and(|d| d <= Instant::now());
         let kf = self
@@ -479,7 +479,7 @@ impl Backend for LocalBackend {
     }
 
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
-        linger::detach(self, acquired, left).await
+        linger::detach(&self.ctx, acquired, left).await
     }
 
     async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {

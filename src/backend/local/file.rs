@@ -134,7 +134,7 @@ impl KeyFile {
 fn create_file(ctx: &Ctx, key: &str, path: &Path) -> Result<()> {
     let tmp = ctx
         .dir
-        .join(format!(".{:016x}.tmp", crate::holder::random_u64()));
+        .join(format!(".{:016x}.tmp", crate::ids::random_u64()));
     let fail = |what: &str, p: &Path, e: io::Error| io_err(what, p, e);
     let file = OpenOptions::new()
         .write(true)

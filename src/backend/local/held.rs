@@ -5,8 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::file::boot_ms;
 use super::locks;
-use super::queue::UNLISTED;
-use super::record::LeaseRecord;
+use super::record::{LeaseRecord, UNLISTED};
 use super::store::Session;
 use crate::backend::{now_ms, KeyStatus, Lease, ReleaseMode, Released, WaiterInfo};
 use crate::error::{Error, Result};

@@ -4,27 +4,26 @@
 //! woken by the lock find the key still held, and wait for the expiry (or an unlock) as
 //! behind any detached lease.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::file::{Ctx, KeyFile};
 use super::locks::Kind;
-use super::{wait, LocalBackend};
+use super::wait;
 use crate::backend::Acquired;
 use crate::config::check_key;
 use crate::error::{Error, Result};
 
 /// Leaves `acquired` held for `left` more, then lets its guard go.
-pub async fn detach(backend: &LocalBackend, acquired: Acquired, left: Duration) -> Result<()> {
+pub async fn detach(ctx: &Arc<Ctx>, acquired: Acquired, left: Duration) -> Result<()> {
     let Acquired { lease, guard } = acquired;
     check_key(&lease.key)?;
-    let detached = match backend.key_file(&lease.key, false, true)? {
+    let detached = match KeyFile::open(ctx, &lease.key, false, true)?.map(Arc::new) {
         Some(kf) => {
             let owner = lease.owner.clone();
-            wait::locked_now(&backend.ctx, &kf, Kind::Exclusive, move |s| {
-                s.detach(&owner, left)
-            })
-            .await
+            wait::locked_now(ctx, &kf, Kind::Exclusive, move |s| s.detach(&owner, left)).await
         }
-        None => Err(Error::lease_gone("hold", &lease.key, &backend.ctx.describe)),
+        None => Err(Error::lease_gone("hold", &lease.key, &ctx.describe)),
     };
     drop(guard);
     detached

@@ -8,7 +8,7 @@
 //! * `wait.rs`: running a transition under the state mutex; kernel-lock and file waits.
 //! * `store.rs`: the transitions of a key's state, in a session under its mutex.
 //! * `held.rs`: those of a held key (release, renew, detach) and its status.
-//! * `holders.rs`: keys held by several at once (`--shared`, `--limit N`).
+//! * `shared.rs`: keys held by several at once (`--shared`, `--limit N`).
 //! * `queue.rs`: the waiter list shown by `status`.
 //! * `file.rs`: opening and creating key files; the boot id and the boot clock.
 //! * `record.rs`: the record's two slots and the waiter list, encoded.
@@ -21,13 +21,13 @@
 mod backend;
 mod file;
 mod held;
-mod holders;
 mod linger;
 mod locks;
 mod names;
 mod queue;
 mod record;
 mod runs;
+mod shared;
 mod store;
 mod wait;
 mod waiter;

@@ -5,15 +5,13 @@ use std::os::unix::fs::FileExt;
 
 use super::file::read_full_at;
 use super::locks::{self, wait_lock};
-use super::record::{self, WaiterRecord, Waiters};
+use super::record::{self, WaiterRecord, Waiters, UNLISTED};
 use super::store::Session;
 use crate::backend::AcquireRequest;
 use crate::error::Result;
 
 /// Most waiters listed for `status`; beyond this, `status` says it cannot tell.
 const MAX_LISTED: usize = 128;
-/// The list entry that marks it incomplete.
-pub(super) const UNLISTED: u64 = u64::MAX;
 
 impl Session<'_> {
     /// Takes a waiting ticket and adds us to the waiter list; returns the ticket and the

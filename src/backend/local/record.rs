@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 use super::names::fnv1a;
 use crate::backend::{Holder, Sharing};
 
+/// The ticket of the waiter-list entry that marks the list incomplete (`queue.rs` lists
+/// at most so many waiters for `status`).
+pub(super) const UNLISTED: u64 = u64::MAX;
+
 /// Size of one slot: a page, so that a write of one slot never spans two pages.
 pub const SLOT: usize = 4096;
 /// Both slots; a key file is never shorter than this.

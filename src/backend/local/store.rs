@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::file::{boot_ms, io_err, read_full_at, Ctx, KeyFile};
 use super::locks::{self, hold_lock, wait_lock, Kind, MAX_TICKET};
-use super::queue::UNLISTED;
-use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN};
+use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN, UNLISTED};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, WaitInfo};
 use crate::error::{Error, Result};
 
@@ -22,7 +21,7 @@ use crate::error::{Error, Result};
 pub(super) const STUCK_AFTER_MS: u64 = 1000;
 
 /// What an acquisition attempt needs.
-pub struct Attempt<'r> {
+pub struct Ask<'r> {
     pub req: &'r AcquireRequest,
     /// Our waiting ticket, once queued.
     pub me: Option<u64>,
@@ -325,7 +324,7 @@ impl<'a> Session<'a> {
     // ---- acquisition ----
 
     /// One acquisition attempt: re-enter, take the key, fail (`nowait`), or queue.
-    pub fn attempt(&mut self, a: &Attempt) -> Result<Step> {
+    pub fn attempt(&mut self, a: &Ask) -> Result<Step> {
         let holders = self.live_holders()?;
         if let Some(l) = holders.iter().find(|l| a.req.reenter.contains(&l.owner)) {
             let owner = l.owner.clone();
@@ -367,7 +366,7 @@ impl<'a> Session<'a> {
 
     /// Queues `a` (or keeps its place), and says what it waits for: the waiter ahead, or
     /// the holder `live`.
-    fn queue(&mut self, a: &Attempt, live: Option<LeaseRecord>) -> Result<Step> {
+    fn queue(&mut self, a: &Ask, live: Option<LeaseRecord>) -> Result<Step> {
         let (ticket, joined) = match a.me {
             Some(n) => (n, None),
             None => {
@@ -427,7 +426,7 @@ impl<'a> Session<'a> {
     }
 
     /// Grants a fresh lease to `a`.
-    fn grant(&mut self, a: &Attempt) -> Result<Step> {
+    fn grant(&mut self, a: &Ask) -> Result<Step> {
         let token = self.take_token()?;
         let hold = if a.req.detached {
             None
@@ -467,7 +466,7 @@ impl<'a> Session<'a> {
 
     /// Re-enters the live lease of one of `a.req.reenter`: one level deeper, same token.
     /// A detached lease is extended to at least `ttl` from now.
-    fn reenter(&mut self, a: &Attempt, owner: &str) -> Result<Step> {
+    fn reenter(&mut self, a: &Ask, owner: &str) -> Result<Step> {
         let key = self.st.key.clone();
         let l = self.holder_mut(owner).expect("live lease");
         l.depth = l

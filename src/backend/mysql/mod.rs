@@ -9,7 +9,8 @@
 //! * `schema.rs`: the tables and every statement.
 //! * `backend.rs`: the store value and its request connection.
 //! * `lease.rs`: one attempt, renew, hold-at-least, release, leaving the queue.
-//! * `share.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
+//! * `row.rs`: what `lease.rs` and `shared.rs` both read: the waiter, the key's row, the queue.
+//! * `shared.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
 //!   its re-check schedule.
@@ -17,8 +18,9 @@
 mod backend;
 mod connect;
 mod lease;
+mod row;
 pub mod schema;
-mod share;
+mod shared;
 mod status;
 mod store;
 pub mod url;

@@ -19,7 +19,7 @@ use rand::Rng;
 
 use super::backend::MysqlStore;
 use super::connect::Tuning;
-use super::lease::MyWaiter;
+use super::row::MyWaiter;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
@@ -53,7 +53,7 @@ impl LockStore for MysqlStore {
         self.server.target.name.clone()
     }
 
-    /// Exclusive leases, `--shared` and `--limit N` alike (see `share.rs`).
+    /// Exclusive leases, `--shared` and `--limit N` alike (see `shared.rs`).
     fn supports(&self, _sharing: crate::backend::Sharing) -> bool {
         true
     }

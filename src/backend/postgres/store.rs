@@ -69,7 +69,7 @@ impl LockStore for PostgresStore {
         // Not listening (the server is failing), a waiter still looks again every heartbeat.
         let listening = self.listen().await.is_ok();
         Ok(PgWaiter {
-            id: crate::holder::new_owner_id(),
+            id: crate::ids::new_owner_id(),
             notes: listening.then(|| self.notes.subscribe()),
         })
     }

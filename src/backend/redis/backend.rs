@@ -10,11 +10,10 @@ use redis::{Client, Cmd, Value};
 use super::conn::Conn;
 use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
-use super::replicas::MinReplicas;
-use super::runs::KeptRun;
 use super::scripts::{run_script, Lua};
-use crate::backend::install_crypto_provider;
+use super::url::MinReplicas;
 use crate::backend::url::redact as redact_url;
+use crate::backend::{install_crypto_provider, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
 
 /// Locks kept in one Redis server.
@@ -207,5 +206,25 @@ impl RedisBackend {
             .within(tuning.op_timeout, what, pubsub.subscribe(channel))
             .await?;
         Ok(pubsub)
+    }
+}
+
+/// A run kept for the release of its lock, which writes it (see `runs.rs`).
+pub(crate) struct KeptRun {
+    pub(super) key: String,
+    pub(super) owner: String,
+    /// The encoded record.
+    pub(super) value: String,
+    pub(super) succeeded: bool,
+}
+
+impl KeptRun {
+    /// The release script's last arguments: the record, its TTL, whether it succeeded.
+    pub(super) fn args(kept: Option<&KeptRun>) -> (&str, u64, &str) {
+        let ttl = RUN_RECORD_TTL.as_millis() as u64;
+        match kept {
+            Some(k) => (&k.value, ttl, if k.succeeded { "1" } else { "" }),
+            None => ("", ttl, ""),
+        }
     }
 }

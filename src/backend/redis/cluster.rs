@@ -8,9 +8,6 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, TlsCertificates, Value};
 
-use super::connect::Server;
-use crate::error::Result;
-
 /// A node that takes longer than the connect timeout divided by this to connect is left
 /// out of the connection.
 const NODE_SHARE: u32 = 4;
@@ -59,12 +56,10 @@ impl Cluster {
         })
     }
 
-    /// Opens a connection that follows the slot map (connecting to every master).
-    pub(super) async fn open(&self, server: &Server) -> Result<ClusterConnection> {
-        let connecting = self.client.get_async_connection();
-        server
-            .within(server.tuning.connect_timeout, "cannot connect", connecting)
-            .await
+    /// Opens a connection that follows the slot map (connecting to every master); the
+    /// caller bounds it in time and names the server in its errors.
+    pub(super) async fn connect(&self) -> redis::RedisResult<ClusterConnection> {
+        self.client.get_async_connection().await
     }
 }
 

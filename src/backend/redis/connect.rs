@@ -186,7 +186,14 @@ impl Endpoint {
     /// Opens a connection; for Sentinel, to the master looked up again.
     pub(super) async fn open(&self, server: &Server) -> Result<Conn> {
         match self {
-            Endpoint::Cluster(cluster) => cluster.open(server).await.map(Conn::Cluster),
+            Endpoint::Cluster(cluster) => {
+                let connecting = cluster.connect();
+                let limit = server.tuning.connect_timeout;
+                server
+                    .within(limit, "cannot connect", connecting)
+                    .await
+                    .map(Conn::Cluster)
+            }
             _ => {
                 let client = self.client(server, true).await?;
                 server.open(&client).await.map(Conn::Single)

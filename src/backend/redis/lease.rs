@@ -17,17 +17,18 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
+use super::backend::KeptRun;
+use super::backend::RedisBackend;
 use super::keys::{run_keys, Keys};
-use super::reply::{holder_json, lock_info, Reply};
-use super::runs::KeptRun;
+use super::reply::{holder_json, lock_info, parse_sharing, Reply};
 use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
-use super::RedisBackend;
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
 
-/// The outcome of one acquire attempt on one server.
-pub(crate) enum Attempt {
+/// What one acquire attempt on one server came to (the seam's answer is
+/// [`store::Attempt`](crate::backend::store::Attempt)).
+pub(crate) enum Tried {
     Granted(Lease),
     Busy(Busy),
 }
@@ -38,7 +39,7 @@ pub(crate) enum Attempt {
 // One per server and round, moved once: not worth a box.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Vote {
-    Attempt(Attempt),
+    Tried(Tried),
     Conflict(Sharing),
 }
 
@@ -88,7 +89,7 @@ impl RedisBackend {
         if let Some(held) = conflict_of(&reply) {
             return Ok(Vote::Conflict(held));
         }
-        self.parse_attempt(req, sent_at, reply).map(Vote::Attempt)
+        self.parse_attempt(req, sent_at, reply).map(Vote::Tried)
     }
 
     /// Redlock: raises the fencing counter of `key` to at least `token` and, when `owner`
@@ -113,7 +114,7 @@ impl RedisBackend {
         k: &Keys,
         queue: QueueArgs<'_>,
         floor: u64,
-    ) -> Result<Attempt> {
+    ) -> Result<Tried> {
         let (sent_at, reply) = self.send_acquire(req, k, queue, floor).await?;
         self.parse_attempt(req, sent_at, reply)
     }
@@ -208,7 +209,7 @@ impl RedisBackend {
         req: &AcquireRequest,
         sent_at: Instant,
         reply: Value,
-    ) -> Result<Attempt> {
+    ) -> Result<Tried> {
         let mut r = Reply::new(reply, &self.server.url)?;
         let code = r.next::<i64>()?;
         if code == -3 {
@@ -223,14 +224,14 @@ impl RedisBackend {
             let now_ms: u64 = r.next()?;
             let pttl: u64 = r.next()?;
             let lease = Lease::timed(&req.key, owner, fencing_token, req.ttl, reentered, sent_at);
-            return Ok(Attempt::Granted(lease.expiring_at(now_ms + pttl)));
+            return Ok(Tried::Granted(lease.expiring_at(now_ms + pttl)));
         }
         let position: u64 = r.next()?;
         let waiters: u64 = r.next()?;
         let retry: i64 = r.next()?;
         let pttl: i64 = r.next()?;
         let holder = lock_info(&req.key, r.lease_fields()?, pttl);
-        Ok(Attempt::Busy(Busy {
+        Ok(Tried::Busy(Busy {
             holder,
             position: (position > 0).then_some(position),
             waiters: Some(waiters),
@@ -367,18 +368,6 @@ fn sharing_arg(sharing: Sharing) -> String {
         Sharing::Exclusive => "x".to_string(),
         Sharing::Shared => "s".to_string(),
         Sharing::Limit(n) => n.to_string(),
-    }
-}
-
-/// Reads [`sharing_arg`] back (a group's mode, a conflict's reply).
-pub(super) fn parse_sharing(s: &str) -> Sharing {
-    match s {
-        "s" => Sharing::Shared,
-        n => n
-            .parse()
-            .ok()
-            .and_then(Sharing::limit)
-            .unwrap_or(Sharing::Exclusive),
     }
 }
 

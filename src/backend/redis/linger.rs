@@ -16,11 +16,11 @@ use futures_util::StreamExt;
 
 use redis::Value;
 
+use super::backend::RedisBackend;
 use super::keys::Keys;
 use super::lease::is_gone;
 use super::reply::Reply;
 use super::scripts::{evalsha, millis, SCRIPTS};
-use super::RedisBackend;
 use crate::error::{Error, Result};
 
 /// The shortest life of the marker a watcher sets: a release publishes while it lasts.

@@ -14,7 +14,7 @@
 //! * `scripts.rs`: the Lua scripts, sent by hash.
 //! * `reply.rs`: reading replies, lease fields and holders.
 //! * `lease.rs`: one attempt (also Redlock's), renew, release.
-//! * `queue.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
+//! * `wait.rs`: a waiter's attempts, its sleep until woken, and leaving the queue.
 //! * `replicas.rs`: `?min_replicas`, a `WAIT` after each grant and renewal.
 //! * `linger.rs`: a lease left to expire by itself (`--hold-at-least`), and watching for
 //!   a release (`dlock wait`).
@@ -29,7 +29,6 @@ mod connect;
 mod keys;
 mod lease;
 mod linger;
-mod queue;
 mod replicas;
 mod reply;
 mod runs;
@@ -37,10 +36,11 @@ mod scripts;
 mod status;
 mod store;
 mod url;
+mod wait;
 
 pub use self::backend::RedisBackend;
 pub use self::connect::{tls_certificates, Tuning};
-pub(crate) use self::lease::{Attempt, Busy, Vote};
+pub(crate) use self::lease::{Busy, Tried, Vote};
 pub(crate) use self::replicas::refuse as refuse_min_replicas;
 pub(crate) use self::url::parse as parse_url;
 pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};

@@ -15,67 +15,11 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::backend::RedisBackend;
 use super::conn::Conn;
 use super::scripts::millis;
-use super::RedisBackend;
-use crate::backend::url::{redact as redact_url, Url};
+use crate::backend::url::redact as redact_url;
 use crate::error::{Error, Result};
-
-/// More replicas than this is a typo, not a topology.
-const MAX_REPLICAS: u32 = 100;
-/// A longer explicit `WAIT` would outlast any renewal schedule worth having.
-const MAX_TIMEOUT_MS: u64 = 60_000;
-/// Without `min_replicas_timeout`, `WAIT` waits a tenth of the TTL, within these bounds
-/// (milliseconds): a renewal must leave room for retries before the command is killed.
-const DEFAULT_TIMEOUT_MS: (u64, u64) = (10, 1_000);
-
-/// How many replicas must acknowledge, and for how long `WAIT` may wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MinReplicas {
-    pub(crate) count: u32,
-    /// `None`: a tenth of the TTL (see [`DEFAULT_TIMEOUT_MS`]).
-    pub(crate) timeout: Option<Duration>,
-}
-
-impl MinReplicas {
-    /// How long `WAIT` waits for a lease of `ttl`.
-    pub(crate) fn timeout_for(&self, ttl: Duration) -> Duration {
-        self.timeout.unwrap_or_else(|| {
-            let (lo, hi) = DEFAULT_TIMEOUT_MS;
-            (ttl / 10).clamp(Duration::from_millis(lo), Duration::from_millis(hi))
-        })
-    }
-}
-
-/// The `min_replicas` of a Redis URL: `None` when absent or 0 (off). The reason of a bad
-/// value is for a usage error (exit 2).
-pub(crate) fn from_url(u: &Url) -> std::result::Result<Option<MinReplicas>, String> {
-    let number = |name: &str, max: u64| -> std::result::Result<Option<u64>, String> {
-        let Some(value) = u.param(name) else {
-            return Ok(None);
-        };
-        let n = value.parse::<u64>().ok().filter(|n| *n <= max);
-        n.map(Some).ok_or_else(|| {
-            format!(
-                "{name}={}: expected a whole number from 0 to {max}",
-                value.escape_debug()
-            )
-        })
-    };
-    let count = number("min_replicas", MAX_REPLICAS.into())?;
-    let timeout = match number("min_replicas_timeout", MAX_TIMEOUT_MS)? {
-        Some(0) => return Err(format!("min_replicas_timeout=0: WAIT would block forever; give milliseconds from 1 to {MAX_TIMEOUT_MS}")),
-        ms => ms.map(Duration::from_millis),
-    };
-    match (count, timeout) {
-        (None, Some(_)) => Err("min_replicas_timeout needs min_replicas=N".into()),
-        (None | Some(0), _) => Ok(None),
-        (Some(count), timeout) => Ok(Some(MinReplicas {
-            count: count as u32,
-            timeout,
-        })),
-    }
-}
 
 /// Refuses `min_replicas` where it has no meaning (a Redlock quorum: each server is a vote).
 pub(crate) fn refuse(url: &str, where_: &str) -> Result<()> {
@@ -138,6 +82,7 @@ fn transient(e: Error) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::url::MinReplicas;
     use super::*;
 
     fn parse(url: &str) -> Result<Option<MinReplicas>> {

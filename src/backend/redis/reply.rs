@@ -5,7 +5,6 @@ use redis::{FromRedisValue, Value};
 
 use std::collections::HashMap;
 
-use super::lease::parse_sharing;
 use crate::backend::{Holder, LockInfo, Sharing};
 use crate::error::{Error, Result};
 
@@ -144,6 +143,18 @@ fn parse_holder_json(json: &str) -> Option<Holder> {
         acquired_at_ms,
         held_until_ms: None,
     })
+}
+
+/// Reads what `lease::sharing_arg` wrote back (a group's mode, a conflict's reply).
+pub(super) fn parse_sharing(s: &str) -> Sharing {
+    match s {
+        "s" => Sharing::Shared,
+        n => n
+            .parse()
+            .ok()
+            .and_then(Sharing::limit)
+            .unwrap_or(Sharing::Exclusive),
+    }
 }
 
 #[cfg(test)]

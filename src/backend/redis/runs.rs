@@ -9,28 +9,8 @@ use std::sync::PoisonError;
 use crate::backend::{LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::Result;
 
+use super::backend::{KeptRun, RedisBackend};
 use super::keys::run_keys;
-use super::RedisBackend;
-
-/// A run kept for the release of its lock, which writes it.
-pub(crate) struct KeptRun {
-    key: String,
-    owner: String,
-    /// The encoded record.
-    pub(super) value: String,
-    pub(super) succeeded: bool,
-}
-
-impl KeptRun {
-    /// The release script's last arguments: the record, its TTL, whether it succeeded.
-    pub(super) fn args(kept: Option<&KeptRun>) -> (&str, u64, &str) {
-        let ttl = RUN_RECORD_TTL.as_millis() as u64;
-        match kept {
-            Some(k) => (&k.value, ttl, if k.succeeded { "1" } else { "" }),
-            None => ("", ttl, ""),
-        }
-    }
-}
 
 impl RedisBackend {
     /// Keeps `run` of `key` for the release that follows (see

@@ -8,11 +8,11 @@ use std::collections::{HashMap, HashSet};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use redis::Value;
 
+use super::backend::RedisBackend;
 use super::cluster::masters;
 use super::conn::Conn;
 use super::keys::{lease_key, lock_name, Keys, SCAN_PATTERN};
 use super::reply::{group_holders, lock_info, parse_waiter, Reply, LEASE_FIELDS};
-use super::RedisBackend;
 use crate::backend::{KeyStatus, LockInfo, Sharing, WaiterInfo};
 use crate::error::{Error, Result};
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::queue::Waiter;
-use super::RedisBackend;
+use super::backend::RedisBackend;
+use super::wait::Waiter;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{AcquireRequest, Acquired, KeyStatus, Lease, ReleaseMode, Released};
 use crate::error::Result;

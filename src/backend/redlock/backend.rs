@@ -34,10 +34,11 @@ use async_trait::async_trait;
 use futures_util::future::join_all;
 
 use super::member::{same_server_twice, Member, State};
-use super::{quorum, RedlockTuning};
+use super::tuning::RedlockTuning;
 use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::outcome::{self, joined};
 use crate::backend::quorum::votes;
+use crate::backend::quorum::votes::quorum;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,

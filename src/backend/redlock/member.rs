@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, FutureExt};
 
-use super::RedlockTuning;
+use super::tuning::RedlockTuning;
 use crate::backend::quorum::round::Failure;
 use crate::backend::redis::RedisBackend;
 use crate::error::{Error, Result};

@@ -3,7 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::{renew_timeout, RedlockBackend};
+use super::backend::RedlockBackend;
+use super::tuning::renew_timeout;
 use crate::backend::quorum::outcome;
 use crate::backend::quorum::renew::{self, Renewal};
 use crate::backend::{Backend, Lease};

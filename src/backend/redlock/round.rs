@@ -54,11 +54,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::backend::RedlockBackend;
 use super::member::Member;
-use super::RedlockBackend;
 use crate::backend::quorum::round::{self, Failure};
 use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
-use crate::backend::redis::{Attempt, Busy, Vote};
+use crate::backend::redis::{Busy, Tried, Vote};
 use crate::backend::{
     AcquireRequest, Lease, LockInfo, ReleaseMode, Sharing, WaitInfo, CANCEL_GRACE,
 };
@@ -264,9 +264,7 @@ impl RedlockBackend {
         let mut first = None;
         if lead {
             match ask(self.lead).await {
-                Ok(Vote::Attempt(Attempt::Busy(busy))) => {
-                    return Err(Refusal::at_lead(busy, floor))
-                }
+                Ok(Vote::Tried(Tried::Busy(busy))) => return Err(Refusal::at_lead(busy, floor)),
                 reply => first = Some(reply),
             }
         }
@@ -332,8 +330,8 @@ fn conflict(replies: &[Result<Vote, Failure>]) -> Option<Sharing> {
 impl From<Result<Vote, Failure>> for Answer<Error> {
     fn from(reply: Result<Vote, Failure>) -> Answer<Error> {
         match reply {
-            Ok(Vote::Attempt(Attempt::Granted(lease))) => Answer::Granted(lease),
-            Ok(Vote::Attempt(Attempt::Busy(busy))) => Answer::Busy(busy),
+            Ok(Vote::Tried(Tried::Granted(lease))) => Answer::Granted(lease),
+            Ok(Vote::Tried(Tried::Busy(busy))) => Answer::Busy(busy),
             // Sorted out before the count (see `conflict`).
             Ok(Vote::Conflict(_)) => Answer::Busy(Busy::default()),
             Err(failure) => failure.into(),

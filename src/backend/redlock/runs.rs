@@ -8,7 +8,7 @@
 //! minority of servers down or restarted empty. A write that reached only a minority is
 //! reported as failed (`exec` warns), but may still be read.
 
-use super::RedlockBackend;
+use super::backend::RedlockBackend;
 use crate::backend::quorum::outcome;
 use crate::backend::{LastRuns, RunRecord};
 use crate::error::Result;

@@ -61,8 +61,9 @@ use rand::Rng;
 use redis::aio::PubSub;
 use tokio_util::sync::CancellationToken;
 
+use super::backend::RedlockBackend;
 use super::round::{Refusal, Round};
-use super::{acquire_timeout, max_acquire_timeout, RedlockBackend, RedlockTuning};
+use super::tuning::{acquire_timeout, max_acquire_timeout, RedlockTuning};
 use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;

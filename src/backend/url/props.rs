@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::{percent_encode, redact};
-use crate::backend::BackendSpec;
+use crate::backend::spec::BackendSpec;
 
 /// Every scheme with credentials before the hosts: `{p}` is the password.
 const TEMPLATES: &[&str] = &[

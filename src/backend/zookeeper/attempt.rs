@@ -1,28 +1,19 @@
 //! One attempt on a lock's line: join it, see whether our node holds (alone, or beside
-//! others as `--shared` or `--limit N` allow: see [`shares`]), and if not, what to watch.
+//! others as `--shared` or `--limit N` allow: see [`shared`]), and if not, what to watch.
 
 use std::time::{Duration, Instant};
 
 use zookeeper_client::Error as ZkError;
 
 use super::layout::Meta;
-use super::queue::{self, Line};
+use super::line::{self, Line};
 use super::session;
-use super::shares::{self, Blocker};
-use super::store::{ZkStore, ZkWaiter};
+use super::shared::{self, Blocker};
+use super::store::{Watch, ZkStore, ZkWaiter};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{AcquireRequest, Acquired};
 use crate::error::{Error, Result};
-
-/// What a waiter sleeps on until it may be admitted.
-#[derive(Debug, Clone)]
-pub enum Watch {
-    /// The node that blocks it: its deletion may admit us.
-    Node(String),
-    /// The lock's children, as they were at `pzxid`: any holder leaving may admit us.
-    Line { path: String, pzxid: i64 },
-}
 
 impl ZkStore {
     /// Stamps our node now that it holds: the zxid of this write is the fencing token.
@@ -108,11 +99,11 @@ impl ZkStore {
             // without a node of ours.
             let (_, line) = self.line(&req.key, true).await?;
             let ahead = line.sharings();
-            match shares::verdict(req.sharing, &ahead) {
+            match shared::verdict(req.sharing, &ahead) {
                 Admission::Admit => {}
                 Admission::Conflict(held) => return Err(self.refuse(req, w, held).await),
                 Admission::Wait => {
-                    let queued = ahead.len() - shares::holders(&ahead);
+                    let queued = ahead.len() - shared::holders(&ahead);
                     return Ok(Some(Attempt::Busy(busy_behind(req, &line, None, queued))));
                 }
             }
@@ -123,7 +114,7 @@ impl ZkStore {
         let node = w.node.clone().unwrap_or_default();
         let name = node.rsplit('/').next().unwrap_or_default();
         let client = self.client_of(w, &req.key).await?;
-        let line = queue::read(&client, &path, true, Some(name))
+        let line = line::read(&client, &path, true, Some(name))
             .await
             .map_err(|e| self.fail(&req.key, e))?;
         let Some(behind) = line.ours else {
@@ -131,12 +122,12 @@ impl ZkStore {
             return Ok(None);
         };
         let ahead = line.sharings();
-        match shares::verdict(req.sharing, &ahead) {
+        match shared::verdict(req.sharing, &ahead) {
             Admission::Admit => return self.admitted(req, w, &node, &line).await.map(Some),
             Admission::Conflict(held) => return Err(self.refuse(req, w, held).await),
             Admission::Wait => {}
         }
-        w.blocker = Some(match shares::blocker(req.sharing, &ahead) {
+        w.blocker = Some(match shared::blocker(req.sharing, &ahead) {
             Blocker::Node(i) => Watch::Node(format!("{path}/{}", line.entries[i].name)),
             Blocker::Line => Watch::Line {
                 path,
@@ -144,7 +135,7 @@ impl ZkStore {
             },
         });
         // Our place counts the waiters ahead of us, not the holders.
-        let queued = ahead.len() - shares::holders(&ahead);
+        let queued = ahead.len() - shared::holders(&ahead);
         let waiters = queued + usize::from(enqueue) + behind;
         let position = enqueue.then_some(queued as u64 + 1);
         let busy = busy_behind(req, &line, position, waiters);

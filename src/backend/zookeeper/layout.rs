@@ -95,8 +95,8 @@ pub fn key_of(path: &str) -> String {
 /// A new protection id: a random (version 4) UUID in its 36-character form, the shape
 /// Curator's `ProtectedUtils` recognises between `_c_` and the rest of a name.
 pub fn protection_id() -> String {
-    let hi = (crate::holder::random_u64() & !0xf000) | 0x4000;
-    let lo = (crate::holder::random_u64() & !(0b11 << 62)) | (0b10 << 62);
+    let hi = (crate::ids::random_u64() & !0xf000) | 0x4000;
+    let lo = (crate::ids::random_u64() & !(0b11 << 62)) | (0b10 << 62);
     format!(
         "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
         hi >> 32,

@@ -3,8 +3,8 @@
 //!
 //! * [`layout`]: lock paths, contender node names, what a node's data says (pure).
 //! * [`session`]: connecting, what a session's timeout gives a lease, error wording.
-//! * [`queue`]: creating contender nodes and reading a lock's line in order.
-//! * [`shares`]: who holds when contenders may hold together (`--shared`, `--limit N`).
+//! * [`line`]: creating contender nodes and reading a lock's line in order.
+//! * [`shared`]: who holds when contenders may hold together (`--shared`, `--limit N`).
 //! * [`attempt`]: one attempt on the line, and what a waiter watches.
 //! * [`store`]: the [`LockStore`](crate::backend::store::LockStore) built from them.
 //! * [`listing`]: every lock in the tree, and watching locks for `dlock wait`.
@@ -14,11 +14,11 @@
 
 mod attempt;
 pub mod layout;
+pub mod line;
 mod listing;
-pub mod queue;
 mod runs;
 pub mod session;
-pub mod shares;
+pub mod shared;
 pub mod store;
 mod tls;
 pub mod url;

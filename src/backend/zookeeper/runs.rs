@@ -6,7 +6,7 @@
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use super::layout::RUNS_SUFFIX;
-use super::queue;
+use super::line;
 use super::session::acls;
 use super::store::ZkStore;
 use crate::backend::{LastRuns, RunRecord, RUN_RECORD_TTL};
@@ -110,10 +110,10 @@ impl ZkStore {
         let ttl = CreateMode::Persistent
             .with_acls(acl)
             .with_ttl(RUN_RECORD_TTL);
-        match queue::create(client, path, data, &ttl, &parents).await {
+        match line::create(client, path, data, &ttl, &parents).await {
             Err(ZkError::Unimplemented) => {
                 let plain = CreateMode::Persistent.with_acls(acl);
-                queue::create(client, path, data, &plain, &parents)
+                line::create(client, path, data, &plain, &parents)
                     .await
                     .map(drop)
             }

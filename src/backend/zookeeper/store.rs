@@ -7,7 +7,7 @@
 //! TTL node (servers started with `zookeeper.extendedTypesEnabled=true`) whose expiry dlock
 //! writes into the node and honours itself, since the server reaps TTL nodes only now and
 //! then. An exclusive waiter watches only the contender just before it; shared and
-//! semaphore contenders hold together as [`super::shares`] says. The fencing token is the
+//! semaphore contenders hold together as [`super::shared`] says. The fencing token is the
 //! zxid of the write that stamps a holder's node once it is admitted: later than every
 //! earlier holder's release, distinct for holders admitted together, and zxids grow
 //! across leader changes.
@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
-use super::attempt::Watch;
 use super::layout::{self, Entry, Meta};
-use super::queue::{self, Line};
+use super::line::{self, Line};
 use super::session::{self, acls, unavailable};
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
@@ -41,6 +40,15 @@ pub struct ZkStore {
     /// The session and node of each `exec` lease this process holds, by owner:
     /// renewals ask that session.
     sessions: Mutex<HashMap<String, (Client, String)>>,
+}
+
+/// What a waiter sleeps on until it may be admitted.
+#[derive(Debug, Clone)]
+pub enum Watch {
+    /// The node that blocks it: its deletion may admit us.
+    Node(String),
+    /// The lock's children, as they were at `pzxid`: any holder leaving may admit us.
+    Line { path: String, pzxid: i64 },
 }
 
 /// One acquisition: its own session (`exec`), its node once queued, what blocks it.
@@ -108,7 +116,7 @@ impl ZkStore {
 
     pub(super) async fn line(&self, key: &str, sweep: bool) -> Result<(String, Line)> {
         let path = self.path(key)?;
-        let line = queue::read(&self.client(key).await?, &path, sweep, None)
+        let line = line::read(&self.client(key).await?, &path, sweep, None)
             .await
             .map_err(|e| self.fail(key, e))?;
         Ok((path, line))
@@ -193,7 +201,7 @@ impl ZkStore {
             }
         };
         w.sent = Instant::now();
-        let created = queue::create(&client, &prefix, &meta.encode(), &options, &parents).await;
+        let created = line::create(&client, &prefix, &meta.encode(), &options, &parents).await;
         match created {
             Ok((node, stat)) => {
                 w.node = Some(node);
@@ -353,7 +361,7 @@ impl LockStore for ZkStore {
         self.target.name.clone()
     }
 
-    /// Every mode: a contender's name says how it holds the key (see [`super::shares`]).
+    /// Every mode: a contender's name says how it holds the key (see [`super::shared`]).
     fn supports(&self, _sharing: Sharing) -> bool {
         true
     }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::backend::memcached::MemcachedStore;
+use crate::backend::memcached::store::MemcachedStore;
 use crate::backend::quorum::round::Failure;
 use crate::error::{Error, Result};
 

@@ -10,8 +10,9 @@ use futures_util::future::join_all;
 
 use super::member::Member;
 use crate::backend::memcached::client::Tuning;
+use crate::backend::memcached::store::MemcachedStore;
+use crate::backend::memcached::ttl;
 use crate::backend::memcached::url::Target;
-use crate::backend::memcached::{ttl, MemcachedStore};
 use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::renew::{self, Renewal};
 use crate::backend::quorum::{outcome, votes};

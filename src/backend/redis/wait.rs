@@ -28,12 +28,12 @@ use futures_util::StreamExt;
 use redis::aio::PubSub;
 use redis::{Cmd, Value};
 
+use super::backend::RedisBackend;
 use super::conn::Conn;
 use super::keys::Keys;
-use super::lease::{for_share, Attempt, Join, QueueArgs};
+use super::lease::{for_share, Join, QueueArgs, Tried};
 use super::reply::holder_json;
 use super::scripts::{run_script, SCRIPTS};
-use super::RedisBackend;
 use crate::backend::store::{self, Woken};
 use crate::backend::{AcquireRequest, Acquired};
 use crate::error::Result;
@@ -224,7 +224,7 @@ impl RedisBackend {
     /// The state of a new acquisition: a fresh waiter id, not queued yet.
     pub(super) fn waiter(&self, req: &AcquireRequest, conn: Conn) -> Waiter {
         Waiter {
-            id: crate::holder::new_owner_id(), // a waiter id is as random as an owner id
+            id: crate::ids::new_owner_id(), // a waiter id is as random as an owner id
             owner: req.owner.clone(),
             keys: Keys::new(&req.key),
             json: holder_json(&req.holder),
@@ -256,12 +256,12 @@ impl RedisBackend {
         let attempt = self.run_acquire(req, &waiter.keys, queue, 0).await;
         waiter.queued = queued;
         match attempt {
-            Ok(Attempt::Granted(lease)) => {
+            Ok(Tried::Granted(lease)) => {
                 waiter.queued = false; // the script took us off the queue
                 waiter.granted_on = Some(waiter.conn.clone());
                 Ok(granted(lease))
             }
-            Ok(Attempt::Busy(busy)) => Ok(store::Attempt::Busy(busy)),
+            Ok(Tried::Busy(busy)) => Ok(store::Attempt::Busy(busy)),
             Err(e) => {
                 waiter.failed = true;
                 Err(e)
@@ -336,13 +336,13 @@ impl RedisBackend {
         waiter.blocking = blocked.answered();
         Ok(match attempt {
             // Claimed again, fresh, by the next attempt.
-            Attempt::Granted(_) if sent_at.elapsed() > req.ttl / 10 => Woken::Again,
-            Attempt::Granted(lease) => {
+            Tried::Granted(_) if sent_at.elapsed() > req.ttl / 10 => Woken::Again,
+            Tried::Granted(lease) => {
                 waiter.queued = false;
                 waiter.granted_on = Some(conn);
                 Woken::Answered(Box::new(granted(lease)))
             }
-            Attempt::Busy(busy) => Woken::Answered(Box::new(store::Attempt::Busy(busy))),
+            Tried::Busy(busy) => Woken::Answered(Box::new(store::Attempt::Busy(busy))),
         })
     }
 

@@ -19,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::ms;
-use super::lease::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue};
+use super::row::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue};
 use super::schema::Sql;
 use crate::backend::group::{Group, Member, Queued};
 use crate::backend::sharing::Admission;

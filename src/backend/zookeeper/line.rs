@@ -4,7 +4,7 @@
 use zookeeper_client::{Client, CreateOptions, Error as ZkError, Stat};
 
 use super::layout::{self, Entry};
-use super::shares;
+use super::shared;
 use crate::backend::Sharing;
 
 /// What a lock's line looks like now.
@@ -32,9 +32,9 @@ impl Line {
         self.entries.iter().map(|e| e.sharing).collect()
     }
 
-    /// The contenders that hold the key (see [`shares::holders`]), the first first.
+    /// The contenders that hold the key (see [`shared::holders`]), the first first.
     pub fn holding(&self) -> &[Entry] {
-        &self.entries[..shares::holders(&self.sharings())]
+        &self.entries[..shared::holders(&self.sharings())]
     }
 }
 

@@ -10,9 +10,8 @@
 use std::time::Duration;
 
 use super::file::boot_ms;
-use super::queue::UNLISTED;
-use super::record::LeaseRecord;
-use super::store::{Attempt, Session, STUCK_AFTER_MS};
+use super::record::{LeaseRecord, UNLISTED};
+use super::store::{Ask, Session, STUCK_AFTER_MS};
 use crate::backend::sharing::Admission;
 use crate::backend::Sharing;
 use crate::error::{Error, Result};
@@ -102,7 +101,7 @@ impl Session<'_> {
     /// not come in for [`STUCK_AFTER_MS`] since a holder last left is stopped (`^Z`) or
     /// wedged, and does not count, as for an exclusive lock: it keeps its place and waits
     /// again when it resumes.
-    pub(super) fn admits(&self, a: &Attempt, holders: usize, waiter_ahead: bool) -> Result<bool> {
+    pub(super) fn admits(&self, a: &Ask, holders: usize, waiter_ahead: bool) -> Result<bool> {
         if holders >= MAX_HOLDERS as usize {
             return Ok(false);
         }
