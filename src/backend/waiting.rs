@@ -34,11 +34,54 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// 10 ms to 1 s, each drawn from the upper half of its range so that waiters that were
 /// refused together do not come back together.
 pub fn backoff(round: u32) -> Duration {
-    let cap = BACKOFF_FIRST
+    jittered(doubling(round))
+}
+
+/// [`backoff`] bounded by twice `hold`, the hold time the waiter observed ([`Holds`]): a
+/// store that cannot wake its waiters keeps each of them looking about twice per hold,
+/// so that none sleeps through several free periods while others take the key.
+pub fn backoff_within(round: u32, hold: Duration) -> Duration {
+    jittered(doubling(round).min(hold.saturating_mul(2).max(BACKOFF_FIRST)))
+}
+
+fn doubling(round: u32) -> Duration {
+    BACKOFF_FIRST
         .saturating_mul(1u32 << round.min(16))
-        .min(BACKOFF_MAX);
-    let ms = cap.as_millis() as u64;
-    Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
+        .min(BACKOFF_MAX)
+}
+
+/// A time drawn from the upper half of `cap`.
+fn jittered(cap: Duration) -> Duration {
+    let us = cap.as_micros() as u64;
+    Duration::from_micros(rand::thread_rng().gen_range(us / 2..=us))
+}
+
+/// The holds one waiter saw, on its own clock: how long it has waited over how many
+/// different leases it found, which is about one hold when the key changes hands, and
+/// the whole wait so far while one holder keeps it.
+#[derive(Debug, Default)]
+pub struct Holds {
+    since: Option<Instant>,
+    token: Option<u64>,
+    leases: u32,
+}
+
+impl Holds {
+    /// Counts the lease a refusal found.
+    pub fn saw(&mut self, busy: &Busy) {
+        self.since.get_or_insert_with(Instant::now);
+        let token = busy.holder.as_ref().map(|h| h.fencing_token);
+        if token.is_some() && token != self.token {
+            self.leases += 1;
+            self.token = token;
+        }
+    }
+
+    /// The typical hold so far.
+    pub fn typical(&self) -> Duration {
+        let waited = self.since.map_or(Duration::ZERO, |s| s.elapsed());
+        waited / self.leases.max(1)
+    }
 }
 
 /// Every lock store is a backend: the loop below does the waiting.
