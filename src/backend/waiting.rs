@@ -18,8 +18,10 @@ use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Re
 use super::{LastRuns, RunRecord};
 use crate::error::{Error, Result};
 
+mod holds;
 pub mod pace;
-pub use self::pace::{backoff, RIDE_OUT};
+pub use self::holds::Holds;
+pub use self::pace::{backoff, backoff_within, RIDE_OUT};
 
 /// Every lock store is a backend: the loop below does the waiting.
 #[async_trait]

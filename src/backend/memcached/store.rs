@@ -1,5 +1,8 @@
 //! Memcached as a [`LockStore`]: no queue and no notifications, so waiters poll with the
-//! seam's jittered back-off, and a freed lock goes to whichever waiter looks first.
+//! seam's jittered back-off, and a freed lock goes to whichever waiter looks first. The
+//! back-off is bounded by twice the hold time the waiter observed
+//! ([`backoff_within`]): with short holds every waiter keeps looking often, so none
+//! sleeps through several free periods while the others take turns.
 
 use std::time::Duration;
 
@@ -8,7 +11,8 @@ use async_trait::async_trait;
 use super::client::{Client, Reply, Request, Tuning};
 use super::keys::Keys;
 use super::url::Target;
-use crate::backend::store::{Attempt, LockStore};
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::waiting::{backoff_within, Holds};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
 };
@@ -20,10 +24,12 @@ pub struct MemcachedStore {
     pub(super) name: String,
 }
 
-/// One acquisition: whether an attempt may have taken the key without our hearing of it.
+/// One acquisition: whether an attempt may have taken the key without our hearing of it,
+/// and the holds it saw.
 #[derive(Default)]
 pub struct MemcachedWaiter {
     pub(super) in_flight: bool,
+    pub(super) holds: Holds,
 }
 
 impl MemcachedStore {
@@ -83,6 +89,20 @@ impl LockStore for MemcachedStore {
         let attempt = self.attempt_once(req).await;
         w.in_flight = false;
         attempt
+    }
+
+    async fn sleep(
+        &self,
+        _req: &AcquireRequest,
+        w: &mut MemcachedWaiter,
+        busy: &Busy,
+        pause: Duration,
+        round: u32,
+    ) -> Result<Woken> {
+        w.holds.saw(busy);
+        let nap = backoff_within(round, w.holds.typical()).min(pause);
+        tokio::time::sleep(nap).await;
+        Ok(Woken::Again)
     }
 
     async fn leave(&self, req: &AcquireRequest, w: MemcachedWaiter) {

@@ -7,7 +7,7 @@ use tokio::sync::{broadcast, Mutex, MutexGuard};
 use tokio_postgres::Client;
 
 use super::connect::{Note, Server, Tuning};
-use super::schema::{ensure_tables, Names, Prepared};
+use super::schema::{ensure_tables, waiter_channel, Names, Prepared};
 use super::url::Target;
 use crate::error::Result;
 
@@ -21,6 +21,8 @@ pub(super) struct Conn {
     pub st: Prepared,
     /// True once this connection LISTENs (a reopened one does not yet).
     pub listening: bool,
+    /// The waiter whose own channel this connection LISTENs to.
+    pub waiter: Option<String>,
 }
 
 /// Locks in a PostgreSQL table.
@@ -74,6 +76,7 @@ impl PostgresStore {
                 client,
                 st,
                 listening: false,
+                waiter: None,
             });
         }
         Ok(guard)
@@ -103,6 +106,44 @@ impl PostgresStore {
                 Err(e)
             }
         }
+    }
+
+    /// Makes sure the connection is open and LISTENs to the channel of waiter `id` (and no
+    /// longer to an earlier waiter's); true when it had to be told to, so that the waiter
+    /// looks again at what it may have missed.
+    pub(super) async fn listen_as(&self, id: &str) -> Result<bool> {
+        let mut guard = self.conn().await?;
+        let c = guard.as_mut().expect("opened by conn()");
+        if c.waiter.as_deref() == Some(id) {
+            return Ok(false);
+        }
+        let mut sql = String::new();
+        if let Some(old) = &c.waiter {
+            sql = format!("UNLISTEN \"{}\"; ", waiter_channel(old));
+        }
+        sql.push_str(&format!("LISTEN \"{}\"", waiter_channel(id)));
+        let listened = self
+            .server
+            .within("cannot listen for a hand-off", c.client.batch_execute(&sql))
+            .await;
+        match listened {
+            Ok(()) => {
+                c.waiter = Some(id.to_string());
+                Ok(true)
+            }
+            Err(e) => {
+                *guard = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// True while the connection is open and LISTENs to the channel of waiter `id`.
+    pub(super) async fn listening_as(&self, id: &str) -> bool {
+        let guard = self.conn.lock().await;
+        guard
+            .as_ref()
+            .is_some_and(|c| c.waiter.as_deref() == Some(id) && !c.client.is_closed())
     }
 
     /// True while the connection is open and LISTENs.

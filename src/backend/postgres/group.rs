@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio_postgres::{Client, Row, Transaction};
 
 use super::backend::ms;
-use super::lease::{grant, read_queue, refused, Ask, Blocked, Current, Queue};
+use super::lease::{grant, leave_in, refused, Ask, Blocked, Current, Queue};
 use super::schema::{payload, Prepared};
 use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
 use crate::backend::sharing::Admission;
@@ -113,14 +113,18 @@ pub(super) async fn attempt(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<Ste
         true => Some(tx.query_one(&st.queue_sharing, &[key]).await?),
         false => None,
     };
+    let ids: Vec<String> = queue.as_ref().map_or_else(Vec::new, |q| q.get(1));
     let ahead = queue.as_ref().map_or_else(Vec::new, |q| {
-        ahead(
-            &q.get::<_, Vec<String>>(1),
-            &q.get::<_, Vec<String>>(3),
-            &ask.w.id,
-        )
+        ahead(&ids, &q.get::<_, Vec<String>>(3), &ask.w.id)
     });
-    let queue = queue.map(|q| read_queue(&q)).unwrap_or_default();
+    let others = ids.iter().any(|id| *id != ask.w.id);
+    let queue = queue
+        .map(|q| Queue {
+            pruned: q.get(0),
+            head: ids.first().cloned(),
+            head_left_ms: q.get(2),
+        })
+        .unwrap_or_default();
     if let Some(owner) = locked
         .exclusive()
         .filter(|o| **o == req.owner || req.reenter.contains(o))
@@ -146,21 +150,14 @@ pub(super) async fn attempt(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<Ste
     };
     match admission {
         Admission::Admit if req.sharing.is_exclusive() => Ok(Step::Done(grant(tx, ask).await?)),
-        Admission::Admit => Ok(Step::Done(join(tx, ask, locked, &queue).await?)),
+        Admission::Admit => Ok(Step::Done(join(tx, ask, locked, others).await?)),
         Admission::Wait => {
             let busy = refused(tx, ask, &queue, blocked(key, &locked, &queue)).await?;
             Ok(Step::Done(Outcome::Busy(busy)))
         }
         Admission::Conflict(held) => {
             // Never to be admitted: out of the line at once.
-            let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
-                key,
-                &ask.w.id,
-                &req.owner,
-                &ask.names.channel,
-                &payload('R', key),
-            ];
-            tx.query(&st.leave, &args).await?;
+            leave_in(tx, st, ask.names, key, &ask.w.id, &req.owner).await?;
             Ok(Step::Conflict(held))
         }
     }
@@ -204,13 +201,13 @@ async fn again(tx: &Transaction<'_>, ask: &Ask<'_>, locked: &Locked) -> PgResult
 }
 
 /// Admits the caller: a new member with the row's next token, out of the line. The
-/// waiters left look again (a semaphore may have room for the next); with none, only
-/// watchers are told.
+/// next waiter is woken (a semaphore may have room for it, a reader may join too); with
+/// none, only watchers are told.
 async fn join(
     tx: &Transaction<'_>,
     ask: &Ask<'_>,
     locked: Locked,
-    queue: &Queue,
+    others: bool,
 ) -> PgResult<Outcome> {
     let req = ask.req;
     let token = locked.current.token + 1;
@@ -229,7 +226,6 @@ async fn join(
         }
         None => Group::new(req.sharing, member),
     };
-    let others = queue.ids.iter().any(|id| *id != ask.w.id);
     let put = Write {
         key: &req.key,
         group: Some(&group),

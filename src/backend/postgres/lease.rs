@@ -54,11 +54,12 @@ impl Current {
     }
 }
 
-/// The live queue, dead waiters pruned.
+/// The head of the live queue, dead waiters pruned.
 #[derive(Default)]
 pub(super) struct Queue {
     pub pruned: i64,
-    pub ids: Vec<String>,
+    /// The next to be admitted; `None` when nobody waits.
+    pub head: Option<String>,
     pub head_left_ms: i64,
 }
 
@@ -215,9 +216,7 @@ impl PostgresStore {
             }
             _ => {
                 let one = mode == ReleaseMode::One;
-                let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-                    [&key, &owner, &one, &self.names.channel, &payload('R', key)];
-                let request = c.client.query_opt(&c.st.release, &args);
+                let request = release_waking(c, &self.names, key, owner, one);
                 match self.server.within("cannot release", request).await {
                     Ok(Some(row)) => Ok(Released {
                         previous_owner: Some(owner.to_string()),
@@ -306,22 +305,67 @@ impl PostgresStore {
     pub(super) async fn leave_queue(&self, key: &str, waiter: &str, owner: &str) -> Result<()> {
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
-        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] = [
-            &key,
-            &waiter,
-            &owner,
-            &self.names.channel,
-            &payload('R', key),
-        ];
-        let left = self
-            .server
-            .within("cannot leave the queue", c.client.query(&c.st.leave, &args))
-            .await;
+        let leaving = leave_tx(c, &self.names, key, waiter, owner);
+        let left = self.server.within("cannot leave the queue", leaving).await;
         if left.is_err() {
             *guard = None;
         }
         left.map(drop)
     }
+}
+
+/// An exclusive release, and the key's head woken when that freed it: the wake is
+/// pipelined behind the `UPDATE`, so it runs after the row lock was taken and sees every
+/// waiter queued before.
+async fn release_waking(
+    c: &Conn,
+    names: &Names,
+    key: &str,
+    owner: &str,
+    one: bool,
+) -> PgResult<Option<Row>> {
+    let note = payload('R', key);
+    let release: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &owner, &one];
+    let wake: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &names.channel, &note];
+    let (released, woken) = tokio::join!(
+        c.client.query_opt(&c.st.release, &release),
+        c.client.query(&c.st.wake_free, &wake)
+    );
+    woken?;
+    released
+}
+
+/// Leaves the queue, the key's row locked first so that the head woken next is the one
+/// every attempt before us left behind.
+async fn leave_tx(
+    c: &mut Conn,
+    names: &Names,
+    key: &str,
+    waiter: &str,
+    owner: &str,
+) -> PgResult<()> {
+    let st = &c.st;
+    let tx = c.client.transaction().await?;
+    tx.query_opt(&st.lock_row, &[&key]).await?;
+    leave_in(&tx, st, names, key, waiter, owner).await?;
+    tx.commit().await
+}
+
+/// Takes `waiter` out of the line and frees a grant to `owner` whose answer was lost, in
+/// `tx`, which has locked the key's row; the head is woken if the key is free.
+pub(super) async fn leave_in(
+    tx: &Transaction<'_>,
+    st: &Prepared,
+    names: &Names,
+    key: &str,
+    waiter: &str,
+    owner: &str,
+) -> PgResult<()> {
+    tx.query(&st.leave, &[&key, &waiter, &owner]).await?;
+    let note = payload('R', key);
+    tx.query(&st.wake_free, &[&key, &names.channel, &note])
+        .await?;
+    Ok(())
 }
 
 /// The attempt's transaction: an exclusive one here, a shared or semaphore one (or an
@@ -362,7 +406,7 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
         }
     }
     let queue = queue.unwrap_or_default();
-    let first = queue.ids.first().is_none_or(|head| *head == ask.w.id);
+    let first = queue.head.as_ref().is_none_or(|head| *head == ask.w.id);
     if !current.live && (first || !req.fair) {
         let granted = grant(&tx, ask).await?;
         tx.commit().await?;
@@ -453,26 +497,27 @@ pub(super) async fn refused(
 ) -> PgResult<Busy> {
     let (st, req, w) = (ask.st, ask.req, ask.w);
     let key = &req.key;
-    let mut position = queue.ids.iter().position(|id| *id == w.id);
-    let mut waiters = queue.ids.len();
     if req.fair && ask.enqueue {
         let json = queued_json(req);
         tx.execute(&st.enqueue, &[key, &w.id, &ms(ask.liveness), &json])
             .await?;
-        if position.is_none() {
-            position = Some(waiters);
-            waiters += 1;
-        }
     }
     if !blocked.live && queue.pruned > 0 {
         // Free, and the head is a waiter that took over from dead ones: it may be asleep.
-        tx.query(&st.notify, &[&ask.names.channel, &payload('R', key)])
+        tx.query(&st.notify, &[&ask.names.channel, &payload('R', key), key])
             .await?;
     }
+    let (position, waiters) = match req.fair {
+        true => {
+            let row = tx.query_one(&st.place, &[key, &w.id]).await?;
+            (row.get::<_, Option<i64>>(0), Some(row.get::<_, i64>(1)))
+        }
+        false => (None, None),
+    };
     Ok(Busy {
         holder: blocked.holder,
-        position: position.map(|p| p as u64 + 1),
-        waiters: req.fair.then_some(waiters as u64),
+        position: position.map(|p| p as u64),
+        waiters: waiters.map(|n| n as u64),
         retry: Some(Duration::from_millis(blocked.retry_ms.max(0) as u64 + 1)),
     })
 }
@@ -494,7 +539,7 @@ fn queued_json(req: &AcquireRequest) -> String {
 pub(super) fn read_queue(row: &Row) -> Queue {
     Queue {
         pruned: row.get(0),
-        ids: row.get(1),
+        head: row.get(1),
         head_left_ms: row.get(2),
     }
 }

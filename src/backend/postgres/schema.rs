@@ -9,6 +9,14 @@
 //!
 //! Every change to a key's lease or queue first locks its row (`FOR UPDATE`, or the
 //! `UPDATE` itself): the row lock serializes acquirers, renewals and releases of one key.
+//!
+//! Who is next is decided here once, by [`NEXT`] over the live waiters ([`line`]): the
+//! attempt's head, the one [`wake`] notifies, the positions and `status` all use it. A
+//! hand-off notifies only that head, on its own channel ([`waiter_channel`]): the
+//! waiters behind it sleep on and send nothing. The statement that picks the head runs
+//! after the key's row is locked (a later statement of the same transaction, or one
+//! pipelined behind the `UPDATE` that locked it), so that it sees every waiter that
+//! queued before: a waiter queued by an attempt that held the row cannot be missed.
 
 use tokio_postgres::{Client, Statement};
 
@@ -99,7 +107,7 @@ pub struct Prepared {
     pub lock_row: Statement,
     /// $1 key: creates the key's row if missing.
     pub insert_row: Statement,
-    /// $1 key → pruned, live waiter ids in order, the head's liveness left (ms).
+    /// $1 key → pruned, the head's id (NULL: none), its liveness left (ms).
     pub queue: Statement,
     /// $1 key, $2 owner, $3 ttl_ms, $4 holder, $5 waiter, $6 channel, $7 payload → token.
     pub grant: Statement,
@@ -107,17 +115,24 @@ pub struct Prepared {
     pub extend: Statement,
     /// $1 key, $2 waiter, $3 liveness_ms, $4 holder.
     pub enqueue: Statement,
-    /// $1 channel, $2 payload.
+    /// $1 channel, $2 payload, $3 key: wakes the key's head, tells the table's channel.
     pub notify: Statement,
+    /// $1 key, $2 waiter → its 1-based place in the live queue (NULL: not in it), how
+    /// many wait.
+    pub place: Statement,
+    /// $1 key, $2 channel, $3 payload: when the key is free, wakes its head and tells the
+    /// table's channel (run after the statement that locked the row, to see every waiter).
+    pub wake_free: Statement,
     /// $1 key, $2 owner, $3 ttl_ms → token, left_ms.
     pub renew: Statement,
     /// $1 key → live (NULL when no row).
     pub why: Statement,
-    /// $1 key, $2 owner, $3 one level (bool), $4 channel, $5 payload → depth.
+    /// $1 key, $2 owner, $3 one level (bool) → depth (then `wake_free`).
     pub release: Statement,
     /// $1 key, $2 channel, $3 payload → previous owner (the row locked first by `lock_row`).
     pub force: Statement,
-    /// $1 key, $2 waiter, $3 owner, $4 channel, $5 payload.
+    /// $1 key, $2 waiter, $3 owner: out of the line, a lost grant freed (the row locked
+    /// first; then `wake_free`).
     pub leave: Statement,
     /// $1 keys → key, owner, token, depth, holder, left_ms of live leases.
     pub held: Statement,
@@ -161,6 +176,8 @@ impl Prepared {
             extend: next(),
             enqueue: next(),
             notify: next(),
+            place: next(),
+            wake_free: next(),
             renew: next(),
             why: next(),
             release: next(),
@@ -182,6 +199,37 @@ impl Prepared {
 /// A lease is live while it has an owner and its expiry is ahead on the server's clock.
 const LIVE: &str = "(owner IS NOT NULL AND expires_at > clock_timestamp())";
 
+/// The order of the queue: the first live waiter in it is the next to be admitted.
+pub const NEXT: &str = "ticket, id";
+
+/// The live waiters of the key in parameter `$k`, in no order (add `ORDER BY` [`NEXT`]).
+fn line(w: &str, k: u8) -> String {
+    format!("SELECT id, ticket, alive_until, holder FROM {w} WHERE key = ${k} AND alive_until >= clock_timestamp()")
+}
+
+/// The prefix of a waiter's own notification channel; the rest is its id.
+const WAITER_CHANNEL: &str = "dlock_w_";
+
+/// The channel only the waiter `id` listens to (ids are hex digits: no quoting needed
+/// beyond the double quotes, and well under the 63 bytes of a channel name).
+pub fn waiter_channel(id: &str) -> String {
+    format!("{WAITER_CHANNEL}{id}")
+}
+
+/// The payload a waiter is woken with: `W:` and its id.
+pub fn waiter_payload(id: &str) -> String {
+    format!("W:{id}")
+}
+
+/// An expression that wakes the head of the key in `$k`'s queue (one notification on
+/// the head's own channel, nothing when the queue is empty) and counts it.
+fn wake(w: &str, k: u8) -> String {
+    format!(
+        "(SELECT count(pg_notify('{WAITER_CHANNEL}' || id, 'W:' || id)) FROM ({} ORDER BY {NEXT} LIMIT 1) head)",
+        line(w, k)
+    )
+}
+
 /// The statements of an attempt: the row, the queue, a grant or a re-entry.
 fn acquiring(n: &Names) -> Vec<String> {
     let (l, w) = (&n.locks, &n.waiters);
@@ -192,10 +240,10 @@ fn acquiring(n: &Names) -> Vec<String> {
         format!("INSERT INTO {l} (key) VALUES ($1) ON CONFLICT (key) DO NOTHING"),
         format!(
             "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
-             live AS (SELECT id, ticket, alive_until FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
-             SELECT (SELECT count(*) FROM dead)::bigint,
-                    COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
-                    COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint",
+             head AS ({} ORDER BY {NEXT} LIMIT 1)
+             SELECT (SELECT count(*) FROM dead)::bigint, (SELECT id FROM head),
+                    COALESCE((SELECT {} FROM head), 0)::bigint",
+            line(w, 1),
             left("alive_until")
         ),
         format!(
@@ -218,7 +266,18 @@ fn acquiring(n: &Names) -> Vec<String> {
              ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
             later(3)
         ),
-        "SELECT pg_notify($1, $2)::text".to_string(),
+        format!("SELECT {}, pg_notify($1, $2)::text", wake(w, 3)),
+        format!(
+            "SELECT (SELECT pos FROM (SELECT id, row_number() OVER (ORDER BY {NEXT}) AS pos FROM ({}) l) q
+                     WHERE q.id = $2),
+                    (SELECT count(*) FROM ({}) l)",
+            line(w, 1),
+            line(w, 1)
+        ),
+        format!(
+            "SELECT {}, pg_notify($2, $3)::text WHERE NOT EXISTS (SELECT 1 FROM {l} WHERE key = $1 AND {live})",
+            wake(w, 1)
+        ),
     ]
 }
 
@@ -242,18 +301,19 @@ fn holding(n: &Names) -> Vec<String> {
                expires_at = CASE WHEN $3 AND depth > 1 THEN expires_at END,
                holder = CASE WHEN $3 AND depth > 1 THEN holder END
              WHERE key = $1 AND owner = $2 AND expires_at > clock_timestamp()
-             RETURNING depth, CASE WHEN depth = 0 THEN pg_notify($4, $5)::text END"
+             RETURNING depth"
         ),
         format!(
             "WITH old AS (SELECT owner FROM {l} WHERE key = $1 AND {live}),
              u AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE key = $1)
-             SELECT owner, pg_notify($2, $3)::text FROM old"
+             SELECT owner, pg_notify($2, $3)::text, {} FROM old",
+            wake(w, 1)
         ),
         format!(
             "WITH gone AS (DELETE FROM {w} WHERE key = $1 AND id = $2 RETURNING 1),
              freed AS (UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL
                        WHERE key = $1 AND owner = $3 RETURNING 1)
-             SELECT pg_notify($4, $5)::text"
+             SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM freed)"
         ),
         format!(
             "UPDATE {l} SET expires_at = {},
@@ -273,7 +333,7 @@ fn reading(n: &Names) -> Vec<String> {
     vec![
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
-        format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, ticket, id"),
+        format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, {NEXT}"),
         format!(
             "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
              ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
@@ -300,11 +360,12 @@ fn grouping(n: &Names) -> Vec<String> {
         ),
         format!(
             "WITH dead AS (DELETE FROM {w} WHERE key = $1 AND alive_until < clock_timestamp() RETURNING 1),
-             live AS (SELECT id, ticket, alive_until, holder FROM {w} WHERE key = $1 AND alive_until >= clock_timestamp())
+             live AS ({})
              SELECT (SELECT count(*) FROM dead)::bigint,
-                    COALESCE((SELECT array_agg(id ORDER BY ticket, id) FROM live), '{{}}'::text[]),
-                    COALESCE((SELECT {} FROM live ORDER BY ticket, id LIMIT 1), 0)::bigint,
-                    COALESCE((SELECT array_agg(holder ORDER BY ticket, id) FROM live), '{{}}'::text[])",
+                    COALESCE((SELECT array_agg(id ORDER BY {NEXT}) FROM live), '{{}}'::text[]),
+                    COALESCE((SELECT {} FROM live ORDER BY {NEXT} LIMIT 1), 0)::bigint,
+                    COALESCE((SELECT array_agg(holder ORDER BY {NEXT}) FROM live), '{{}}'::text[])",
+            line(w, 1),
             left("alive_until")
         ),
         format!(
@@ -315,7 +376,9 @@ fn grouping(n: &Names) -> Vec<String> {
                           holder = $5
                         WHERE key = $1 RETURNING token),
              d AS (DELETE FROM {w} WHERE key = $1 AND id = $6)
-             SELECT token, CASE WHEN $8::text IS NOT NULL THEN pg_notify($7, $8)::text END FROM u"
+             SELECT token, CASE WHEN $8::text IS NOT NULL THEN pg_notify($7, $8)::text END,
+                    CASE WHEN left($8::text, 1) = 'R' THEN {} END FROM u",
+            wake(w, 1)
         ),
     ]
 }

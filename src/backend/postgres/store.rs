@@ -1,12 +1,15 @@
 //! PostgreSQL as a [`LockStore`]: the waiting loop drives the primitives of the other
 //! parts; waiters and watchers sleep on LISTEN/NOTIFY.
 //!
-//! A waiter subscribes to the table's channel before its first attempt, so a release
-//! committed after that attempt read the key cannot go unnoticed. Releases (and waiters
-//! leaving a free key) notify `R:key`; every waiter of the key looks again and only the
-//! head of the queue may take it. Grants notify `T:key`, which only watchers heed. An
-//! expiry sends nothing: waiters look again when the lease they saw may have expired
-//! (the loop's retry), and at least every heartbeat, which also keeps their place alive.
+//! A waiter LISTENs to a channel of its own before its first attempt, so a release
+//! committed after that attempt read the key cannot go unnoticed. A release (and a waiter
+//! leaving a free key, or a new shared holder) wakes only the head of the key's queue, on
+//! its channel (see `schema.rs`): the one waiter that may be admitted looks again, the
+//! others sleep on without a query, so a hand-off costs the same however many wait.
+//! Watchers (`dlock wait`) LISTEN to the table's channel instead, where releases say
+//! `R:key` and grants `T:key`. An expiry sends nothing: waiters look again when the lease
+//! they saw may have expired (the loop's retry), and at least every heartbeat, which also
+//! keeps their place alive.
 
 use std::time::Duration;
 
@@ -18,6 +21,7 @@ use tokio::time::Instant;
 use super::backend::PostgresStore;
 use super::connect::Note;
 use super::lease::PgWaiter;
+use super::schema::waiter_payload;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
@@ -28,23 +32,23 @@ use crate::error::Result;
 /// True when `note` concerns one of `keys`; `released_only` ignores grants.
 fn concerns(note: &str, keys: &[String], released_only: bool) -> bool {
     let (kind, key) = note.split_once(':').unwrap_or(("", note));
-    if released_only && kind != "R" {
+    if kind == "W" || (released_only && kind != "R") {
         return false;
     }
     key.is_empty() || keys.iter().any(|k| k == key)
 }
 
-/// Waits until a note about `keys` comes or `until`; false when the channel is gone.
+/// Waits until a note that `wanted` accepts comes, or `until`; false when the channel is
+/// gone.
 async fn await_note(
     rx: &mut Receiver<Note>,
-    keys: &[String],
-    released_only: bool,
+    wanted: impl Fn(&str) -> bool,
     until: Instant,
 ) -> bool {
     loop {
         match tokio::time::timeout_at(until, rx.recv()).await {
             Err(_) => return true,
-            Ok(Ok(note)) if concerns(&note, keys, released_only) => return true,
+            Ok(Ok(note)) if wanted(&note) => return true,
             Ok(Ok(_)) => continue,
             Ok(Err(RecvError::Lagged(_))) => return true,
             Ok(Err(RecvError::Closed)) => return false,
@@ -66,10 +70,11 @@ impl LockStore for PostgresStore {
     }
 
     async fn begin(&self, _req: &AcquireRequest) -> Result<PgWaiter> {
+        let id = crate::ids::new_owner_id();
         // Not listening (the server is failing), a waiter still looks again every heartbeat.
-        let listening = self.listen().await.is_ok();
+        let listening = self.listen_as(&id).await.is_ok();
         Ok(PgWaiter {
-            id: crate::ids::new_owner_id(),
+            id,
             notes: listening.then(|| self.notes.subscribe()),
         })
     }
@@ -87,15 +92,15 @@ impl LockStore for PostgresStore {
 
     async fn sleep(
         &self,
-        req: &AcquireRequest,
+        _req: &AcquireRequest,
         w: &mut PgWaiter,
         _busy: &Busy,
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        if w.notes.is_none() || !self.listening().await {
+        if w.notes.is_none() || !self.listening_as(&w.id).await {
             // Reopened: what it missed meanwhile is found by looking again at once.
-            if self.listen().await.is_ok() {
+            if self.listen_as(&w.id).await.is_ok() {
                 w.notes = Some(self.notes.subscribe());
                 return Ok(Woken::Again);
             }
@@ -105,8 +110,8 @@ impl LockStore for PostgresStore {
             return Ok(Woken::Again);
         }
         let rx = w.notes.as_mut().expect("checked above");
-        let keys = std::slice::from_ref(&req.key);
-        if !await_note(rx, keys, true, Instant::now() + pause).await {
+        let mine = waiter_payload(&w.id);
+        if !await_note(rx, |note| note == mine, Instant::now() + pause).await {
             w.notes = None;
         }
         Ok(Woken::Again)
@@ -169,7 +174,7 @@ impl LockStore for PostgresStore {
         }
         let rx = watcher.as_mut().expect("checked above");
         let until = Instant::now() + pause.min(self.server.tuning.heartbeat);
-        if !await_note(rx, keys, false, until).await {
+        if !await_note(rx, |note| concerns(note, keys, false), until).await {
             *watcher = None;
         }
         Ok(())
@@ -200,5 +205,6 @@ mod tests {
         assert!(concerns("T:a", &keys, false));
         assert!(!concerns("R:x", &keys, false));
         assert!(concerns("R:", &keys, true));
+        assert!(!concerns("W:a", &keys, false));
     }
 }

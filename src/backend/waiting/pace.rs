@@ -22,9 +22,25 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// 10 ms to 1 s, each drawn from the upper half of its range so that waiters that were
 /// refused together do not come back together.
 pub fn backoff(round: u32) -> Duration {
-    let cap = BACKOFF_FIRST
+    jittered(doubling(round))
+}
+
+/// [`backoff`] bounded by twice `hold`, the hold time the waiter observed
+/// ([`Holds`](super::Holds)): a store that cannot wake its waiters keeps each of them
+/// looking about twice per hold, so that none sleeps through several free periods while
+/// others take the key.
+pub fn backoff_within(round: u32, hold: Duration) -> Duration {
+    jittered(doubling(round).min(hold.saturating_mul(2).max(BACKOFF_FIRST)))
+}
+
+fn doubling(round: u32) -> Duration {
+    BACKOFF_FIRST
         .saturating_mul(1u32 << round.min(16))
-        .min(BACKOFF_MAX);
-    let ms = cap.as_millis() as u64;
-    Duration::from_millis(rand::thread_rng().gen_range(ms / 2..=ms))
+        .min(BACKOFF_MAX)
+}
+
+/// A time drawn from the upper half of `cap`.
+fn jittered(cap: Duration) -> Duration {
+    let us = cap.as_micros() as u64;
+    Duration::from_micros(rand::thread_rng().gen_range(us / 2..=us))
 }

@@ -436,3 +436,36 @@ async fn no_wait_does_not_ride_out() {
     let e = acquire(&store, &req("k", "a"), &now).await.unwrap_err();
     assert_eq!(e.exit_code(), crate::exit::UNAVAILABLE, "{e}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_is_bounded_by_twice_the_holds_seen() {
+    use super::{backoff_within, Holds};
+    use crate::backend::LockInfo;
+    let busy = |token| Busy {
+        holder: Some(LockInfo {
+            key: "k".into(),
+            owner: "o".into(),
+            fencing_token: token,
+            holder: Holder::default(),
+            ttl_left_ms: None,
+            depth: 1,
+        }),
+        ..Busy::default()
+    };
+    let mut holds = Holds::default();
+    for token in 1..=10 {
+        holds.saw(&busy(token));
+        tokio::time::advance(Duration::from_millis(5)).await;
+    }
+    assert_eq!(holds.typical(), Duration::from_millis(5));
+    for round in [0, 5, 40] {
+        let nap = backoff_within(round, holds.typical());
+        assert!(nap <= Duration::from_millis(10), "{nap:?}");
+    }
+    // One holder keeping the key: the bound grows with the wait, up to the usual cap.
+    holds.saw(&busy(10));
+    tokio::time::advance(Duration::from_secs(5)).await;
+    assert!(holds.typical() > Duration::from_millis(400));
+    assert!(backoff_within(40, holds.typical()) >= Duration::from_millis(500));
+    assert!(backoff_within(40, holds.typical()) <= Duration::from_secs(1));
+}

@@ -59,14 +59,25 @@ pub async fn read(
         first: false,
     };
     let names = layout::contenders(children);
-    for (i, name) in names.iter().enumerate() {
-        if Some(name.as_str()) == ours {
+    let before = match ours.and_then(|o| names.iter().position(|n| n == o)) {
+        Some(i) => {
             line.ours = Some(names.len() - i - 1);
             line.first = i == 0;
-            break;
+            i
         }
+        None => names.len(),
+    };
+    // The nodes ahead are read at once, pipelined on the session: one round trip for the
+    // whole line rather than one per contender.
+    let reads = names[..before].iter().map(|name| {
         let node = format!("{path}/{name}");
-        let (data, stat) = match client.get_data(&node).await {
+        async move {
+            let found = client.get_data(&node).await;
+            (name, node, found)
+        }
+    });
+    for (name, node, found) in futures_util::future::join_all(reads).await {
+        let (data, stat) = match found {
             Ok(found) => found,
             Err(ZkError::NoNode) => continue,
             // Its ACL hides what it says, not that it is there: it holds or waits all the

@@ -16,7 +16,8 @@ use crate::backend::memcached::url::Target;
 use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::renew::{self, Renewal};
 use crate::backend::quorum::{outcome, votes};
-use crate::backend::store::{Attempt, LockStore};
+use crate::backend::store::{Attempt, Busy, LockStore, Woken};
+use crate::backend::waiting::{backoff_within, Holds};
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
     Sharing,
@@ -41,6 +42,7 @@ pub struct MemcachedQuorum {
 pub struct QuorumWaiter {
     pub(super) in_flight: bool,
     pub(super) floor: u64,
+    pub(super) holds: Holds,
 }
 
 impl MemcachedQuorum {
@@ -155,6 +157,21 @@ impl LockStore for MemcachedQuorum {
         let attempt = self.round(req, &mut w.floor).await;
         w.in_flight = false;
         attempt
+    }
+
+    /// As one memcached: the back-off bounded by the holds seen (see its store).
+    async fn sleep(
+        &self,
+        _req: &AcquireRequest,
+        w: &mut QuorumWaiter,
+        busy: &Busy,
+        pause: Duration,
+        round: u32,
+    ) -> Result<Woken> {
+        w.holds.saw(busy);
+        let nap = backoff_within(round, w.holds.typical()).min(pause);
+        tokio::time::sleep(nap).await;
+        Ok(Woken::Again)
     }
 
     async fn leave(&self, req: &AcquireRequest, w: QuorumWaiter) {

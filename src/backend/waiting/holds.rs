@@ -1,0 +1,34 @@
+//! The holds one waiter saw, for stores that cannot wake their waiters and bound their
+//! back-off by it ([`super::backoff_within`]).
+
+use std::time::{Duration, Instant};
+
+use crate::backend::store::Busy;
+
+/// The holds one waiter saw, on its own clock: how long it has waited over how many
+/// different leases it found, which is about one hold when the key changes hands, and
+/// the whole wait so far while one holder keeps it.
+#[derive(Debug, Default)]
+pub struct Holds {
+    since: Option<Instant>,
+    token: Option<u64>,
+    leases: u32,
+}
+
+impl Holds {
+    /// Counts the lease a refusal found.
+    pub fn saw(&mut self, busy: &Busy) {
+        self.since.get_or_insert_with(Instant::now);
+        let token = busy.holder.as_ref().map(|h| h.fencing_token);
+        if token.is_some() && token != self.token {
+            self.leases += 1;
+            self.token = token;
+        }
+    }
+
+    /// The typical hold so far.
+    pub fn typical(&self) -> Duration {
+        let waited = self.since.map_or(Duration::ZERO, |s| s.elapsed());
+        waited / self.leases.max(1)
+    }
+}
