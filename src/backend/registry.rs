@@ -179,6 +179,7 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
+            redis::refuse_plain(u, "in a Redlock quorum")?;
         }
     }
     Ok((name, *open))
@@ -278,8 +279,7 @@ fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
             exclusive,
             ..redis::Tuning::default()
         };
-        let backend = redis::RedisBackend::connect_with(url, tuning).await?;
-        Ok(Arc::new(backend) as Arc<dyn Backend>)
+        redis::open(url, tuning).await
     })
 }
 
