@@ -31,43 +31,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         Store::Redis(url) => Store::Redis(format!("{url}?layout=plain")),
         other => other,
     });
-    let mut peers = Vec::new();
-    for (name, store) in [
-        ("dlock exec (redis, layout=plain)", plain.clone()),
-        ("dlock exec (redis)", redis),
-    ] {
-        let shown = "dlock exec bench-app -- true";
-        peers.push(match store {
-            Ok(store) => {
-                let bin = ctx.dlock.clone();
-                let make: MakeCmd = Box::new(move || {
-                    let mut c = dlock_cmd(&bin, &store);
-                    c.args(["exec", "bench-app", "--", "true"]);
-                    c
-                });
-                Peer::new(name, shown, make, runs)
-            }
-            Err(e) => Peer::failed(name, shown, e),
-        });
-    }
-    let name = "redis-cli SET NX PX + EVAL delete";
-    let shown =
-        "sh -c 'redis-cli SET bench-cli tok NX PX 30000 && redis-cli EVAL … 1 bench-cli tok'";
-    peers.push(match port {
-        Ok(port) => {
-            let script = format!(
-                "redis-cli -p {port} SET bench-cli tok NX PX 30000 >/dev/null && \
-                 redis-cli -p {port} EVAL \"{RELEASE}\" 1 bench-cli tok >/dev/null"
-            );
-            let make: MakeCmd = Box::new(move || {
-                let mut c = Command::new("sh");
-                c.args(["-c", &script]);
-                c
-            });
-            Peer::new(name, shown, make, runs)
-        }
-        Err(e) => Peer::failed(name, shown, e),
-    });
+    let (mut peers, name) = peers(ctx, &plain, redis, port, runs);
     exec::run_all(&mut peers, runs);
     let (table, out) = exec::table_against(&peers, name);
     section.table(
@@ -111,6 +75,55 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         "handoff": stats.map(|s| s.json()).unwrap_or_else(|e| json!({"error": e})),
     }));
     section
+}
+
+/// `dlock exec` in both layouts, and the lock taken and released by hand with redis-cli
+/// (whose name comes second).
+fn peers(
+    ctx: &Ctx,
+    plain: &Result<Store, String>,
+    redis: Result<Store, String>,
+    port: Result<u16, String>,
+    runs: usize,
+) -> (Vec<Peer>, &'static str) {
+    let mut peers = Vec::new();
+    for (name, store) in [
+        ("dlock exec (redis, layout=plain)", plain.clone()),
+        ("dlock exec (redis)", redis),
+    ] {
+        let shown = "dlock exec bench-app -- true";
+        peers.push(match store {
+            Ok(store) => {
+                let bin = ctx.dlock.clone();
+                let make: MakeCmd = Box::new(move || {
+                    let mut c = dlock_cmd(&bin, &store);
+                    c.args(["exec", "bench-app", "--", "true"]);
+                    c
+                });
+                Peer::new(name, shown, make, runs)
+            }
+            Err(e) => Peer::failed(name, shown, e),
+        });
+    }
+    let name = "redis-cli SET NX PX + EVAL delete";
+    let shown =
+        "sh -c 'redis-cli SET bench-cli tok NX PX 30000 && redis-cli EVAL … 1 bench-cli tok'";
+    peers.push(match port {
+        Ok(port) => {
+            let script = format!(
+                "redis-cli -p {port} SET bench-cli tok NX PX 30000 >/dev/null && \
+                 redis-cli -p {port} EVAL \"{RELEASE}\" 1 bench-cli tok >/dev/null"
+            );
+            let make: MakeCmd = Box::new(move || {
+                let mut c = Command::new("sh");
+                c.args(["-c", &script]);
+                c
+            });
+            Peer::new(name, shown, make, runs)
+        }
+        Err(e) => Peer::failed(name, shown, e),
+    });
+    (peers, name)
 }
 
 /// Hand-offs from an application's compare-and-delete to a waiting dlock.

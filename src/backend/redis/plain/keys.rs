@@ -117,7 +117,7 @@ mod tests {
     fn crc16_is_redis_cluster_s() {
         // The values `CLUSTER KEYSLOT` gives.
         assert_eq!(key_slot("foo"), 12182);
-        assert_eq!(key_slot("123456789"), 0x31C3 % 16384);
+        assert_eq!(key_slot("123456789"), 0x31C3);
         assert_eq!(key_slot("{user1000}.following"), key_slot("user1000"));
         assert_eq!(key_slot("foo{}{bar}"), slot(b"foo{}{bar}"));
     }
