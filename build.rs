@@ -1,5 +1,6 @@
 //! Computes the SHA1 of each Redis script (`src/backend/redis/*.lua`, each with
-//! `common.lua` in front, exactly as `src/backend/redis/scripts.rs` sends it) at build time, so
+//! `common.lua` in front, exactly as `src/backend/redis/scripts.rs` sends it, and
+//! `src/backend/redis/plain/*.lua` alone, as `plain/scripts.rs` sends them) at build time, so
 //! that `dlock` does not hash some 20 KB of Lua on every run only to send `EVALSHA`.
 //! A unit test in `scripts.rs` checks the two agree.
 
@@ -22,6 +23,15 @@ fn main() {
         let sha = sha1_smol::Sha1::from(body).digest().to_string();
         println!(
             "cargo:rustc-env=DLOCK_LUA_SHA_{}={sha}",
+            name.to_uppercase()
+        );
+    }
+    // `?layout=plain`'s scripts stand alone: they share none of the helpers.
+    for name in ["acquire", "renew", "release", "status"] {
+        let body = read(&format!("plain/{name}.lua"));
+        let sha = sha1_smol::Sha1::from(body).digest().to_string();
+        println!(
+            "cargo:rustc-env=DLOCK_LUA_SHA_PLAIN_{}={sha}",
             name.to_uppercase()
         );
     }

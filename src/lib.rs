@@ -25,7 +25,8 @@
 //!   the one URL reader and redaction rule in [`backend::url`] (each store's `url.rs` turns
 //!   its reading into the store's typed target);
 //!   one folder per store: [`backend::local`] (embedded, the default), [`backend::redis`]
-//!   (one server, Sentinel, Cluster), [`backend::redlock`] (a majority of Redis servers),
+//!   (one server, Sentinel, Cluster; `redis/plain/`: `?layout=plain`, the application's own
+//!   `SET K token NX PX` lock), [`backend::redlock`] (a majority of Redis servers),
 //!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],
 //!   [`backend::memcached`] (one server or a quorum); [`backend::quorum`] counts votes for
 //!   both quorums.

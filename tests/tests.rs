@@ -75,6 +75,7 @@ mod options;
 mod scripts;
 mod sharing;
 
+mod applock_redis;
 mod connections;
 mod etcd;
 mod etcd_cluster;

@@ -277,7 +277,7 @@ fn main() {
 
 type Measure = fn(&mut Ctx) -> Section;
 
-const SECTIONS: [(&str, Measure); 7] = [
+const SECTIONS: [(&str, Measure); 8] = [
     ("exec", sections::exec::measure),
     ("contention", sections::contention::measure),
     ("handoff", sections::handoff::measure),
@@ -285,6 +285,7 @@ const SECTIONS: [(&str, Measure); 7] = [
     ("rss", sections::rss::measure),
     ("status", sections::status::measure),
     ("wait", sections::wait::measure),
+    ("applock", sections::applock::measure),
 ];
 
 fn suite(o: Opts) -> i32 {

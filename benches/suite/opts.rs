@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{json, Value};
 
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "exec",
     "contention",
     "handoff",
@@ -13,6 +13,7 @@ pub const SECTIONS: [&str; 7] = [
     "rss",
     "status",
     "wait",
+    "applock",
 ];
 
 /// The dlock benchmark suite: dlock measured side by side with flock(1), etcdctl lock,
@@ -28,7 +29,7 @@ struct Args {
     #[arg(long)]
     quick: bool,
 
-    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status,wait.
+    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status,wait,applock.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = section)]
     only: Option<Vec<String>>,
 

@@ -43,7 +43,7 @@ static QUORUMS: &[(&str, &str, QuorumFn)] = &[
 pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis://", "rediss://"],
-        help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS)",
+        help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS); ?layout=plain on any of them, Cluster included: KEY is the application's own lock key (SET KEY token NX PX, as redis-py Lock and node redlock take it; waiters poll, at most 250ms apart; exclusive only)",
         summary: ("redis[s]://HOST[:PORT]", "one Redis server; several: Redlock"),
         family: "redis",
         check: check_redis,
@@ -208,6 +208,7 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
+            redis::refuse_plain(u, "in a Redlock quorum")?;
         }
     }
     Ok((name, *open))
@@ -307,8 +308,7 @@ fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
             exclusive,
             ..redis::Tuning::default()
         };
-        let backend = redis::RedisBackend::connect_with(url, tuning).await?;
-        Ok(Arc::new(backend) as Arc<dyn Backend>)
+        redis::open(url, tuning).await
     })
 }
 

@@ -360,7 +360,7 @@ fn dlock_etcd_peer(bin: &Path, store: Result<Store, String>, etcd_runs: usize) -
 }
 
 /// A first checked run, the warm-up, then the measured runs.
-fn run_all(peers: &mut [Peer], runs: usize) {
+pub fn run_all(peers: &mut [Peer], runs: usize) {
     for p in peers.iter_mut() {
         p.probe();
     }
@@ -380,16 +380,25 @@ fn run_all(peers: &mut [Peer], runs: usize) {
     }
 }
 
+/// The table's rows and the JSON's list of peers, each against the median of `against`
+/// (a peer's name).
+pub fn table_against(peers: &[Peer], against: &str) -> (Table, Vec<serde_json::Value>) {
+    let base = peers.iter().find(|p| p.name == against).expect("peer");
+    let base = base.stats().map(|s| s.p50);
+    table_with(peers, &base, "vs peer")
+}
+
 /// The table's rows and the JSON's list of peers.
 fn table(peers: &[Peer], flock: &Result<f64, String>) -> (Table, Vec<serde_json::Value>) {
-    let mut table = Table::new(&[
-        "command",
-        "runs",
-        "median ms",
-        "p95 ms",
-        "min ms",
-        "vs flock",
-    ]);
+    table_with(peers, flock, "vs flock")
+}
+
+fn table_with(
+    peers: &[Peer],
+    flock: &Result<f64, String>,
+    versus: &'static str,
+) -> (Table, Vec<serde_json::Value>) {
+    let mut table = Table::new(&["command", "runs", "median ms", "p95 ms", "min ms", versus]);
     let mut out = Vec::new();
     for p in peers {
         match p.stats() {

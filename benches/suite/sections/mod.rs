@@ -1,6 +1,7 @@
-//! The seven sections. Each one measures and returns a [`Section`](crate::report::Section):
+//! The eight sections. Each one measures and returns a [`Section`](crate::report::Section):
 //! its tables, JSON and targets, which the report prints and writes.
 
+pub mod applock;
 pub mod contention;
 pub mod exec;
 pub mod handoff;

@@ -21,6 +21,7 @@
 //! * `status.rs`: leases and waiters for `status`, and listing by `SCAN`.
 //! * `runs.rs`: the last run and last success of each key (`status KEY`).
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation.
+//! * `plain/`: `?layout=plain`, the application's canonical lock on its own key.
 
 mod backend;
 mod cluster;
@@ -29,6 +30,7 @@ mod connect;
 mod keys;
 mod lease;
 mod linger;
+mod plain;
 mod replicas;
 mod reply;
 mod runs;
@@ -41,6 +43,32 @@ mod wait;
 pub use self::backend::RedisBackend;
 pub use self::connect::{tls_certificates, Tuning};
 pub(crate) use self::lease::{Busy, Tried, Vote};
+pub use self::plain::{PlainBackend, POLL_MAX as PLAIN_POLL_MAX};
 pub(crate) use self::replicas::refuse as refuse_min_replicas;
 pub(crate) use self::url::parse as parse_url;
 pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};
+
+/// Opens the store a Redis URL names: dlock's own layout, or `?layout=plain`.
+pub async fn open(
+    url: &str,
+    tuning: Tuning,
+) -> crate::error::Result<std::sync::Arc<dyn crate::backend::Backend>> {
+    let layout = parse_url(url, None)?.layout;
+    let backend = RedisBackend::connect_with(url, tuning).await?;
+    Ok(match layout {
+        self::url::Layout::Dlock => std::sync::Arc::new(backend),
+        self::url::Layout::Plain => std::sync::Arc::new(PlainBackend::new(backend)),
+    })
+}
+
+/// Refuses `?layout=plain` where it is not supported (`place`, e.g. "in a Redlock
+/// quorum"): exit 2.
+pub(crate) fn refuse_plain(url: &str, place: &str) -> crate::error::Result<()> {
+    if parse_url(url, None)?.layout == self::url::Layout::Plain {
+        return Err(crate::error::Error::Usage(format!(
+            "invalid Redis URL {}: layout=plain is not supported {place} yet",
+            crate::backend::url::redact(url)
+        )));
+    }
+    Ok(())
+}

@@ -191,7 +191,7 @@ impl RedisBackend {
     }
 
     /// The nodes to scan: the one server (`None`), or every master of a Cluster.
-    async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>> {
+    pub(super) async fn scan_nodes(&self) -> Result<Vec<Option<(String, u16)>>> {
         let mut conn = self.conn().await?;
         if !conn.is_cluster() {
             return Ok(vec![None]);

@@ -7,7 +7,7 @@
 //! * `redis+cluster://[user[:password]@]host[:port][,…]` (`rediss+cluster://`).
 //!
 //! Each also takes `?min_replicas=N[&min_replicas_timeout=MS]` (see `replicas.rs`) and
-//! refuses any other parameter.
+//! `?layout=plain` (see `plain/`), and refuses any other parameter.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,7 +23,17 @@ pub(super) const REDIS_PORT: u16 = 6379;
 pub const SENTINEL_PORT: u16 = 26379;
 
 /// The parameters every Redis URL takes.
-const REPLICAS: [&str; 2] = ["min_replicas", "min_replicas_timeout"];
+const COMMON: [&str; 3] = ["min_replicas", "min_replicas_timeout", "layout"];
+
+/// Where the locks live in the keyspace (`?layout=`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// dlock's own keys `dlock:{K}:…` with their queue (the default).
+    #[default]
+    Dlock,
+    /// `?layout=plain`: the application's canonical `SET K token NX PX` lock on K itself.
+    Plain,
+}
 
 /// What a Redis URL names.
 #[derive(Debug, Clone)]
@@ -31,6 +41,7 @@ pub(crate) struct Target {
     pub(crate) kind: Kind,
     /// `?min_replicas`: replicas that must acknowledge each grant and renewal.
     pub(crate) min_replicas: Option<MinReplicas>,
+    pub(crate) layout: Layout,
 }
 
 /// Where the server is.
@@ -109,7 +120,27 @@ pub(crate) fn parse(url: &str, env_password: Option<String>) -> Result<Target> {
     };
     let kind = read.map_err(|why| invalid(url, &why))?;
     let min_replicas = read_min_replicas(&parsed).map_err(|why| invalid(url, &why))?;
-    Ok(Target { kind, min_replicas })
+    let layout = layout(&parsed).map_err(|why| invalid(url, &why))?;
+    if layout == Layout::Plain && min_replicas.is_some() {
+        return Err(invalid(url, "layout=plain does not take min_replicas"));
+    }
+    Ok(Target {
+        kind,
+        min_replicas,
+        layout,
+    })
+}
+
+/// `?layout=dlock` (the default) or `?layout=plain`.
+fn layout(u: &Url) -> std::result::Result<Layout, String> {
+    match u.param("layout") {
+        None | Some("dlock") => Ok(Layout::Dlock),
+        Some("plain") => Ok(Layout::Plain),
+        Some(other) => Err(format!(
+            "layout={}: expected plain or dlock",
+            other.escape_debug()
+        )),
+    }
 }
 
 /// Reads a `redis://`, `rediss://` or `redis+unix://` URL (see [`parse`]).
@@ -125,7 +156,7 @@ pub fn connection_info(url: &str, env_password: Option<String>) -> Result<Connec
 
 /// The known parameters of a URL, the replica ones included.
 fn known<'a>(own: &[&'a str]) -> Vec<&'a str> {
-    own.iter().copied().chain(REPLICAS).collect()
+    own.iter().copied().chain(COMMON).collect()
 }
 
 fn direct(u: &Url, env_password: Option<String>) -> std::result::Result<Kind, String> {
@@ -226,7 +257,7 @@ fn insecure(u: &Url) -> std::result::Result<bool, String> {
 }
 
 fn sentinel(u: &Url, env_password: Option<String>) -> std::result::Result<Kind, String> {
-    u.only_params(&REPLICAS)?;
+    u.only_params(&COMMON)?;
     let nodes = nodes(u, SENTINEL_PORT, "Sentinel")?;
     let segments = u.segments()?;
     let (service, db) = match segments.as_slice() {
@@ -265,7 +296,7 @@ fn nodes(u: &Url, port: u16, what: &str) -> std::result::Result<Vec<(String, u16
 }
 
 fn cluster(u: &Url, env_password: Option<String>) -> std::result::Result<Kind, String> {
-    u.only_params(&REPLICAS)?;
+    u.only_params(&COMMON)?;
     if !matches!(u.path.trim_matches('/'), "" | "0") {
         return Err("a Cluster has one database, 0: nothing may follow the hosts".into());
     }

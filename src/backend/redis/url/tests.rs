@@ -147,3 +147,21 @@ fn unknown_parameters_are_refused_on_every_scheme() {
         assert!(parse(&url, None).unwrap().min_replicas.is_some(), "{url}");
     }
 }
+
+#[test]
+fn layout_plain_is_read_on_every_scheme_and_nothing_else_is() {
+    for base in [
+        "redis://h:1/0",
+        "redis+unix:///r.sock",
+        "redis+sentinel://s1/m",
+        "redis+cluster://a:1",
+    ] {
+        let plain = parse(&format!("{base}?layout=plain"), None).unwrap();
+        assert_eq!(plain.layout, Layout::Plain, "{base}");
+        assert_eq!(parse(base, None).unwrap().layout, Layout::Dlock, "{base}");
+        for bad in ["layout=PLAIN", "layout=", "layout=plain&min_replicas=1"] {
+            let e = parse(&format!("{base}?{bad}"), None).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{base}?{bad}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! `?layout=plain` as a [`LockStore`]: the waiting loop in [`crate::backend::waiting`]
+//! polls its attempts with the shared back-off (the default sleep), at least every
+//! [`POLL_MAX`](super::POLL_MAX).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::keys::{lock_name, SCAN_PATTERN};
+use super::PlainBackend;
+use crate::backend::store::{Attempt, LockStore};
+use crate::backend::{
+    AcquireRequest, KeyStatus, LastRuns, Lease, Queueing, ReleaseMode, Released, RunRecord, Sharing,
+};
+use crate::error::{Error, Result};
+
+/// Keys asked per SCAN call.
+const SCAN_COUNT: u64 = 10_000;
+
+#[async_trait]
+impl LockStore for PlainBackend {
+    /// Nothing: no queue, no subscription.
+    type Waiter = ();
+
+    fn describe(&self) -> String {
+        self.inner.server.url.clone()
+    }
+
+    async fn begin(&self, req: &AcquireRequest) -> Result<()> {
+        refuse_queueing(req, &self.inner.server.url)
+    }
+
+    async fn attempt(&self, req: &AcquireRequest, _: &mut (), _enqueue: bool) -> Result<Attempt> {
+        self.try_take(req).await
+    }
+
+    async fn leave(&self, _req: &AcquireRequest, _: ()) {}
+
+    /// A cancel may have dropped an attempt whose `SET` was made: give it back (only our
+    /// own token is ever deleted).
+    async fn leave_cancelled(&self, req: &AcquireRequest, _: ()) {
+        let _ = self
+            .release_plain(&req.key, &req.owner, ReleaseMode::All)
+            .await;
+    }
+
+    async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.renew_plain(key, owner, ttl).await
+    }
+
+    async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        self.release_plain(key, owner, mode).await
+    }
+
+    async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        if keys.is_empty() {
+            return self.list_ours().await;
+        }
+        let mut all = Vec::with_capacity(keys.len());
+        for key in keys {
+            all.push(key_status(key, self.holder(key).await?));
+        }
+        Ok(all)
+    }
+
+    fn heartbeat(&self) -> Duration {
+        super::POLL_MAX
+    }
+
+    async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
+        self.inner.record_run_here(key, run).await
+    }
+
+    async fn last_runs(&self, key: &str) -> Result<LastRuns> {
+        self.inner.last_runs_here(key).await
+    }
+}
+
+/// `--priority` and `--supersede` order a queue this layout cannot keep.
+fn refuse_queueing(req: &AcquireRequest, url: &str) -> Result<()> {
+    let Queueing {
+        priority,
+        supersede,
+    } = req.queue;
+    let asked = match (priority, supersede) {
+        (0, false) => return Ok(()),
+        (0, true) => "--supersede".to_string(),
+        (n, _) => format!("--priority {n}"),
+    };
+    Err(Error::queueing_unsupported(&req.key, url, &asked))
+}
+
+fn key_status(key: &str, lock: Option<crate::backend::LockInfo>) -> KeyStatus {
+    KeyStatus {
+        key: key.to_string(),
+        lock,
+        holders: Vec::new(),
+        sharing: Sharing::Exclusive,
+        waiters: None,
+        servers: None,
+    }
+}
+
+impl PlainBackend {
+    /// `status` with no key: the keys dlock holds in this layout (found by their holder
+    /// hashes), sorted. Keys only applications hold are not listed: nothing marks them.
+    async fn list_ours(&self) -> Result<Vec<KeyStatus>> {
+        let mut keys = Vec::new();
+        for node in self.inner.scan_nodes().await? {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
+                scan.arg("COUNT").arg(SCAN_COUNT);
+                let mut conn = self.inner.conn().await?;
+                let reply = self
+                    .inner
+                    .call("cannot list locks", conn.on_node(node.as_ref(), &scan))
+                    .await?;
+                let (next, batch): (u64, Vec<Vec<u8>>) =
+                    redis::from_redis_value(reply).map_err(|e| {
+                        let url = &self.inner.server.url;
+                        Error::Internal(format!("unexpected reply from {url}: {e}"))
+                    })?;
+                let names = batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok());
+                keys.extend(names.filter_map(lock_name).map(String::from));
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let mut held = Vec::new();
+        for key in keys {
+            let lock = self.holder(&key).await?;
+            if lock.as_ref().is_some_and(|l| l.fencing_token > 0) {
+                held.push(key_status(&key, lock));
+            }
+        }
+        Ok(held)
+    }
+}
