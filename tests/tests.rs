@@ -15,7 +15,8 @@
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
-//! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
+//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on a paused Redis),
+//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
@@ -62,6 +63,7 @@ mod redis_sharing;
 mod redlock;
 
 mod cli_edges;
+mod elect;
 mod events;
 mod exec;
 mod job_control;

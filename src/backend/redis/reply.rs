@@ -172,6 +172,7 @@ mod tests {
             command: "sleep 1".into(),
             acquired_at_ms: 5,
             held_until_ms: None,
+            value: Some("primary".into()),
         });
         let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000"), f("2000")];
         let info = lock_info("k", fields, 500).unwrap();
@@ -179,6 +180,7 @@ mod tests {
         assert_eq!(info.fencing_token, 7);
         assert_eq!(info.depth, 2);
         assert_eq!(info.holder.pid, 42);
+        assert_eq!(info.holder.value.as_deref(), Some("primary"));
         assert_eq!(info.ttl_left_ms, Some(500));
         assert_eq!(
             info.describe(),
