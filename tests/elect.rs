@@ -160,8 +160,10 @@ fn leader_watch_sees_every_change_in_order(store: Store) {
         .recv_timeout(Duration::from_secs(10))
         .expect("a first line");
     assert!(first.contains("\"leader\":false"), "{first}");
+    // Each leads longer than the longest sleep of `leader --watch` on a store that wakes
+    // it only for releases (a second).
     for value in ["a", "b", "c"] {
-        let out = elect(&store, "seq", &["--value", value], "sleep 0.6")
+        let out = elect(&store, "seq", &["--value", value], "sleep 1.5")
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");

@@ -75,6 +75,7 @@ pub fn value_of(info: &LockInfo) -> String {
     let h = &info.holder;
     match &h.value {
         Some(v) => v.clone(),
+        None if h.pid == 0 => h.command.clone(),
         None => format!("{} {} {}", h.host, h.pid, h.command),
     }
 }
@@ -89,22 +90,29 @@ fn show(global: &Global, name: &str, leader: Option<&LockInfo>, backend: &str) -
     printed.map_err(|e| crate::error::Error::Internal(format!("cannot write: {e}")))
 }
 
-fn held_for_ms(info: &LockInfo) -> u64 {
-    now_ms().saturating_sub(info.holder.acquired_at_ms)
+/// How long `info` has led; `None` when its holder recorded no time (another tool's key).
+fn held_for_ms(info: &LockInfo) -> Option<u64> {
+    let since = info.holder.acquired_at_ms;
+    (since > 0).then(|| now_ms().saturating_sub(since))
 }
 
 fn line(leader: Option<&LockInfo>) -> String {
     let Some(l) = leader else {
         return "none".into();
     };
-    let held = Duration::from_secs(held_for_ms(l) / 1000);
+    let h = &l.holder;
+    let held = match held_for_ms(l) {
+        Some(ms) => humantime::format_duration(Duration::from_secs(ms / 1000)).to_string(),
+        None => "?".into(),
+    };
+    let who = match h.pid {
+        0 => format!("owner {}", l.owner),
+        pid => format!("host {}, pid {pid}", h.host),
+    };
     let text = format!(
-        "{} (host {}, pid {}, term {}, for {})",
+        "{} ({who}, term {}, for {held})",
         value_of(l),
-        l.holder.host,
-        l.holder.pid,
-        l.fencing_token,
-        humantime::format_duration(held)
+        l.fencing_token
     );
     crate::terminal::escape(&text).into_owned()
 }
@@ -118,7 +126,7 @@ fn json<'a>(name: &'a str, leader: Option<&'a LockInfo>, backend: &'a str) -> Le
         host: leader.map(|l| l.holder.host.as_str()),
         pid: leader.map(|l| l.holder.pid),
         fencing_token: leader.map(|l| l.fencing_token),
-        held_for_ms: leader.map(held_for_ms),
+        held_for_ms: leader.and_then(held_for_ms),
         backend,
     }
 }
