@@ -29,6 +29,7 @@
 //!   replica promoted) while `exec` runs; `redis_sentinel`: a Sentinel failover (1 master,
 //!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues;
 //!   `redis_replicas`: `?min_replicas` (`WAIT`) with a master and a replica paused or killed.
+//! - `elect_interop` (`dlock elect` with `etcdctl elect`, both orders, and `elect -l`).
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
@@ -75,6 +76,7 @@ mod scripts;
 mod sharing;
 
 mod connections;
+mod elect_interop;
 mod etcd;
 mod etcd_cluster;
 mod etcd_interop;
