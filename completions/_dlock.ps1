@@ -39,6 +39,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Block until KEY is free, without taking it')
+            [CompletionResult]::new('elect', 'elect', [CompletionResultType]::ParameterValue, 'Run CMD while this process leads NAME (hot standby on N hosts)')
+            [CompletionResult]::new('leader', 'leader', [CompletionResultType]::ParameterValue, 'Show who leads NAME: value, host, pid, term (token) and for how long')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -167,6 +169,52 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
+        'dlock;elect' {
+            [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)')
+            [CompletionResult]::new('-w', '-w', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('--timeout', '--timeout', [CompletionResultType]::ParameterName, 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever')
+            [CompletionResult]::new('-E', '-E ', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('--conflict-exit-code', '--conflict-exit-code', [CompletionResultType]::ParameterName, 'Exit code when the lock was not obtained (0-255)')
+            [CompletionResult]::new('--if-unavailable', '--if-unavailable', [CompletionResultType]::ParameterName, 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. On every backend (Redlock and Memcached keep no queue, so there is no order)')
+            [CompletionResult]::new('--value', '--value', [CompletionResultType]::ParameterName, 'What the leader proclaims: shown by `dlock leader` and `status`, and given to CMD as DLOCK_LEADER_VALUE. Default: "HOST PID CMD", shortened')
+            [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write node_exporter textfile metrics for NAME to PATH at the end of each term (as exec does), with dlock_elect_lost_terms_total')
+            [CompletionResult]::new('-c', '-c', [CompletionResultType]::ParameterName, 'Run STRING with `sh -c` instead of CMD')
+            [CompletionResult]::new('--command', '--command', [CompletionResultType]::ParameterName, 'Run STRING with `sh -c` instead of CMD')
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
+            [CompletionResult]::new('-n', '-n', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-wait', '--no-wait', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--nonblock', '--nonblock', [CompletionResultType]::ParameterName, 'Fail at once if the lock is held')
+            [CompletionResult]::new('--no-fair', '--no-fair', [CompletionResultType]::ParameterName, 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)')
+            [CompletionResult]::new('-s', '-s', [CompletionResultType]::ParameterName, 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)')
+            [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)')
+            [CompletionResult]::new('--rejoin', '--rejoin', [CompletionResultType]::ParameterName, 'When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run CMD again once elected again, instead of exiting. Each lost term is one `term_lost` event (-v) and counts in --metrics-file')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'dlock;leader' {
+            [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)')
+            [CompletionResult]::new('--watch', '--watch', [CompletionResultType]::ParameterName, 'Keep printing: one line (one JSON object with --json) each time the leader changes, `none` while nobody leads, until Ctrl-C (SIGINT), SIGTERM or SIGHUP (exit 0)')
+            [CompletionResult]::new('--here', '--here', [CompletionResultType]::ParameterName, 'Print nothing; exit 0 when a process on this host leads NAME, 3 when not (nobody leads, or another host does): `dlock leader sched --here && ./only-on-the-leader`')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Machine-readable output on stdout (one JSON object, or one per line for lists)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Say less on stderr (no waiting line, no notes)')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'Say more on stderr: one line per event (-v), renewals too (-vv)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
         'dlock;completions' {
             [CompletionResult]::new('-u', '-u', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Backend URL; $DLOCK_URL when not given (details: dlock --help)')
@@ -187,6 +235,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             [CompletionResult]::new('renew', 'renew', [CompletionResultType]::ParameterValue, 'Extend a held lease')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds what (every held lock when no key is given)')
             [CompletionResult]::new('wait', 'wait', [CompletionResultType]::ParameterValue, 'Block until KEY is free, without taking it')
+            [CompletionResult]::new('elect', 'elect', [CompletionResultType]::ParameterValue, 'Run CMD while this process leads NAME (hot standby on N hosts)')
+            [CompletionResult]::new('leader', 'leader', [CompletionResultType]::ParameterValue, 'Show who leads NAME: value, host, pid, term (token) and for how long')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -207,6 +257,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlock' -ScriptBlock {
             break
         }
         'dlock;help;wait' {
+            break
+        }
+        'dlock;help;elect' {
+            break
+        }
+        'dlock;help;leader' {
             break
         }
         'dlock;help;completions' {

@@ -19,11 +19,17 @@ _dlock() {
             dlock,completions)
                 cmd="dlock__subcmd__completions"
                 ;;
+            dlock,elect)
+                cmd="dlock__subcmd__elect"
+                ;;
             dlock,exec)
                 cmd="dlock__subcmd__exec"
                 ;;
             dlock,help)
                 cmd="dlock__subcmd__help"
+                ;;
+            dlock,leader)
+                cmd="dlock__subcmd__leader"
                 ;;
             dlock,lock)
                 cmd="dlock__subcmd__lock"
@@ -43,11 +49,17 @@ _dlock() {
             dlock__subcmd__help,completions)
                 cmd="dlock__subcmd__help__subcmd__completions"
                 ;;
+            dlock__subcmd__help,elect)
+                cmd="dlock__subcmd__help__subcmd__elect"
+                ;;
             dlock__subcmd__help,exec)
                 cmd="dlock__subcmd__help__subcmd__exec"
                 ;;
             dlock__subcmd__help,help)
                 cmd="dlock__subcmd__help__subcmd__help"
+                ;;
+            dlock__subcmd__help,leader)
+                cmd="dlock__subcmd__help__subcmd__leader"
                 ;;
             dlock__subcmd__help,lock)
                 cmd="dlock__subcmd__help__subcmd__lock"
@@ -71,7 +83,7 @@ _dlock() {
 
     case "${cmd}" in
         dlock)
-            opts="-u -q -v -h -V --url --json --quiet --verbose --log-format --help --version exec lock unlock renew status wait completions help"
+            opts="-u -q -v -h -V --url --json --quiet --verbose --log-format --help --version exec lock unlock renew status wait elect leader completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -103,6 +115,76 @@ _dlock() {
                 return 0
             fi
             case "${prev}" in
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__elect)
+            opts="-w -n -E -s -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --limit --shared --value --rejoin --metrics-file --command --url --json --quiet --verbose --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --conflict-exit-code)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -E)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --if-unavailable)
+                    COMPREPLY=($(compgen -W "fail skip" -- "${cur}"))
+                    return 0
+                    ;;
+                --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --value)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --url)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -201,7 +283,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help)
-            opts="exec lock unlock renew status wait completions help"
+            opts="exec lock unlock renew status wait elect leader completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -215,6 +297,20 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__elect)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -243,6 +339,20 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__help__subcmd__leader)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -319,6 +429,32 @@ _dlock() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlock__subcmd__leader)
+            opts="-u -q -v -h --watch --here --url --json --quiet --verbose --log-format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -u)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

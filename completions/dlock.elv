@@ -36,6 +36,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand renew 'Extend a held lease'
             cand status 'Show who holds what (every held lock when no key is given)'
             cand wait 'Block until KEY is free, without taking it'
+            cand elect 'Run CMD while this process leads NAME (hot standby on N hosts)'
+            cand leader 'Show who leads NAME: value, host, pid, term (token) and for how long'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -157,6 +159,50 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
         }
+        &'dlock;elect'= {
+            cand --ttl 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)'
+            cand -w 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand --timeout 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever'
+            cand -E 'Exit code when the lock was not obtained (0-255)'
+            cand --conflict-exit-code 'Exit code when the lock was not obtained (0-255)'
+            cand --if-unavailable 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"'
+            cand --limit 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. On every backend (Redlock and Memcached keep no queue, so there is no order)'
+            cand --value 'What the leader proclaims: shown by `dlock leader` and `status`, and given to CMD as DLOCK_LEADER_VALUE. Default: "HOST PID CMD", shortened'
+            cand --metrics-file 'Write node_exporter textfile metrics for NAME to PATH at the end of each term (as exec does), with dlock_elect_lost_terms_total'
+            cand -c 'Run STRING with `sh -c` instead of CMD'
+            cand --command 'Run STRING with `sh -c` instead of CMD'
+            cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
+            cand -n 'Fail at once if the lock is held'
+            cand --no-wait 'Fail at once if the lock is held'
+            cand --nonblock 'Fail at once if the lock is held'
+            cand --no-fair 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
+            cand -s 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
+            cand --shared 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
+            cand --rejoin 'When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run CMD again once elected again, instead of exiting. Each lost term is one `term_lost` event (-v) and counts in --metrics-file'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand --verbose 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'dlock;leader'= {
+            cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
+            cand --log-format 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)'
+            cand --watch 'Keep printing: one line (one JSON object with --json) each time the leader changes, `none` while nobody leads, until Ctrl-C (SIGINT), SIGTERM or SIGHUP (exit 0)'
+            cand --here 'Print nothing; exit 0 when a process on this host leads NAME, 3 when not (nobody leads, or another host does): `dlock leader sched --here && ./only-on-the-leader`'
+            cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+            cand -q 'Say less on stderr (no waiting line, no notes)'
+            cand --quiet 'Say less on stderr (no waiting line, no notes)'
+            cand -v 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand --verbose 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
         &'dlock;completions'= {
             cand -u 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
             cand --url 'Backend URL; $DLOCK_URL when not given (details: dlock --help)'
@@ -176,6 +222,8 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand renew 'Extend a held lease'
             cand status 'Show who holds what (every held lock when no key is given)'
             cand wait 'Block until KEY is free, without taking it'
+            cand elect 'Run CMD while this process leads NAME (hot standby on N hosts)'
+            cand leader 'Show who leads NAME: value, host, pid, term (token) and for how long'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -190,6 +238,10 @@ set edit:completion:arg-completer[dlock] = {|@words|
         &'dlock;help;status'= {
         }
         &'dlock;help;wait'= {
+        }
+        &'dlock;help;elect'= {
+        }
+        &'dlock;help;leader'= {
         }
         &'dlock;help;completions'= {
         }

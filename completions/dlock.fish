@@ -38,6 +38,8 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "unlock" -d 'Release KEY
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "renew" -d 'Extend a held lease'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "wait" -d 'Block until KEY is free, without taking it'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "elect" -d 'Run CMD while this process leads NAME (hot standby on N hosts)'
+complete -c dlock -n "__fish_dlock_needs_command" -f -a "leader" -d 'Show who leads NAME: value, host, pid, term (token) and for how long'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
@@ -116,6 +118,35 @@ complete -c dlock -n "__fish_dlock_using_subcommand wait" -l json -d 'Machine-re
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
+skip\t'Do not run: exit with the conflict code, as if the lock were held'"
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l limit -d 'A semaphore: up to N holders of KEY at once, each with its own owner id and fencing token, served in arrival order (as consul lock -n N). Every caller of KEY must give the same N: a different one, or a caller without --limit, is refused (exit 2) while holders exist. 1 is the default exclusive lock. On every backend (Redlock and Memcached keep no queue, so there is no order)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l value -d 'What the leader proclaims: shown by `dlock leader` and `status`, and given to CMD as DLOCK_LEADER_VALUE. Default: "HOST PID CMD", shortened' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l metrics-file -d 'Write node_exporter textfile metrics for NAME to PATH at the end of each term (as exec does), with dlock_elect_lost_terms_total' -r -F
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s c -l command -d 'Run STRING with `sh -c` instead of CMD' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l rejoin -d 'When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run CMD again once elected again, instead of exiting. Each lost term is one `term_lost` event (-v) and counts in --metrics-file'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
+json\t'One JSON object per line, for log shippers'"
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -l watch -d 'Keep printing: one line (one JSON object with --json) each time the leader changes, `none` while nobody leads, until Ctrl-C (SIGINT), SIGTERM or SIGHUP (exit 0)'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -l here -d 'Print nothing; exit 0 when a process on this host leads NAME, 3 when not (nobody leads, or another host does): `dlock leader sched --here && ./only-on-the-leader`'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -l json -d 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
+complete -c dlock -n "__fish_dlock_using_subcommand leader" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
@@ -123,11 +154,13 @@ complete -c dlock -n "__fish_dlock_using_subcommand completions" -l json -d 'Mac
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s q -l quiet -d 'Say less on stderr (no waiting line, no notes)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand completions" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "exec" -d 'Run CMD while holding KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "unlock" -d 'Release KEY'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "renew" -d 'Extend a held lease'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "wait" -d 'Block until KEY is free, without taking it'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "exec" -d 'Run CMD while holding KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "lock" -d 'Acquire KEY and leave it held until `unlock` or the TTL ends'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "unlock" -d 'Release KEY'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "renew" -d 'Extend a held lease'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "status" -d 'Show who holds what (every held lock when no key is given)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "wait" -d 'Block until KEY is free, without taking it'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "elect" -d 'Run CMD while this process leads NAME (hot standby on N hosts)'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "leader" -d 'Show who leads NAME: value, host, pid, term (token) and for how long'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlock -n "__fish_dlock_using_subcommand help; and not __fish_seen_subcommand_from exec lock unlock renew status wait elect leader completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -11,11 +11,15 @@ use crate::config::parse_duration;
 use crate::error::Error;
 use crate::events::LogFormat;
 
-const EXIT_CODES: &str = "\
+mod elect;
+pub use self::elect::{ElectArgs, LeaderArgs};
+
+pub(crate) const EXIT_CODES: &str = "\
 Exit codes:
   0        success (exec: the command's own code is passed through)
   1        status: a named key is free
   2        usage error or invalid value
+  3        leader: nobody leads NAME (--here: this host does not lead it)
   69       backend unavailable (cannot connect, authentication refused)
   70       internal error
   75       lock not obtained (held with --no-wait, or --timeout elapsed); see -E
@@ -213,6 +217,26 @@ pub enum Command {
     /// expires. A signal ends the wait (128+N).
     Wait(WaitArgs),
 
+    /// Run CMD while this process leads NAME (hot standby on N hosts).
+    ///
+    /// Campaigns for NAME (waits in line as exec does, with the same options and exit
+    /// codes), runs CMD once elected with DLOCK_FENCING_TOKEN (the term, strictly increasing
+    /// across leaders), DLOCK_KEY, DLOCK_OWNER and DLOCK_LEADER_VALUE, and proclaims --value.
+    /// Leadership lost: CMD's group is killed before the lease can expire, then exit 79, or
+    /// with --rejoin back in line. CMD exits: leadership passes to the next candidate at once
+    /// and dlock exits with CMD's code. SIGTERM goes to CMD; leadership passes when it is
+    /// gone. Takeover: at once after a clean exit (a hand-off); within the TTL after the
+    /// leader's dlock or host dies (on the local store, a dead dlock frees it at once).
+    /// See docs/election.md.
+    Elect(ElectArgs),
+
+    /// Show who leads NAME: value, host, pid, term (token) and for how long.
+    ///
+    /// Exits 0 when someone leads, 3 when nobody does. --watch prints one line per change
+    /// of leader (woken by the store's notification where it has one); --here exits 0
+    /// when this host leads, 3 when not.
+    Leader(LeaderArgs),
+
     /// Print a shell completion script.
     Completions(CompletionsArgs),
 }
@@ -227,6 +251,8 @@ impl Command {
             Command::Renew(a) => &mut a.late,
             Command::Status(a) => &mut a.late,
             Command::Wait(a) => &mut a.late,
+            Command::Elect(a) => &mut a.late,
+            Command::Leader(a) => &mut a.late,
             Command::Completions(a) => &mut a.late,
         }
     }

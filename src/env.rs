@@ -16,6 +16,8 @@ pub const OWNERS: &str = "DLOCK_OWNERS";
 pub const KEY: &str = "DLOCK_KEY";
 /// Set by `exec`: the lease's fencing token.
 pub const FENCING_TOKEN: &str = "DLOCK_FENCING_TOKEN";
+/// `elect`: what the leader proclaims (`--value`), set for its command.
+pub const LEADER_VALUE: &str = "DLOCK_LEADER_VALUE";
 /// A Redis password, as redis-cli reads it.
 pub const REDIS_AUTH: &str = "REDISCLI_AUTH";
 /// A PostgreSQL password, as psql reads it, when the URL carries none.

@@ -14,10 +14,12 @@ pub fn current(command: &[String]) -> Holder {
         command: shorten(&command.join(" ")),
         acquired_at_ms: now_ms(),
         held_until_ms: None,
+        value: None,
     }
 }
 
-fn hostname() -> String {
+/// This host's name, as leases record it.
+pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())

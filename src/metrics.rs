@@ -20,6 +20,9 @@ pub struct Run {
     pub ran_s: f64,
     pub exit_code: u8,
     pub lease_lost: bool,
+    /// `elect`: how many terms this candidate has lost so far (a counter); `None` for
+    /// `exec`, whose file has no such line.
+    pub lost_terms: Option<u64>,
 }
 
 /// Where the metrics of `key` go: `explicit`, or `DLOCK_METRICS_DIR/dlock_<key>.prom`.
@@ -132,6 +135,14 @@ pub fn render(run: &Run, last_success: Option<f64>) -> String {
         "1 when the last run lost its lease and was terminated.",
         f64::from(u8::from(run.lease_lost)),
     );
+    if let Some(n) = run.lost_terms {
+        let _ = writeln!(
+            out,
+            "# HELP dlock_elect_lost_terms_total Terms this candidate lost (leadership lost while its command ran).\n\
+             # TYPE dlock_elect_lost_terms_total counter\n\
+             dlock_elect_lost_terms_total{label} {n}"
+        );
+    }
     out
 }
 
@@ -164,6 +175,7 @@ mod tests {
             ran_s: 12.25,
             exit_code: code,
             lease_lost: false,
+            lost_terms: None,
         }
     }
 

@@ -435,6 +435,7 @@ mod tests {
             command: "sleep 20\n# second line \x1b[31mred".into(),
             acquired_at_ms: now_ms(),
             held_until_ms: None,
+            value: None,
         };
         let lock = LockInfo {
             key: "ml".into(),

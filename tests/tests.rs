@@ -15,7 +15,8 @@
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
-//! - `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
+//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on a paused Redis),
+//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
@@ -28,6 +29,7 @@
 //!   replica promoted) while `exec` runs; `redis_sentinel`: a Sentinel failover (1 master,
 //!   2 replicas, 3 Sentinels) while `exec` holds a lock and a waiter queues;
 //!   `redis_replicas`: `?min_replicas` (`WAIT`) with a master and a replica paused or killed.
+//! - `elect_interop` (`dlock elect` with `etcdctl elect`, both orders, and `elect -l`).
 //! - `etcd` (the client), `etcd_interop` (with `etcdctl lock`; passwords, TLS),
 //!   `etcd_cluster` (leader and quorum loss, a restart, 8 loops while the leader dies, a
 //!   waiter whose member dies).
@@ -65,6 +67,7 @@ mod redis_sharing;
 mod redlock;
 
 mod cli_edges;
+mod elect;
 mod events;
 mod exec;
 mod job_control;
@@ -77,6 +80,7 @@ mod sharing;
 
 mod applock_redis;
 mod connections;
+mod elect_interop;
 mod etcd;
 mod etcd_cluster;
 mod etcd_interop;

@@ -59,6 +59,10 @@ pub struct Holder {
     /// this wall-clock time (ms since the Unix epoch): `status` says why it is still held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_until_ms: Option<u64>,
+    /// What a leader proclaims (`dlock elect --value`), shown by `dlock leader`; absent for
+    /// other holders, so that records written before it existed still read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
 }
 
 /// What `acquire` needs to know.

@@ -165,6 +165,17 @@ pub async fn connect_and_acquire(
     signals: &mut Signals,
 ) -> Result<Acquisition> {
     let req = request(key, opts, command, detached)?;
+    acquire_request(global, req, opts, signals).await
+}
+
+/// [`connect_and_acquire`] for a request already built (`elect` adds its proclamation).
+pub async fn acquire_request(
+    global: &Global,
+    req: AcquireRequest,
+    opts: &AcquireOpts,
+    signals: &mut Signals,
+) -> Result<Acquisition> {
+    let key = req.key.as_str();
     let line = WaitLine::start(global, key, &named(global));
     let backend = tokio::select! {
         opened = super::common::open(global, Some(key)) => match opened {

@@ -16,8 +16,8 @@ use tokio::time::{sleep_until, timeout_at};
 use super::acquire::{self, Acquisition};
 use super::hold;
 use super::record::{self, Ending, Times};
-use crate::backend::{Acquired, Backend, Lease, ReleaseMode};
-use crate::cli::{ExecArgs, Global};
+use crate::backend::{AcquireRequest, Acquired, Backend, Lease, ReleaseMode};
+use crate::cli::{AcquireOpts, ExecArgs, Global};
 use crate::credentials;
 use crate::error::{Error, Result};
 use crate::lease::Schedule;
@@ -42,31 +42,60 @@ enum Doom {
 pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let mut signals = Signals::catch()?;
     let argv = args.argv();
+    let job = Job {
+        key: &args.key,
+        acquire: &args.acquire,
+        request: acquire::request(&args.key, &args.acquire, &argv, false)?,
+        argv,
+        value: None,
+        limit: Limit {
+            max_runtime: args.max_runtime,
+            kill_after: args.kill_after,
+        },
+        hold_at_least: args.hold_at_least,
+        metrics_file: args.metrics_file.as_deref(),
+        lost_terms: None,
+    };
+    run_job(global, job, &mut signals).await
+}
+
+/// One run of CMD under a key: what `exec` does once, and `elect` once per term.
+pub(super) struct Job<'a> {
+    pub key: &'a str,
+    pub acquire: &'a AcquireOpts,
+    /// The request to acquire with (a fresh owner id each time).
+    pub request: AcquireRequest,
+    pub argv: Vec<String>,
+    /// A leader's proclamation, given to CMD as `DLOCK_LEADER_VALUE`.
+    pub value: Option<String>,
+    pub limit: Limit,
+    pub hold_at_least: Option<Duration>,
+    pub metrics_file: Option<&'a std::path::Path>,
+    /// `elect`: the terms lost before this one, counted in the metrics file.
+    pub lost_terms: Option<u64>,
+}
+
+/// Acquires `job.key`, runs CMD while holding it, records the run and releases; returns
+/// dlock's exit code (`Err(LeaseLost)` when the lease was lost and CMD terminated).
+pub(super) async fn run_job(global: &Global, job: Job<'_>, signals: &mut Signals) -> Result<u8> {
     let asked = Instant::now();
-    let acquisition =
-        acquire::connect_and_acquire(global, &args.key, &args.acquire, &argv, false, &mut signals);
+    let acquisition = acquire::acquire_request(global, job.request.clone(), job.acquire, signals);
     let (backend, acquired) = match acquisition.await? {
         Acquisition::Held(backend, acquired) => (backend, acquired),
         Acquisition::NotObtained(code) => return Ok(code),
     };
     let (waited, started_ms, acquired_at) =
         (asked.elapsed(), crate::backend::now_ms(), Instant::now());
-    let started = started_ms as f64 / 1000.0;
-    let limit = Limit {
-        max_runtime: args.max_runtime,
-        kill_after: args.kill_after,
-    };
     let mut ending = Ending::default();
     let outcome = run_child(
         global,
         &backend,
         &acquired.lease,
-        (&argv, limit, &mut ending),
-        &mut signals,
+        (&job, &mut ending),
+        signals,
     )
     .await;
     let ended_ms = crate::backend::now_ms();
-    let ran = now_s() - started;
     // A lost lease is not ours to release (and its server may be the one not answering).
     let lost = matches!(outcome, Err(Error::LeaseLost(_)));
     ending.lease_lost = lost;
@@ -80,39 +109,42 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let lease = &acquired.lease;
     // A command that could not be started did not run: nothing to hold off.
     let hold_until = hold::until(
-        args.hold_at_least.filter(|_| ending.started),
+        job.hold_at_least.filter(|_| ending.started),
         lease,
         acquired_at,
     );
     let how = (global.quiet, !lost && hold_until.is_none());
-    record::record(&*backend, lease, (&argv, code), ending, times, how).await;
+    record::record(&*backend, lease, (&job.argv, code), ending, times, how).await;
     match hold_until {
         _ if lost => {}
         Some(until) => hold::linger(!global.quiet, &*backend, acquired, until).await,
         None => release(!global.quiet, &*backend, acquired).await,
     }
-    if let Some(path) = metrics::path_for(args.metrics_file.as_deref(), &args.key) {
-        let run = metrics::Run {
-            key: args.key.clone(),
-            started,
-            ended: started + ran,
-            waited_s: waited.as_secs_f64(),
-            ran_s: ran.max(0.0),
-            exit_code: code,
-            lease_lost: lost,
-        };
-        if let Err(e) = metrics::write(&path, &run) {
-            if !global.quiet {
-                crate::say!("warning: {e}");
-            }
-        }
-    }
+    let run = metrics::Run {
+        key: job.key.to_string(),
+        started: started_ms as f64 / 1000.0,
+        ended: ended_ms as f64 / 1000.0,
+        waited_s: waited.as_secs_f64(),
+        ran_s: ended_ms.saturating_sub(started_ms) as f64 / 1000.0,
+        exit_code: code,
+        lease_lost: lost,
+        lost_terms: job.lost_terms.map(|n| n + u64::from(lost)),
+    };
+    write_metrics(global, job.metrics_file, &run);
     outcome
 }
 
-/// Now, in seconds since the Unix epoch (for metrics).
-fn now_s() -> f64 {
-    crate::backend::now_ms() as f64 / 1000.0
+/// Writes the metrics of `run` where `--metrics-file` or `DLOCK_METRICS_DIR` says, if
+/// anywhere; a failure only warns.
+fn write_metrics(global: &Global, explicit: Option<&std::path::Path>, run: &metrics::Run) {
+    let Some(path) = metrics::path_for(explicit, &run.key) else {
+        return;
+    };
+    if let Err(e) = metrics::write(&path, run) {
+        if !global.quiet {
+            crate::say!("warning: {e}");
+        }
+    }
 }
 
 /// Spawns CMD and supervises it until it ends; the lease is still held on return.
@@ -120,11 +152,15 @@ async fn run_child(
     global: &Global,
     backend: &Arc<dyn Backend>,
     lease: &Lease,
-    (command, limit, ending): (&[String], Limit, &mut Ending),
+    (job, ending): (&Job<'_>, &mut Ending),
     signals: &mut Signals,
 ) -> Result<u8> {
-    let (env, url_fd) = child_env(global, lease)?;
-    let spawned = supervisor::spawn(command, &env);
+    let limit = job.limit;
+    let (mut env, url_fd) = child_env(global, lease)?;
+    if let Some(value) = &job.value {
+        env.push((env::LEADER_VALUE, value.clone()));
+    }
+    let spawned = supervisor::spawn(&job.argv, &env);
     drop(url_fd); // the command has its own copy now
     let child = match spawned {
         Ok(child) => child,
@@ -188,10 +224,10 @@ fn log_end(key: &str, ended: &Ended, ran: Duration) {
 }
 
 /// How long CMD may run (`--max-runtime`, `--kill-after`).
-#[derive(Debug, Clone, Copy)]
-struct Limit {
-    max_runtime: Option<Duration>,
-    kill_after: Duration,
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Limit {
+    pub max_runtime: Option<Duration>,
+    pub kill_after: Duration,
 }
 
 /// How the supervised command ended.

@@ -7,8 +7,10 @@
 pub(crate) mod acquire;
 mod common;
 mod completions;
+mod elect;
 mod exec;
 mod hold;
+mod leader;
 mod lock;
 mod record;
 mod renew;
@@ -44,6 +46,8 @@ async fn dispatch(global: Global, command: Command) -> Result<u8> {
         Command::Renew(args) => renew::run(&global, args).await,
         Command::Status(args) => status::run(&global, args).await,
         Command::Wait(args) => wait::run(&global, args).await,
+        Command::Elect(args) => elect::run(&global, args).await,
+        Command::Leader(args) => leader::run(&global, args).await,
         Command::Completions(args) => completions::run(&args),
     }
 }

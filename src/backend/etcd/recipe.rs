@@ -44,7 +44,8 @@ pub struct Entry {
 
 impl Entry {
     /// Reads a lock key; a key that is not dlock's JSON (an `etcdctl lock` key) is named
-    /// by its lease, as `etcdctl lease` does.
+    /// by its lease, as `etcdctl lease` does, and its value (an `etcdctl elect` proposal;
+    /// empty for `etcdctl lock`) is what it proclaims.
     pub fn read(kv: KeyValue) -> Entry {
         let meta = serde_json::from_slice::<Meta>(&kv.value).unwrap_or_else(|_| Meta {
             owner: format!("{:x}", kv.lease),
@@ -53,6 +54,8 @@ impl Entry {
             sharing: Sharing::Exclusive,
             holder: Holder {
                 command: "(etcdctl lock)".into(),
+                value: (!kv.value.is_empty())
+                    .then(|| String::from_utf8_lossy(&kv.value).into_owned()),
                 ..Holder::default()
             },
         });

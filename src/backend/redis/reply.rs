@@ -111,10 +111,15 @@ pub(super) fn group_holders(
 
 /// The holder as stored in the lease and queue hashes: a JSON array `[host, pid, user,
 /// command, since_ms]`, short enough that a small lease hash keeps Redis's compact
-/// encoding (values up to 64 bytes).
+/// encoding (values up to 64 bytes); a leader's proclamation (`elect --value`) follows
+/// as a sixth element, absent for other holders.
 pub(super) fn holder_json(h: &Holder) -> String {
-    serde_json::to_string(&(&h.host, h.pid, &h.user, &h.command, h.acquired_at_ms))
-        .unwrap_or_default()
+    let (host, user, command) = (&h.host, &h.user, &h.command);
+    match &h.value {
+        Some(v) => serde_json::to_string(&(host, h.pid, user, command, h.acquired_at_ms, v)),
+        None => serde_json::to_string(&(host, h.pid, user, command, h.acquired_at_ms)),
+    }
+    .unwrap_or_default()
 }
 
 /// Reads [`holder_json`] back.
@@ -134,7 +139,13 @@ pub(super) fn parse_waiter(json: &str) -> (Sharing, Option<Holder>) {
 }
 
 fn parse_holder_json(json: &str) -> Option<Holder> {
-    let (host, pid, user, command, acquired_at_ms) = serde_json::from_str(json).ok()?;
+    type Five = (String, u32, String, String, u64);
+    type Six = (String, u32, String, String, u64, String);
+    let ((host, pid, user, command, acquired_at_ms), value) =
+        match serde_json::from_str::<Six>(json) {
+            Ok((h, p, u, c, a, v)) => ((h, p, u, c, a), Some(v)),
+            Err(_) => (serde_json::from_str::<Five>(json).ok()?, None),
+        };
     Some(Holder {
         host,
         pid,
@@ -142,6 +153,7 @@ fn parse_holder_json(json: &str) -> Option<Holder> {
         command,
         acquired_at_ms,
         held_until_ms: None,
+        value,
     })
 }
 
@@ -171,6 +183,7 @@ mod tests {
             command: "sleep 1".into(),
             acquired_at_ms: 5,
             held_until_ms: None,
+            value: Some("primary".into()),
         });
         let fields = vec![f("o1"), f("7"), f("2"), f(holder), f("1000"), f("2000")];
         let info = lock_info("k", fields, 500).unwrap();
@@ -178,6 +191,7 @@ mod tests {
         assert_eq!(info.fencing_token, 7);
         assert_eq!(info.depth, 2);
         assert_eq!(info.holder.pid, 42);
+        assert_eq!(info.holder.value.as_deref(), Some("primary"));
         assert_eq!(info.ttl_left_ms, Some(500));
         assert_eq!(
             info.describe(),

@@ -1,0 +1,269 @@
+//! `dlock elect` and `dlock leader` end to end, through the real binary, on every backend:
+//! one leader at a time over many terms, the proclamation, a SIGKILLed leader's standby,
+//! SIGTERM resigning, `leader --json`, `--here` and `--watch`; `--rejoin` after a lost lease
+//! on a paused Redis.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::loops::{check_marks, ended, quoted, section, Unended};
+use crate::support::{self, alive, read_when_ready, send_signal, wait_exit, wait_for, Reaped};
+use crate::support::{RedisServer, Store};
+
+on_every_backend!(
+    three_candidates_lead_one_at_a_time_with_rising_terms,
+    leader_shows_the_proclamation_and_sigterm_resigns,
+    a_standby_takes_over_from_a_killed_leader_within_the_ttl,
+    leader_watch_sees_every_change_in_order,
+);
+
+/// `dlock elect NAME EXTRA… -- sh -c SCRIPT`, for the store, its output piped.
+fn elect(store: &Store, name: &str, extra: &[&str], script: &str) -> Command {
+    let mut c = store.dlock();
+    c.args(["elect", name])
+        .args(extra)
+        .args(["--", "sh", "-c", script]);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// `dlock leader NAME EXTRA…`: its exit code and stdout.
+fn leader(store: &Store, name: &str, extra: &[&str]) -> (i32, String) {
+    let out = store
+        .dlock()
+        .args(["leader", name])
+        .args(extra)
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), support::text(&out.stdout))
+}
+
+fn three_candidates_lead_one_at_a_time_with_rising_terms(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let marks = dir.path().join("marks");
+    let terms = 4;
+    let one = format!(
+        "{} elect terms -- sh -c {}",
+        support::dlock_bin().display(),
+        quoted(&section(&marks, "0.05"))
+    );
+    let loops: Vec<Reaped> = (0..3)
+        .map(|_| {
+            let script = format!("for i in $(seq {terms}); do {one} || exit $?; done");
+            Reaped(store.shell(&script).spawn().unwrap())
+        })
+        .collect();
+    for mut l in loops {
+        let status = wait_exit(&mut l.0, Duration::from_secs(120)).expect("the loops end");
+        assert!(status.success(), "a candidate failed: {status}");
+    }
+    assert_eq!(ended(&marks), 3 * terms);
+    check_marks(&std::fs::read_to_string(&marks).unwrap(), Unended::Overlap);
+}
+
+fn leader_shows_the_proclamation_and_sigterm_resigns(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "echo \"$$ $DLOCK_FENCING_TOKEN $DLOCK_LEADER_VALUE\" > '{}'; trap 'exit 7' TERM; sleep 60 & wait",
+        ready.display()
+    );
+    assert_eq!(leader(&store, "svc", &[]).0, 3, "nobody leads yet");
+    assert_eq!(leader(&store, "svc", &["--here"]).0, 3);
+    let mut dlock = Reaped(
+        elect(&store, "svc", &["--value", "primary one"], &script)
+            .spawn()
+            .unwrap(),
+    );
+    let seen = read_when_ready(&ready, Duration::from_secs(10));
+    let fields: Vec<&str> = seen.splitn(3, ' ').collect();
+    assert_eq!(fields[2], "primary one", "DLOCK_LEADER_VALUE: {seen}");
+    let (code, line) = leader(&store, "svc", &[]);
+    assert_eq!(code, 0, "{line}");
+    assert!(line.starts_with("primary one (host "), "{line}");
+    assert!(line.contains(&format!("pid {}", dlock.id())), "{line}");
+    let (code, json) = leader(&store, "svc", &["--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["value"], "primary one");
+    assert_eq!(v["leader"], true);
+    assert_eq!(v["fencing_token"].to_string(), fields[1]);
+    assert_eq!(leader(&store, "svc", &["--here"]).0, 0, "this host leads");
+    send_signal(dlock.id(), "TERM");
+    let status = wait_exit(&mut dlock.0, Duration::from_secs(10)).expect("dlock resigns");
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "CMD's own code, after it got the SIGTERM"
+    );
+    assert!(!alive(fields[0].parse().unwrap()));
+    let (code, line) = leader(&store, "svc", &[]);
+    assert_eq!((code, line.as_str()), (3, "none"), "released at once");
+}
+
+fn a_standby_takes_over_from_a_killed_leader_within_the_ttl(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let ttl = Duration::from_secs(4);
+    let leading = |path: &std::path::Path| format!("echo $$ > '{}'; exec sleep 60", path.display());
+    let mut a = Reaped(
+        elect(&store, "ha", &["--ttl", "4s"], &leading(&first))
+            .spawn()
+            .unwrap(),
+    );
+    let a_cmd: u32 = read_when_ready(&first, Duration::from_secs(10))
+        .parse()
+        .unwrap();
+    // The standby's command says whether the old command still runs when it starts (a
+    // zombie, dead but not yet reaped by its new parent, does not).
+    let standby = format!(
+        "s=$(sed 's/.*) //' /proc/{a_cmd}/stat 2>/dev/null | cut -c1); \
+         if [ -n \"$s\" ] && [ \"$s\" != Z ]; then echo \"overlap $s\" > '{0}'; else echo $$ > '{0}'; fi; exec sleep 60",
+        second.display()
+    );
+    let b = Reaped(
+        elect(&store, "ha", &["--ttl", "4s"], &standby)
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300)); // in line behind the leader
+    send_signal(a.id(), "KILL");
+    let killed = Instant::now();
+    let _ = a.0.wait();
+    let took_over = wait_for(ttl + Duration::from_secs(4), || second.exists());
+    let took = killed.elapsed();
+    assert!(took_over, "no takeover within the TTL plus margin");
+    let text = read_when_ready(&second, Duration::from_secs(1));
+    assert_ne!(
+        text, "overlap",
+        "the standby started while the old command lived"
+    );
+    assert!(!alive(a_cmd), "the killed leader's command outlived it");
+    eprintln!("takeover after SIGKILL: {took:?}");
+    drop(b);
+}
+
+fn leader_watch_sees_every_change_in_order(store: Store) {
+    let mut watch = store.dlock();
+    watch.args(["--json", "leader", "seq", "--watch"]);
+    let mut watch = Reaped(
+        watch
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = support::lines_of(watch.0.stdout.take().unwrap());
+    let first = lines
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a first line");
+    assert!(first.contains("\"leader\":false"), "{first}");
+    // Each leads longer than the longest sleep of `leader --watch` on a store that wakes
+    // it only for releases (a second).
+    for value in ["a", "b", "c"] {
+        let out = elect(&store, "seq", &["--value", value], "sleep 1.5")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.len() < 3 && Instant::now() < deadline {
+        let Ok(line) = lines.recv_timeout(Duration::from_millis(200)) else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["leader"] == true {
+            seen.push(v["value"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(seen, ["a", "b", "c"], "every leader, in order");
+    send_signal(watch.id(), "INT");
+    let status = wait_exit(&mut watch.0, Duration::from_secs(5)).expect("watch ends");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// `--rejoin`: a term lost while Redis is paused past the TTL kills CMD (one lost term,
+/// counted in the metrics file), and CMD runs again with a later term once elected again.
+#[test]
+fn rejoin_runs_the_command_again_after_a_lost_term() {
+    let server = RedisServer::start();
+    let store_url = server.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (marks, metrics) = (dir.path().join("marks"), dir.path().join("m.prom"));
+    let mut c = support::dlock();
+    c.env("DLOCK_URL", &store_url);
+    c.args([
+        "-v",
+        "elect",
+        "re",
+        "--ttl",
+        "2s",
+        "--rejoin",
+        "--metrics-file",
+    ])
+    .arg(&metrics);
+    let script = format!(
+        "echo \"$$ $DLOCK_FENCING_TOKEN\" >> '{}'; exec sleep 60",
+        marks.display()
+    );
+    c.args(["--", "sh", "-c", &script]);
+    let mut dlock = Reaped(
+        c.stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = support::lines_of(dlock.0.stderr.take().unwrap());
+    let first = read_when_ready(&marks, Duration::from_secs(10));
+    let (pid, token): (u32, u64) = {
+        let mut f = first.split(' ');
+        (
+            f.next().unwrap().parse().unwrap(),
+            f.next().unwrap().parse().unwrap(),
+        )
+    };
+    server.pause();
+    assert!(
+        wait_for(Duration::from_secs(5), || !alive(pid)),
+        "CMD outlived the lease"
+    );
+    std::thread::sleep(Duration::from_secs(1)); // past the TTL on the server too
+    server.resume();
+    let again = wait_for(Duration::from_secs(15), || {
+        std::fs::read_to_string(&marks)
+            .unwrap_or_default()
+            .lines()
+            .count()
+            >= 2
+    });
+    assert!(again, "CMD did not run again");
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let later: u64 = text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(later > token, "term {later} after {token}");
+    assert!(dlock.0.try_wait().unwrap().is_none(), "dlock goes on");
+    let prom = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        prom.contains("dlock_elect_lost_terms_total{key=\"re\"} 1"),
+        "{prom}"
+    );
+    let mut said = Vec::new();
+    while let Ok(line) = stderr.recv_timeout(Duration::from_millis(100)) {
+        said.push(line);
+    }
+    let said = said.join("\n");
+    assert!(
+        said.contains("term_lost") || said.contains("lost the leadership"),
+        "{said}"
+    );
+}
