@@ -148,6 +148,14 @@ impl Error {
         ))
     }
 
+    /// `what` (a URL, redacted) names a store this dlock was built without: exit 2, nothing
+    /// opened. Every store but the local one is the cargo feature of its name.
+    pub fn built_without(what: &str, store: &str) -> Error {
+        Error::Usage(format!(
+            "{what}: this dlock was built without the {store} store (cargo feature `{store}`)"
+        ))
+    }
+
     /// A wait was cancelled; the caller, who knows the signal, fills in its number.
     pub fn cancelled(key: &str, backend: &str) -> Error {
         Error::Cancelled(

@@ -217,11 +217,13 @@ fn no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(store: &Store) {
 }
 
 /// Redis hands a freed key to the head of its queue: an unfair caller cannot overtake it.
+#[cfg(feature = "redis")]
 #[test]
 fn no_fair_on_redis() {
     no_fair_waits_outside_the_queue(&Store::redis());
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn no_fair_on_postgres() {
     let store = Store::postgres();
@@ -229,6 +231,7 @@ fn no_fair_on_postgres() {
     no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(&store);
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn no_fair_on_mysql() {
     let store = Store::mysql();
@@ -273,6 +276,7 @@ fn kill_after_defaults_to_ten_seconds() {
 /// in-memory file (not writable), and no such variable without a password. A nested call
 /// trusts only that: a descriptor of another kind under the same variable, holding the
 /// URL with the password, is not read, and the server refuses the nested call.
+#[cfg(feature = "redis")]
 #[test]
 fn dlock_url_fd_is_a_sealed_memfd_and_nothing_else_is_read() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]);

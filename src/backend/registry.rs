@@ -1,6 +1,10 @@
 //! The URL schemes dlock understands, in one table: what each opens, its line in the
 //! `--url` help, and how its URLs combine. Adding a store is one entry here (plus its
-//! folder); nothing else lists schemes.
+//! folder and its cargo feature); nothing else lists schemes.
+//!
+//! Every store but the local one is a cargo feature. A scheme whose store this dlock was
+//! built without stays in the table, so that its URL gets one line that says so (exit 2,
+//! nothing opened) rather than "unsupported", and the help stays the same in every build.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +12,21 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 
 use super::url::redact as redact_url;
-use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
+#[cfg(feature = "etcd")]
+use super::etcd;
+#[cfg(feature = "memcached")]
+use super::memcached;
+#[cfg(feature = "mysql")]
+use super::mysql;
+#[cfg(feature = "postgres")]
+use super::postgres;
+#[cfg(feature = "redis")]
+use super::redis;
+#[cfg(feature = "redlock")]
+use super::redlock;
+#[cfg(feature = "zookeeper")]
+use super::zookeeper;
+use super::{local, memory, Backend};
 use crate::error::{Error, Result};
 
 /// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).
@@ -24,16 +42,41 @@ pub struct Scheme {
     pub help: &'static str,
     /// Schemes of one family may form a quorum together.
     pub family: &'static str,
+    /// The store it opens, as [`STORES`] names it.
+    pub store: &'static str,
     /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
     pub check: fn(&str) -> Result<()>,
     pub open: OpenFn,
 }
 
-/// Families whose URLs, given several, form a majority quorum: the family and how
-/// the quorum is opened.
-static QUORUMS: &[(&str, &str, QuorumFn)] = &[
-    ("redis", "Redlock", open_redlock),
-    ("memcached", "memcached", open_memcached_quorum),
+/// The stores, each with whether this dlock was built with it: every one but `local` is
+/// the cargo feature of that name (Cargo.toml).
+pub static STORES: &[(&str, bool)] = &[
+    ("local", true),
+    ("redis", cfg!(feature = "redis")),
+    ("redlock", cfg!(feature = "redlock")),
+    ("etcd", cfg!(feature = "etcd")),
+    ("zookeeper", cfg!(feature = "zookeeper")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("mysql", cfg!(feature = "mysql")),
+    ("memcached", cfg!(feature = "memcached")),
+];
+
+/// The stores this dlock was built with, for `dlock --version`.
+pub fn built_stores() -> Vec<&'static str> {
+    STORES.iter().filter(|(_, b)| *b).map(|(s, _)| *s).collect()
+}
+
+/// True when this dlock was built with `store` (the test-only `memory` store always is).
+fn built(store: &str) -> bool {
+    STORES.iter().all(|(s, b)| *s != store || *b)
+}
+
+/// Families whose URLs, given several, form a majority quorum: the family, the quorum's
+/// name for messages, its store and how it is opened.
+static QUORUMS: &[(&str, &str, &str, QuorumFn)] = &[
+    ("redis", "Redlock", "redlock", open_redlock),
+    ("memcached", "memcached", "memcached", open_memcached_quorum),
 ];
 
 /// Every scheme, in the order the help lists them.
@@ -42,6 +85,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["redis://", "rediss://"],
         help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS)",
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -49,6 +93,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["redis+unix://", "unix://"],
         help: "redis+unix:///PATH (a Unix socket)",
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -56,6 +101,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["redis+sentinel://", "rediss+sentinel://"],
         help: "redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names)",
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -63,6 +109,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["redis+cluster://", "rediss+cluster://"],
         help: "redis+cluster://[user:password@]host:port[,host:port…] (any nodes of one Redis Cluster; it follows the slot map), rediss+cluster:// (TLS)",
         family: "redis-cluster",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -70,6 +117,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["etcd://", "etcds://"],
         help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
         family: "etcd",
+        store: "etcd",
         check: check_etcd,
         open: open_etcd,
     },
@@ -77,6 +125,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["memcached://"],
         help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
         family: "memcached",
+        store: "memcached",
         check: check_memcached,
         open: open_memcached,
     },
@@ -84,6 +133,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["zk://", "zks://"],
         help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe), zks:// (TLS, port 2281 when none is named)",
         family: "zookeeper",
+        store: "zookeeper",
         check: check_zookeeper,
         open: open_zookeeper,
     },
@@ -91,6 +141,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["postgres://", "postgresql://"],
         help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
         family: "postgres",
+        store: "postgres",
         check: check_postgres,
         open: open_postgres,
     },
@@ -98,6 +149,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["mysql://", "mariadb://"],
         help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
         family: "mysql",
+        store: "mysql",
         check: check_mysql,
         open: open_mysql,
     },
@@ -105,6 +157,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["file://"],
         help: "file://DIR (the embedded local store)",
         family: "file",
+        store: "local",
         check: check_file,
         open: open_file,
     },
@@ -112,6 +165,7 @@ pub static SCHEMES: &[Scheme] = &[
         prefixes: &["memory://"],
         help: "",
         family: "memory",
+        store: "memory",
         check: no_check,
         open: open_memory,
     },
@@ -161,12 +215,12 @@ pub fn url_help() -> String {
 /// The quorum that `urls` (two or more) form, with its name for messages.
 pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
     let family = scheme_of(&urls[0])?.family;
-    let quorum = QUORUMS.iter().find(|(f, _, _)| *f == family);
+    let quorum = QUORUMS.iter().find(|(f, _, _, _)| *f == family);
     for u in urls {
         if quorum.is_none() || scheme_of(u)?.family != family {
             let kinds: Vec<String> = QUORUMS
                 .iter()
-                .map(|(f, name, _)| format!("{name}: {f} URLs"))
+                .map(|(f, name, _, _)| format!("{name}: {f} URLs"))
                 .collect();
             return Err(Error::Usage(format!(
                 "several URLs make a majority quorum of one kind of store ({}), not {}",
@@ -175,7 +229,12 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
             )));
         }
     }
-    let (_, name, open) = quorum.expect("checked above");
+    let (_, name, store, open) = quorum.expect("checked above");
+    if !built(store) {
+        let what = format!("several {family} URLs (a {name} quorum)");
+        return Err(Error::built_without(&what, store));
+    }
+    #[cfg(feature = "redlock")]
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
@@ -188,15 +247,54 @@ fn no_check(_: &str) -> Result<()> {
     Ok(())
 }
 
+/// The check of every scheme whose store this dlock was built without: exit 2, one line.
+#[allow(dead_code)] // in a build with every store
+fn left_out(url: &str) -> Result<()> {
+    let store = find(url).map_or("?", |s| s.store);
+    Err(Error::built_without(&redact_url(url), store))
+}
+
+#[allow(dead_code)] // in a build with every store
+fn left_out_open(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move { Err(left_out(url).expect_err("left out")) })
+}
+
+#[allow(dead_code)] // in a build with every store; `quorum_of` refuses first
+fn left_out_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    left_out_open(&urls[0], false)
+}
+
+// What names a left-out store's functions in the table.
+#[cfg(not(feature = "redis"))]
+use self::{left_out as check_redis, left_out_open as open_redis};
+#[cfg(not(feature = "redlock"))]
+use self::left_out_quorum as open_redlock;
+#[cfg(not(feature = "etcd"))]
+use self::{left_out as check_etcd, left_out_open as open_etcd};
+#[cfg(not(feature = "memcached"))]
+use self::{
+    left_out as check_memcached, left_out_open as open_memcached,
+    left_out_quorum as open_memcached_quorum,
+};
+#[cfg(not(feature = "zookeeper"))]
+use self::{left_out as check_zookeeper, left_out_open as open_zookeeper};
+#[cfg(not(feature = "postgres"))]
+use self::{left_out as check_postgres, left_out_open as open_postgres};
+#[cfg(not(feature = "mysql"))]
+use self::{left_out as check_mysql, left_out_open as open_mysql};
+
+#[cfg(feature = "redis")]
 /// Every Redis scheme: the same reading as when it is opened (`RedisBackend::connect`).
 fn check_redis(url: &str) -> Result<()> {
     redis::parse_url(url, None).map(drop)
 }
 
+#[cfg(feature = "etcd")]
 fn check_etcd(url: &str) -> Result<()> {
     etcd::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "etcd")]
 fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let t = etcd::url::parse(url)?;
@@ -205,10 +303,12 @@ fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "memcached")]
 fn check_memcached(url: &str) -> Result<()> {
     memcached::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "memcached")]
 fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let t = memcached::url::parse(url)?;
@@ -217,6 +317,7 @@ fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn B
     })
 }
 
+#[cfg(feature = "memcached")]
 fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let targets = urls
@@ -229,10 +330,12 @@ fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "zookeeper")]
 fn check_zookeeper(url: &str) -> Result<()> {
     zookeeper::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "zookeeper")]
 fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let target = zookeeper::url::parse(url)?;
@@ -241,10 +344,12 @@ fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn B
     })
 }
 
+#[cfg(feature = "postgres")]
 fn check_postgres(url: &str) -> Result<()> {
     postgres::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "postgres")]
 fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
@@ -252,10 +357,12 @@ fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Ba
     })
 }
 
+#[cfg(feature = "mysql")]
 fn check_mysql(url: &str) -> Result<()> {
     mysql::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "mysql")]
 fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let store = mysql::MysqlStore::connect(mysql::url::parse(url)?).await?;
@@ -272,6 +379,7 @@ fn check_file(url: &str) -> Result<()> {
     }
 }
 
+#[cfg(feature = "redis")]
 fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let tuning = redis::Tuning {
@@ -283,6 +391,7 @@ fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "redlock")]
 fn open_redlock(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let backend = redlock::RedlockBackend::connect(urls).await?;
@@ -304,4 +413,33 @@ fn open_memory(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Back
         let name = &url["memory://".len()..];
         Ok(memory::MemoryStore::named(name) as Arc<dyn Backend>)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_and_quorum_opens_a_listed_store() {
+        let listed = |store: &str| STORES.iter().any(|(s, _)| *s == store);
+        for s in SCHEMES {
+            assert!(s.store == "memory" || listed(s.store), "{}", s.prefixes[0]);
+        }
+        for (family, _, store, _) in QUORUMS {
+            assert!(listed(store), "{family}");
+        }
+        assert_eq!(built_stores()[0], "local");
+    }
+
+    #[test]
+    fn a_store_left_out_is_named_with_its_feature_never_the_password() {
+        let err = left_out("etcds://u:Secr3t@h:1").unwrap_err();
+        assert_eq!(err.exit_code(), crate::exit::USAGE);
+        let text = err.to_string();
+        assert!(
+            text.ends_with(": this dlock was built without the etcd store (cargo feature `etcd`)"),
+            "{text}"
+        );
+        assert!(text.starts_with("etcds://") && !text.contains("Secr3t"), "{text}");
+    }
 }
