@@ -148,11 +148,11 @@ impl Error {
         ))
     }
 
-    /// `what` (a URL, redacted) names a store this dlock was built without: exit 2, nothing
-    /// opened. Every store but the local one is the cargo feature of its name.
-    pub fn built_without(what: &str, store: &str) -> Error {
+    /// `url` (redacted) names a store this dlock was built without, leaving out the
+    /// cargo `feature`: exit 2, nothing opened.
+    pub fn built_without(url: &str, store: &str, feature: &str) -> Error {
         Error::Usage(format!(
-            "{what}: this dlock was built without the {store} store (cargo feature `{store}`)"
+            "{url}: this dlock was built without the {store} store (cargo feature `{feature}`)"
         ))
     }
 

@@ -26,7 +26,8 @@
 //!   (one server, Sentinel, Cluster), [`backend::redlock`] (a majority of Redis servers),
 //!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],
 //!   [`backend::memcached`] (one server or a quorum); [`backend::quorum`] counts votes for
-//!   both quorums.
+//!   both quorums. Every store but the local one is the cargo feature of its name, gated on
+//!   its `mod` line and in the registry (docs/building.md).
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the

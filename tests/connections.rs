@@ -298,7 +298,6 @@ fn the_command_gets_no_password_and_nested_calls_still_reach_the_store() {
     );
 }
 
-#[cfg(feature = "redlock")]
 #[test]
 fn each_redlock_server_keeps_its_own_password_through_nested_calls() {
     let servers: Vec<RedisServer> = ["pw-a", "pw-b", "pw-c"]

@@ -8,11 +8,11 @@ use std::process::Output;
 use crate::support::dlock;
 
 /// Every store and whether this build has it, read from the features the tests were built
-/// with, not from dlock's own table.
+/// with, not from dlock's own table. Redlock comes with the Redis store.
 const STORES: &[(&str, bool)] = &[
     ("local", true),
     ("redis", cfg!(feature = "redis")),
-    ("redlock", cfg!(feature = "redlock")),
+    ("redlock", cfg!(feature = "redis")),
     ("etcd", cfg!(feature = "etcd")),
     ("zookeeper", cfg!(feature = "zookeeper")),
     ("postgres", cfg!(feature = "postgres")),
@@ -72,24 +72,4 @@ fn a_url_of_a_store_left_out_is_refused_in_one_line() {
             assert!(!err.contains("Secr3t"), "{err}");
         }
     }
-}
-
-/// Several Redis URLs in a build with Redis but without Redlock.
-#[cfg(all(feature = "redis", not(feature = "redlock")))]
-#[test]
-fn a_redlock_quorum_without_the_redlock_store_is_refused() {
-    let out = run(&[
-        "--url",
-        "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3",
-        "exec",
-        "k",
-        "--",
-        "true",
-    ]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("built without the redlock store (cargo feature `redlock`)"),
-        "{err}"
-    );
 }

@@ -20,7 +20,7 @@ macro_rules! with_backends {
                 local(all()),
                 redis(feature = "redis"),
                 redis_cluster(feature = "redis"),
-                redlock(feature = "redlock"),
+                redlock(feature = "redis"),
                 etcd(feature = "etcd"),
                 memcached(feature = "memcached"),
                 memcached_quorum(feature = "memcached"),

@@ -181,6 +181,7 @@ fn no_fair_waits_outside_the_queue(store: &Store) {
 /// A caller with `--no-fair` takes a freed key that a fair caller must leave to the head of
 /// the queue (a waiter stopped with SIGSTOP, whose place lives on for a while): on the
 /// stores where the head of the queue takes a freed key itself (not handed it).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(store: &Store) {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");

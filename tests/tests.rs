@@ -66,7 +66,7 @@ mod local_backend;
 mod redis_backend;
 #[cfg(feature = "redis")]
 mod redis_sharing;
-#[cfg(feature = "redlock")]
+#[cfg(feature = "redis")]
 mod redlock;
 
 mod cli_edges;

@@ -103,7 +103,6 @@ fn sigint_on_a_paused_server_leaves_nothing_held_once_it_resumes() {
     );
 }
 
-#[cfg(feature = "redlock")]
 #[test]
 fn sigint_ends_a_redlock_wait_with_a_silent_member_at_once() {
     let servers = [RedisServer::start(), RedisServer::start()];
@@ -171,7 +170,6 @@ fn the_waiting_line_says_the_server_does_not_answer() {
     interrupt_promptly(&mut dlock);
 }
 
-#[cfg(feature = "redlock")]
 #[test]
 fn the_waiting_line_says_no_majority_answers() {
     let silent = [Silent::start(), Silent::start()];

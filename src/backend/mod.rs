@@ -26,11 +26,12 @@ pub mod memory;
 pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "redlock", feature = "memcached"))]
+#[cfg(any(feature = "redis", feature = "memcached"))]
 pub mod quorum;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "redlock")]
+// Redlock asks each server as the Redis store does: one feature for both.
+#[cfg(feature = "redis")]
 pub mod redlock;
 pub mod registry;
 pub mod runs;

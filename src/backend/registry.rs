@@ -22,7 +22,7 @@ use super::mysql;
 use super::postgres;
 #[cfg(feature = "redis")]
 use super::redis;
-#[cfg(feature = "redlock")]
+#[cfg(feature = "redis")]
 use super::redlock;
 #[cfg(feature = "zookeeper")]
 use super::zookeeper;
@@ -49,34 +49,29 @@ pub struct Scheme {
     pub open: OpenFn,
 }
 
-/// The stores, each with whether this dlock was built with it: every one but `local` is
-/// the cargo feature of that name (Cargo.toml).
-pub static STORES: &[(&str, bool)] = &[
-    ("local", true),
-    ("redis", cfg!(feature = "redis")),
-    ("redlock", cfg!(feature = "redlock")),
-    ("etcd", cfg!(feature = "etcd")),
-    ("zookeeper", cfg!(feature = "zookeeper")),
-    ("postgres", cfg!(feature = "postgres")),
-    ("mysql", cfg!(feature = "mysql")),
-    ("memcached", cfg!(feature = "memcached")),
+/// The stores: each one's name, the cargo feature that builds it in (Cargo.toml; the
+/// local store is always in) and whether this dlock was built with it.
+pub static STORES: &[(&str, &str, bool)] = &[
+    ("local", "", true),
+    ("redis", "redis", cfg!(feature = "redis")),
+    ("redlock", "redis", cfg!(feature = "redis")),
+    ("etcd", "etcd", cfg!(feature = "etcd")),
+    ("zookeeper", "zookeeper", cfg!(feature = "zookeeper")),
+    ("postgres", "postgres", cfg!(feature = "postgres")),
+    ("mysql", "mysql", cfg!(feature = "mysql")),
+    ("memcached", "memcached", cfg!(feature = "memcached")),
 ];
 
 /// The stores this dlock was built with, for `dlock --version`.
 pub fn built_stores() -> Vec<&'static str> {
-    STORES.iter().filter(|(_, b)| *b).map(|(s, _)| *s).collect()
+    STORES.iter().filter(|s| s.2).map(|s| s.0).collect()
 }
 
-/// True when this dlock was built with `store` (the test-only `memory` store always is).
-fn built(store: &str) -> bool {
-    STORES.iter().all(|(s, b)| *s != store || *b)
-}
-
-/// Families whose URLs, given several, form a majority quorum: the family, the quorum's
-/// name for messages, its store and how it is opened.
-static QUORUMS: &[(&str, &str, &str, QuorumFn)] = &[
-    ("redis", "Redlock", "redlock", open_redlock),
-    ("memcached", "memcached", "memcached", open_memcached_quorum),
+/// Families whose URLs, given several, form a majority quorum: the family and how
+/// the quorum is opened. (A build without a family's store refuses its URLs one by one.)
+static QUORUMS: &[(&str, &str, QuorumFn)] = &[
+    ("redis", "Redlock", open_redlock),
+    ("memcached", "memcached", open_memcached_quorum),
 ];
 
 /// Every scheme, in the order the help lists them.
@@ -215,12 +210,12 @@ pub fn url_help() -> String {
 /// The quorum that `urls` (two or more) form, with its name for messages.
 pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
     let family = scheme_of(&urls[0])?.family;
-    let quorum = QUORUMS.iter().find(|(f, _, _, _)| *f == family);
+    let quorum = QUORUMS.iter().find(|(f, _, _)| *f == family);
     for u in urls {
         if quorum.is_none() || scheme_of(u)?.family != family {
             let kinds: Vec<String> = QUORUMS
                 .iter()
-                .map(|(f, name, _, _)| format!("{name}: {f} URLs"))
+                .map(|(f, name, _)| format!("{name}: {f} URLs"))
                 .collect();
             return Err(Error::Usage(format!(
                 "several URLs make a majority quorum of one kind of store ({}), not {}",
@@ -229,12 +224,8 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
             )));
         }
     }
-    let (_, name, store, open) = quorum.expect("checked above");
-    if !built(store) {
-        let what = format!("several {family} URLs (a {name} quorum)");
-        return Err(Error::built_without(&what, store));
-    }
-    #[cfg(feature = "redlock")]
+    let (_, name, open) = quorum.expect("checked above");
+    #[cfg(feature = "redis")]
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
@@ -251,7 +242,8 @@ fn no_check(_: &str) -> Result<()> {
 #[allow(dead_code)] // in a build with every store
 fn left_out(url: &str) -> Result<()> {
     let store = find(url).map_or("?", |s| s.store);
-    Err(Error::built_without(&redact_url(url), store))
+    let feature = STORES.iter().find(|s| s.0 == store).map_or("?", |s| s.1);
+    Err(Error::built_without(&redact_url(url), store, feature))
 }
 
 #[allow(dead_code)] // in a build with every store
@@ -259,16 +251,14 @@ fn left_out_open(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Ba
     Box::pin(async move { Err(left_out(url).expect_err("left out")) })
 }
 
-#[allow(dead_code)] // in a build with every store; `quorum_of` refuses first
+#[allow(dead_code)] // in a build with every store; each URL was refused first
 fn left_out_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     left_out_open(&urls[0], false)
 }
 
 // What names a left-out store's functions in the table.
 #[cfg(not(feature = "redis"))]
-use self::{left_out as check_redis, left_out_open as open_redis};
-#[cfg(not(feature = "redlock"))]
-use self::left_out_quorum as open_redlock;
+use self::{left_out as check_redis, left_out_open as open_redis, left_out_quorum as open_redlock};
 #[cfg(not(feature = "etcd"))]
 use self::{left_out as check_etcd, left_out_open as open_etcd};
 #[cfg(not(feature = "memcached"))]
@@ -391,7 +381,7 @@ fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
-#[cfg(feature = "redlock")]
+#[cfg(feature = "redis")]
 fn open_redlock(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let backend = redlock::RedlockBackend::connect(urls).await?;
@@ -420,13 +410,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_scheme_and_quorum_opens_a_listed_store() {
-        let listed = |store: &str| STORES.iter().any(|(s, _)| *s == store);
+    fn every_scheme_and_quorum_is_of_a_listed_store() {
+        let listed = |store: &str| STORES.iter().any(|s| s.0 == store);
         for s in SCHEMES {
             assert!(s.store == "memory" || listed(s.store), "{}", s.prefixes[0]);
         }
-        for (family, _, store, _) in QUORUMS {
-            assert!(listed(store), "{family}");
+        for (family, _, _) in QUORUMS {
+            assert!(listed(family), "{family}");
         }
         assert_eq!(built_stores()[0], "local");
     }

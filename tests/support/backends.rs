@@ -406,7 +406,7 @@ pub mod factory {
     }
 
     /// Redlock over three Redis servers on free ports.
-    #[cfg(feature = "redlock")]
+    #[cfg(feature = "redis")]
     pub async fn redlock() -> (Arc<dyn Backend>, Guard) {
         let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
         let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();

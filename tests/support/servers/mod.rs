@@ -28,6 +28,7 @@ pub use redis::RedisServer;
 #[allow(unused_imports)] // the bench uses a Cluster in its own rows only
 pub use redis_cluster::{RedisCluster, Secured};
 pub use silent::Silent;
+#[allow(unused_imports)] // a build without the ZooKeeper store has no test that names it
 pub use tls::{pki, self_signed, Pki};
 #[allow(unused_imports)] // the bench uses the standalone server only
 pub use zookeeper::{ZkEnsemble, ZkServer, ZOOKEEPER_JAR};
