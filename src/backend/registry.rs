@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::url::redact as redact_url;
 #[cfg(feature = "etcd")]
 use super::etcd;
 #[cfg(feature = "memcached")]
@@ -24,6 +23,7 @@ use super::postgres;
 use super::redis;
 #[cfg(feature = "redis")]
 use super::redlock;
+use super::url::redact as redact_url;
 #[cfg(feature = "zookeeper")]
 use super::zookeeper;
 use super::{local, memory, Backend};
@@ -257,21 +257,21 @@ fn left_out_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
 }
 
 // What names a left-out store's functions in the table.
-#[cfg(not(feature = "redis"))]
-use self::{left_out as check_redis, left_out_open as open_redis, left_out_quorum as open_redlock};
 #[cfg(not(feature = "etcd"))]
 use self::{left_out as check_etcd, left_out_open as open_etcd};
-#[cfg(not(feature = "memcached"))]
-use self::{
-    left_out as check_memcached, left_out_open as open_memcached,
-    left_out_quorum as open_memcached_quorum,
-};
 #[cfg(not(feature = "zookeeper"))]
 use self::{left_out as check_zookeeper, left_out_open as open_zookeeper};
 #[cfg(not(feature = "postgres"))]
 use self::{left_out as check_postgres, left_out_open as open_postgres};
 #[cfg(not(feature = "mysql"))]
 use self::{left_out as check_mysql, left_out_open as open_mysql};
+#[cfg(not(feature = "redis"))]
+use self::{left_out as check_redis, left_out_open as open_redis, left_out_quorum as open_redlock};
+#[cfg(not(feature = "memcached"))]
+use self::{
+    left_out as check_memcached, left_out_open as open_memcached,
+    left_out_quorum as open_memcached_quorum,
+};
 
 #[cfg(feature = "redis")]
 /// Every Redis scheme: the same reading as when it is opened (`RedisBackend::connect`).
@@ -430,6 +430,9 @@ mod tests {
             text.ends_with(": this dlock was built without the etcd store (cargo feature `etcd`)"),
             "{text}"
         );
-        assert!(text.starts_with("etcds://") && !text.contains("Secr3t"), "{text}");
+        assert!(
+            text.starts_with("etcds://") && !text.contains("Secr3t"),
+            "{text}"
+        );
     }
 }

@@ -56,7 +56,6 @@ pub fn max_acquire_timeout(ttl: Duration, op_timeout: Duration) -> Duration {
         .max(acquire_timeout(ttl))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
