@@ -3,6 +3,12 @@
 //! declares sharing), `--no-fair` (on the stores that keep an order a caller may leave),
 //! `--kill-after`'s default, and the `DLOCK_URL_FD` descriptor a nested call reads.
 
+// The helpers of the Redis, PostgreSQL and MySQL tests, in a build without those stores.
+#![cfg_attr(
+    not(all(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code, unused_imports)
+)]
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
