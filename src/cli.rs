@@ -36,13 +36,20 @@ Exit codes:
 /// Sentinel, Cluster, or Redlock over several), etcd, ZooKeeper, PostgreSQL, MySQL or
 /// Memcached.
 #[derive(Debug, Parser)]
-#[command(name = "dlock", version, about, long_about, after_long_help = EXIT_CODES)]
+#[command(name = "dlock", version, long_version = long_version(), about, long_about, after_long_help = EXIT_CODES)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `dlock --version`: the version and the stores this dlock was built with (`-V`: the
+/// version alone).
+fn long_version() -> String {
+    let stores = crate::backend::registry::built_stores().join(", ");
+    format!("{} (stores: {stores})", env!("CARGO_PKG_VERSION"))
 }
 
 /// The short `--url` help (`-h`): one line per scheme of [`crate::backend::registry`].

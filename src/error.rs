@@ -156,6 +156,14 @@ impl Error {
         ))
     }
 
+    /// `url` (redacted) names a store this dlock was built without, leaving out the
+    /// cargo `feature`: exit 2, nothing opened.
+    pub fn built_without(url: &str, store: &str, feature: &str) -> Error {
+        Error::Usage(format!(
+            "{url}: this dlock was built without the {store} store (cargo feature `{feature}`)"
+        ))
+    }
+
     /// A wait was cancelled; the caller, who knows the signal, fills in its number.
     pub fn cancelled(key: &str, backend: &str) -> Error {
         Error::Cancelled(

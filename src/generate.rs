@@ -59,7 +59,8 @@ pub fn all_files() -> Vec<(String, Vec<u8>)> {
 
 fn render_man(cmd: clap::Command) -> Vec<u8> {
     let mut out = Vec::new();
-    clap_mangen::Man::new(cmd)
+    // The version alone: the pages are the same whichever stores a build has.
+    clap_mangen::Man::new(cmd.long_version(None))
         .render(&mut out)
         .expect("rendering a man page into memory cannot fail");
     out

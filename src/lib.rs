@@ -29,7 +29,8 @@
 //!   `SET K token NX PX` lock), [`backend::redlock`] (a majority of Redis servers),
 //!   [`backend::etcd`], [`backend::zookeeper`], [`backend::postgres`], [`backend::mysql`],
 //!   [`backend::memcached`] (one server or a quorum); [`backend::quorum`] counts votes for
-//!   both quorums.
+//!   both quorums. Every store but the local one is the cargo feature of its name, gated on
+//!   its `mod` line and in the registry (docs/building.md).
 //!
 //!   No import circle among files, `mod.rs` included (`tests/imports.rs` reads every
 //!   `use` and path): [`ids`] and [`terminal`] import nothing of the crate's logic;

@@ -278,6 +278,7 @@ fn status_watch_on_a_terminal_redraws_and_ends_on_ctrl_c(store: Store) {
 /// On Redis, `exec` writes its run's record in the release script: no command of its own
 /// reaches the server (MONITOR shows the script's writes as `lua`), and both records are
 /// there, each run's before the next holder's.
+#[cfg(feature = "redis")]
 #[test]
 fn redis_writes_the_record_with_the_release() {
     let mut store = Store::redis();

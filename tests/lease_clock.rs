@@ -178,6 +178,7 @@ fn a_holder_stopped_past_its_ttl_learns_the_truth(store: Store) {
 
 /// Stopped past the renewal deadline but not past the lease's expiry: the store still has
 /// the lease, so the resumed holder renews it and its command runs to the end.
+#[cfg(feature = "redis")]
 #[test]
 fn a_holder_stopped_short_of_expiry_keeps_its_lease() {
     let store = Store::redis();

@@ -11,10 +11,26 @@
 ///
 /// `cli` backends are reached by the `dlock` binary, so they run both the CLI matrix and the
 /// conformance suite; `library` ones only live inside one process (the in-memory reference
-/// store), so they run the conformance suite only.
+/// store), so they run the conformance suite only. Each CLI backend carries the `cfg` of
+/// its store's cargo feature: a build without the store has none of its tests.
 macro_rules! with_backends {
     ($then:ident! { $($args:tt)* }) => {
-        $then! { cli: [local, redis, redis_cluster, redlock, etcd, memcached, memcached_quorum, zookeeper, postgres, mysql], library: [memory]; $($args)* }
+        $then! {
+            cli: [
+                local(all()),
+                redis(feature = "redis"),
+                redis_cluster(feature = "redis"),
+                redlock(feature = "redis"),
+                etcd(feature = "etcd"),
+                memcached(feature = "memcached"),
+                memcached_quorum(feature = "memcached"),
+                zookeeper(feature = "zookeeper"),
+                postgres(feature = "postgres"),
+                mysql(feature = "mysql")
+            ],
+            library: [memory];
+            $($args)*
+        }
     };
 }
 
@@ -28,8 +44,8 @@ macro_rules! on_every_backend {
 
 /// [`on_every_backend!`] for the backends [`with_backends!`] passes.
 macro_rules! cli_matrix {
-    (cli: [$($backend:ident),*], library: [$($_library:ident),*]; $names:tt) => {
-        $( mod $backend { cli_tests!($backend $names); } )*
+    (cli: [$($backend:ident($($cfg:tt)*)),*], library: [$($_library:ident),*]; $names:tt) => {
+        $( #[cfg($($cfg)*)] mod $backend { cli_tests!($backend $names); } )*
     };
 }
 
@@ -57,8 +73,8 @@ macro_rules! conformance_suite {
 
 /// [`conformance_suite!`] for the backends [`with_backends!`] passes.
 macro_rules! conformance_matrix {
-    (cli: [$($cli:ident),*], library: [$($library:ident),*]; $tests:tt) => {
-        $( mod $cli { conformance_tests!($cli $tests); } )*
+    (cli: [$($cli:ident($($cfg:tt)*)),*], library: [$($library:ident),*]; $tests:tt) => {
+        $( #[cfg($($cfg)*)] mod $cli { conformance_tests!($cli $tests); } )*
         $( mod $library { conformance_tests!($library $tests); } )*
     };
 }

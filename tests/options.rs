@@ -3,6 +3,12 @@
 //! declares sharing), `--no-fair` (on the stores that keep an order a caller may leave),
 //! `--kill-after`'s default, and the `DLOCK_URL_FD` descriptor a nested call reads.
 
+// The helpers of the Redis, PostgreSQL and MySQL tests, in a build without those stores.
+#![cfg_attr(
+    not(all(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code, unused_imports)
+)]
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -181,6 +187,7 @@ fn no_fair_waits_outside_the_queue(store: &Store) {
 /// A caller with `--no-fair` takes a freed key that a fair caller must leave to the head of
 /// the queue (a waiter stopped with SIGSTOP, whose place lives on for a while): on the
 /// stores where the head of the queue takes a freed key itself (not handed it).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(store: &Store) {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
@@ -217,11 +224,13 @@ fn no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(store: &Store) {
 }
 
 /// Redis hands a freed key to the head of its queue: an unfair caller cannot overtake it.
+#[cfg(feature = "redis")]
 #[test]
 fn no_fair_on_redis() {
     no_fair_waits_outside_the_queue(&Store::redis());
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn no_fair_on_postgres() {
     let store = Store::postgres();
@@ -229,6 +238,7 @@ fn no_fair_on_postgres() {
     no_fair_takes_a_key_a_fair_caller_leaves_to_the_queue(&store);
 }
 
+#[cfg(feature = "mysql")]
 #[test]
 fn no_fair_on_mysql() {
     let store = Store::mysql();
@@ -273,6 +283,7 @@ fn kill_after_defaults_to_ten_seconds() {
 /// in-memory file (not writable), and no such variable without a password. A nested call
 /// trusts only that: a descriptor of another kind under the same variable, holding the
 /// URL with the password, is not read, and the server refuses the nested call.
+#[cfg(feature = "redis")]
 #[test]
 fn dlock_url_fd_is_a_sealed_memfd_and_nothing_else_is_read() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret"]);

@@ -48,12 +48,15 @@
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
 //!
 //! The repository and the harness:
-//! - `docs`: the manual's `console` examples run, its links resolve, its store pages share
-//!   their headings.
+mod docs;
+mod features;
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
 //!   generated::` rewrites them).
 //! - `harness_smoke`: the servers start and restart, and every file here is declared below.
 //! - `imports`: no import circle among the files of `src/`.
+
+// A module of one store's tests carries the `cfg` of its cargo feature, and so does each
+// backend of the matrices (`macros`): a build without a store compiles and runs the rest.
 
 #[macro_use]
 mod macros;
@@ -62,8 +65,11 @@ mod support;
 mod capabilities;
 mod conformance;
 mod local_backend;
+#[cfg(feature = "redis")]
 mod redis_backend;
+#[cfg(feature = "redis")]
 mod redis_sharing;
+#[cfg(feature = "redis")]
 mod redlock;
 
 mod cli_edges;
@@ -78,29 +84,50 @@ mod options;
 mod scripts;
 mod sharing;
 
+#[cfg(feature = "redis")]
 mod applock_redis;
+#[cfg(feature = "redis")]
 mod connections;
+#[cfg(feature = "etcd")]
 mod elect_interop;
+#[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
 mod etcd_cluster;
+#[cfg(feature = "etcd")]
 mod etcd_interop;
+#[cfg(feature = "memcached")]
 mod memcached;
+#[cfg(feature = "memcached")]
 mod memcached_quorum;
+#[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
 mod redis_cluster;
+#[cfg(feature = "redis")]
 mod redis_faults;
+#[cfg(feature = "redis")]
 mod redis_replicas;
+#[cfg(feature = "redis")]
 mod redis_sentinel;
+#[cfg(all(feature = "postgres", feature = "mysql"))]
 mod sql_faults;
+#[cfg(feature = "redis")]
 mod unanswered;
 mod url_secrets;
+#[cfg(feature = "zookeeper")]
 mod zookeeper;
+#[cfg(feature = "zookeeper")]
 mod zookeeper_acl;
+#[cfg(feature = "zookeeper")]
 mod zookeeper_ensemble;
+#[cfg(feature = "zookeeper")]
 mod zookeeper_interop;
 
 mod docs;
+mod features;
 mod generated;
 mod harness_smoke;
 mod imports;

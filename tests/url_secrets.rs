@@ -113,7 +113,8 @@ fn url_passwords_never_show_in_errors_on_any_scheme() {
             cases.push((url(password) + bogus, password.to_string(), &[2][..]));
         }
     }
-    for password in NASTY {
+    // Without the Redis store, each URL above is refused whole (2) before it is read.
+    for password in NASTY.iter().filter(|_| cfg!(feature = "redis")) {
         let url = format!("redis+unix:///nonexistent/r.sock?pass={}", encode(password));
         cases.push((url.clone(), password.to_string(), &[69][..]));
         cases.push((url + "&bogus=1", password.to_string(), &[2][..]));
@@ -129,6 +130,7 @@ fn url_passwords_never_show_in_errors_on_any_scheme() {
     });
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn a_comma_in_a_url_password_works_escaped_and_never_shows_raw() {
     let port = closed_port();
@@ -142,6 +144,7 @@ fn a_comma_in_a_url_password_works_escaped_and_never_shows_raw() {
     assert!(!err.contains("Ab") && !err.contains("Cd"), "{err}");
 }
 
+#[cfg(feature = "redis")]
 #[test]
 fn redis_urls_refuse_unknown_parameters() {
     for url in [
@@ -162,6 +165,7 @@ fn redis_urls_refuse_unknown_parameters() {
     }
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn a_postgres_password_of_any_characters_logs_in_and_a_missing_one_is_named() {
     let server = crate::support::PostgresServer::start();

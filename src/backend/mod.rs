@@ -12,24 +12,37 @@
 //!   [`store::LockStore::sleep`]; the waiting around it (deadline, cancellation, progress,
 //!   back-off) is written once, in [`waiting`].
 
+// Each store but the local one is a cargo feature (Cargo.toml); the registry says which
+// are in, and what a URL of a left-out one gets.
+#[cfg(feature = "etcd")]
 pub mod etcd;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "memcached"))]
 pub mod group;
 pub mod local;
+#[cfg(feature = "memcached")]
 pub mod memcached;
 pub mod memory;
+#[cfg(feature = "mysql")]
 pub mod mysql;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "redis", feature = "memcached"))]
 pub mod quorum;
+#[cfg(feature = "redis")]
 pub mod redis;
+// Redlock asks each server as the Redis store does: one feature for both.
+#[cfg(feature = "redis")]
 pub mod redlock;
 pub mod registry;
 pub mod runs;
 pub mod sharing;
 pub mod spec;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
 pub mod store;
 pub mod url;
 pub mod waiting;
+#[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
 use std::any::Any;
@@ -528,14 +541,17 @@ pub(crate) async fn unless_cancelled<T>(
 /// Makes ring rustls's process-wide crypto provider, before any TLS connection. Clients
 /// that build their TLS settings without naming a provider (tonic, mysql_async, the
 /// ZooKeeper client) take that one; without it rustls guesses from its features, and
-/// panics when both ring and aws-lc-rs are compiled in (the ZooKeeper client's rustls
-/// brings aws-lc-rs).
+/// panics should a dependency ever bring a second provider (aws-lc-rs) beside ring.
 pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Fails only when another part of the program installed one first: fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+    // Without a store that speaks TLS there is no rustls in the build.
+    #[cfg(feature = "tls")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // Fails only when another part of the program installed one first: fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        });
+    }
 }
 
 /// Milliseconds since the Unix epoch, for stored timestamps.

@@ -1,14 +1,32 @@
 //! The URL schemes dlock understands, in one table: what each opens, its line in the
 //! `--url` help, and how its URLs combine. Adding a store is one entry here (plus its
-//! folder); nothing else lists schemes.
+//! folder and its cargo feature); nothing else lists schemes.
+//!
+//! Every store but the local one is a cargo feature. A scheme whose store this dlock was
+//! built without stays in the table, so that its URL gets one line that says so (exit 2,
+//! nothing opened) rather than "unsupported", and the help stays the same in every build.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
+#[cfg(feature = "etcd")]
+use super::etcd;
+#[cfg(feature = "memcached")]
+use super::memcached;
+#[cfg(feature = "mysql")]
+use super::mysql;
+#[cfg(feature = "postgres")]
+use super::postgres;
+#[cfg(feature = "redis")]
+use super::redis;
+#[cfg(feature = "redis")]
+use super::redlock;
 use super::url::redact as redact_url;
-use super::{etcd, local, memcached, memory, mysql, postgres, redis, redlock, zookeeper, Backend};
+#[cfg(feature = "zookeeper")]
+use super::zookeeper;
+use super::{local, memory, Backend};
 use crate::error::{Error, Result};
 
 /// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).
@@ -27,13 +45,33 @@ pub struct Scheme {
     pub summary: (&'static str, &'static str),
     /// Schemes of one family may form a quorum together.
     pub family: &'static str,
+    /// The store it opens, as [`STORES`] names it.
+    pub store: &'static str,
     /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
     pub check: fn(&str) -> Result<()>,
     pub open: OpenFn,
 }
 
+/// The stores: each one's name, the cargo feature that builds it in (Cargo.toml; the
+/// local store is always in) and whether this dlock was built with it.
+pub static STORES: &[(&str, &str, bool)] = &[
+    ("local", "", true),
+    ("redis", "redis", cfg!(feature = "redis")),
+    ("redlock", "redis", cfg!(feature = "redis")),
+    ("etcd", "etcd", cfg!(feature = "etcd")),
+    ("zookeeper", "zookeeper", cfg!(feature = "zookeeper")),
+    ("postgres", "postgres", cfg!(feature = "postgres")),
+    ("mysql", "mysql", cfg!(feature = "mysql")),
+    ("memcached", "memcached", cfg!(feature = "memcached")),
+];
+
+/// The stores this dlock was built with, for `dlock --version`.
+pub fn built_stores() -> Vec<&'static str> {
+    STORES.iter().filter(|s| s.2).map(|s| s.0).collect()
+}
+
 /// Families whose URLs, given several, form a majority quorum: the family and how
-/// the quorum is opened.
+/// the quorum is opened. (A build without a family's store refuses its URLs one by one.)
 static QUORUMS: &[(&str, &str, QuorumFn)] = &[
     ("redis", "Redlock", open_redlock),
     ("memcached", "memcached", open_memcached_quorum),
@@ -46,6 +84,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS); ?layout=plain on any of them, Cluster included: KEY is the application's own lock key (SET KEY token NX PX, as redis-py Lock and node redlock take it; waiters poll, at most 250ms apart; exclusive only)",
         summary: ("redis[s]://HOST[:PORT]", "one Redis server; several: Redlock"),
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -54,6 +93,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "redis+unix:///PATH (a Unix socket)",
         summary: ("redis+unix:///PATH", "one Redis server on a Unix socket"),
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -62,6 +102,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "redis+sentinel://host:port[,host:port]/MASTER (the master Sentinel names)",
         summary: ("redis+sentinel://S1,S2/MASTER", "the master Sentinel names"),
         family: "redis",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -70,6 +111,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "redis+cluster://[user:password@]host:port[,host:port…] (any nodes of one Redis Cluster; it follows the slot map), rediss+cluster:// (TLS)",
         summary: ("redis+cluster://N1,N2", "a Redis Cluster"),
         family: "redis-cluster",
+        store: "redis",
         check: check_redis,
         open: open_redis,
     },
@@ -78,6 +120,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "etcd://[user:password@]host:port[,host:port…][?prefix=P] (one etcd cluster; TTLs round up to whole seconds), etcds:// (TLS)",
         summary: ("etcd[s]://H1,H2", "one etcd cluster"),
         family: "etcd",
+        store: "etcd",
         check: check_etcd,
         open: open_etcd,
     },
@@ -86,6 +129,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "memcached://host[:port] (best effort: no persistence, no fairness; TTLs whole seconds, 3s to 30d; several form a quorum)",
         summary: ("memcached://HOST[:PORT]", "memcached, best effort"),
         family: "memcached",
+        store: "memcached",
         check: check_memcached,
         open: open_memcached,
     },
@@ -94,6 +138,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "zk://[user:password@]host:port[,host:port…][/chroot] (one ZooKeeper ensemble; Curator's lock recipe), zks:// (TLS, port 2281 when none is named)",
         summary: ("zk[s]://H1,H2[/CHROOT]", "one ZooKeeper ensemble"),
         family: "zookeeper",
+        store: "zookeeper",
         check: check_zookeeper,
         open: open_zookeeper,
     },
@@ -102,6 +147,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
         summary: ("postgres://[USER@]HOST/DB", "PostgreSQL"),
         family: "postgres",
+        store: "postgres",
         check: check_postgres,
         open: open_postgres,
     },
@@ -110,6 +156,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
         summary: ("mysql://[USER@]HOST/DB", "MySQL or MariaDB"),
         family: "mysql",
+        store: "mysql",
         check: check_mysql,
         open: open_mysql,
     },
@@ -118,6 +165,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "file://DIR (the embedded local store)",
         summary: ("file://DIR", "the local store (the default)"),
         family: "file",
+        store: "local",
         check: check_file,
         open: open_file,
     },
@@ -126,6 +174,7 @@ pub static SCHEMES: &[Scheme] = &[
         help: "",
         summary: ("", ""),
         family: "memory",
+        store: "memory",
         check: no_check,
         open: open_memory,
     },
@@ -205,6 +254,7 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
         }
     }
     let (_, name, open) = quorum.expect("checked above");
+    #[cfg(feature = "redis")]
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
@@ -218,15 +268,53 @@ fn no_check(_: &str) -> Result<()> {
     Ok(())
 }
 
+/// The check of every scheme whose store this dlock was built without: exit 2, one line.
+#[allow(dead_code)] // in a build with every store
+fn left_out(url: &str) -> Result<()> {
+    let store = find(url).map_or("?", |s| s.store);
+    let feature = STORES.iter().find(|s| s.0 == store).map_or("?", |s| s.1);
+    Err(Error::built_without(&redact_url(url), store, feature))
+}
+
+#[allow(dead_code)] // in a build with every store
+fn left_out_open(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    Box::pin(async move { Err(left_out(url).expect_err("left out")) })
+}
+
+#[allow(dead_code)] // in a build with every store; each URL was refused first
+fn left_out_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
+    left_out_open(&urls[0], false)
+}
+
+// What names a left-out store's functions in the table.
+#[cfg(not(feature = "etcd"))]
+use self::{left_out as check_etcd, left_out_open as open_etcd};
+#[cfg(not(feature = "zookeeper"))]
+use self::{left_out as check_zookeeper, left_out_open as open_zookeeper};
+#[cfg(not(feature = "postgres"))]
+use self::{left_out as check_postgres, left_out_open as open_postgres};
+#[cfg(not(feature = "mysql"))]
+use self::{left_out as check_mysql, left_out_open as open_mysql};
+#[cfg(not(feature = "redis"))]
+use self::{left_out as check_redis, left_out_open as open_redis, left_out_quorum as open_redlock};
+#[cfg(not(feature = "memcached"))]
+use self::{
+    left_out as check_memcached, left_out_open as open_memcached,
+    left_out_quorum as open_memcached_quorum,
+};
+
+#[cfg(feature = "redis")]
 /// Every Redis scheme: the same reading as when it is opened (`RedisBackend::connect`).
 fn check_redis(url: &str) -> Result<()> {
     redis::parse_url(url, None).map(drop)
 }
 
+#[cfg(feature = "etcd")]
 fn check_etcd(url: &str) -> Result<()> {
     etcd::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "etcd")]
 fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let t = etcd::url::parse(url)?;
@@ -235,10 +323,12 @@ fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "memcached")]
 fn check_memcached(url: &str) -> Result<()> {
     memcached::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "memcached")]
 fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let t = memcached::url::parse(url)?;
@@ -247,6 +337,7 @@ fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn B
     })
 }
 
+#[cfg(feature = "memcached")]
 fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let targets = urls
@@ -259,10 +350,12 @@ fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "zookeeper")]
 fn check_zookeeper(url: &str) -> Result<()> {
     zookeeper::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "zookeeper")]
 fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let target = zookeeper::url::parse(url)?;
@@ -271,10 +364,12 @@ fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn B
     })
 }
 
+#[cfg(feature = "postgres")]
 fn check_postgres(url: &str) -> Result<()> {
     postgres::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "postgres")]
 fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
@@ -282,10 +377,12 @@ fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Ba
     })
 }
 
+#[cfg(feature = "mysql")]
 fn check_mysql(url: &str) -> Result<()> {
     mysql::url::parse(url).map(drop)
 }
 
+#[cfg(feature = "mysql")]
 fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let store = mysql::MysqlStore::connect(mysql::url::parse(url)?).await?;
@@ -302,6 +399,7 @@ fn check_file(url: &str) -> Result<()> {
     }
 }
 
+#[cfg(feature = "redis")]
 fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let tuning = redis::Tuning {
@@ -312,6 +410,7 @@ fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backen
     })
 }
 
+#[cfg(feature = "redis")]
 fn open_redlock(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
         let backend = redlock::RedlockBackend::connect(urls).await?;
@@ -333,4 +432,36 @@ fn open_memory(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Back
         let name = &url["memory://".len()..];
         Ok(memory::MemoryStore::named(name) as Arc<dyn Backend>)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_and_quorum_is_of_a_listed_store() {
+        let listed = |store: &str| STORES.iter().any(|s| s.0 == store);
+        for s in SCHEMES {
+            assert!(s.store == "memory" || listed(s.store), "{}", s.prefixes[0]);
+        }
+        for (family, _, _) in QUORUMS {
+            assert!(listed(family), "{family}");
+        }
+        assert_eq!(built_stores()[0], "local");
+    }
+
+    #[test]
+    fn a_store_left_out_is_named_with_its_feature_never_the_password() {
+        let err = left_out("etcds://u:Secr3t@h:1").unwrap_err();
+        assert_eq!(err.exit_code(), crate::exit::USAGE);
+        let text = err.to_string();
+        assert!(
+            text.ends_with(": this dlock was built without the etcd store (cargo feature `etcd`)"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("etcds://") && !text.contains("Secr3t"),
+            "{text}"
+        );
+    }
 }

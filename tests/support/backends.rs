@@ -370,6 +370,7 @@ pub mod factory {
     use dlock::backend::local::LocalBackend;
     use dlock::backend::Backend;
 
+    #[cfg(feature = "redis")]
     use crate::support::RedisServer;
 
     /// Keeps a backend's resources alive for the duration of a test.
@@ -383,6 +384,7 @@ pub mod factory {
     }
 
     /// A single Redis server on a free port.
+    #[cfg(feature = "redis")]
     pub async fn redis() -> (Arc<dyn Backend>, Guard) {
         let server = RedisServer::start();
         let backend = dlock::backend::redis::RedisBackend::connect(&server.url())
@@ -405,6 +407,7 @@ pub mod factory {
     }
 
     /// Redlock over three Redis servers on free ports.
+    #[cfg(feature = "redis")]
     pub async fn redlock() -> (Arc<dyn Backend>, Guard) {
         let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
         let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();

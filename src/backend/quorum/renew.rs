@@ -18,6 +18,12 @@ use super::votes;
 use crate::backend::{KeyStatus, Lease, Sharing};
 use crate::error::Result;
 
+/// How long one server may take to answer a renew request: TTL/5, 50 ms to 1 s. A renewal
+/// returns as soon as a majority answered, so a dead server does not slow it down.
+pub fn renew_timeout(ttl: Duration) -> Duration {
+    (ttl / 5).clamp(Duration::from_millis(50), Duration::from_secs(1))
+}
+
 /// A renewal of `owner`'s lease on `key` for `ttl`, on the quorum `name` of `servers`.
 pub struct Renewal<'a> {
     pub name: &'a str,

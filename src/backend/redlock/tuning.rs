@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+pub use crate::backend::quorum::renew::renew_timeout;
 use crate::backend::redis::Tuning;
 
 /// Timing knobs of the quorum. The defaults suit production; tests shrink them.
@@ -53,12 +54,6 @@ pub fn max_acquire_timeout(ttl: Duration, op_timeout: Duration) -> Duration {
     renew_timeout(ttl)
         .min(op_timeout / 2)
         .max(acquire_timeout(ttl))
-}
-
-/// How long one server may take to answer a renew request: TTL/5, 50 ms to 1 s. A renewal
-/// returns as soon as a majority answered, so a dead server does not slow it down.
-pub fn renew_timeout(ttl: Duration) -> Duration {
-    (ttl / 5).clamp(Duration::from_millis(50), Duration::from_secs(1))
 }
 
 #[cfg(test)]

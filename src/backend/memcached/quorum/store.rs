@@ -83,7 +83,7 @@ impl MemcachedQuorum {
     /// One renewal sent to every server at once (see [`renew::on_quorum`]).
     async fn renew_on_quorum(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
         let secs = self.whole(ttl, key)?;
-        let limit = crate::backend::redlock::renew_timeout(secs);
+        let limit = crate::backend::quorum::renew::renew_timeout(secs);
         let what = format!("cannot renew lock '{key}'");
         let (what, members) = (&what, &self.members);
         let round = move |needed| {
