@@ -48,8 +48,10 @@
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
 //!
 //! The repository and the harness:
-mod docs;
-mod features;
+//! - `docs`: the manual's `console` examples run, its links resolve, its store pages share
+//!   their headings.
+//! - `features`: one cargo feature per store: `--version` names the stores of the build,
+//!   a URL of a store left out is refused in one line.
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration
 //!   generated::` rewrites them).
 //! - `harness_smoke`: the servers start and restart, and every file here is declared below.
