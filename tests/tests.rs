@@ -72,6 +72,7 @@ mod options;
 mod scripts;
 mod sharing;
 
+mod applock_sql;
 mod connections;
 mod etcd;
 mod etcd_cluster;

@@ -24,6 +24,7 @@ pub mod redis;
 pub mod redlock;
 pub mod registry;
 pub mod runs;
+pub mod session_lock;
 pub mod sharing;
 mod spec;
 pub mod sql;

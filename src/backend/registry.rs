@@ -89,7 +89,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["postgres://", "postgresql://"],
-        help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
+        help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T&lock=advisory] (password also from PGPASSWORD)",
         family: "postgres",
         check: check_postgres,
         open: open_postgres,
@@ -247,7 +247,12 @@ fn check_postgres(url: &str) -> Result<()> {
 
 fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
-        let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
+        let target = postgres::url::parse(url)?;
+        if target.advisory {
+            let store = postgres::AdvisoryStore::connect(target).await?;
+            return Ok(Arc::new(store) as Arc<dyn Backend>);
+        }
+        let store = postgres::PostgresStore::connect(target).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

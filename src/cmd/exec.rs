@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
 
 use super::acquire::{self, Acquisition};
 use super::hold;
@@ -57,11 +58,12 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         kill_after: args.kill_after,
     };
     let mut ending = Ending::default();
+    let gone = crate::backend::session_lock::gone_of(&acquired);
     let outcome = run_child(
         global,
         &backend,
         &acquired.lease,
-        (&argv, limit, &mut ending),
+        (&argv, limit, &mut ending, gone),
         &mut signals,
     )
     .await;
@@ -120,7 +122,7 @@ async fn run_child(
     global: &Global,
     backend: &Arc<dyn Backend>,
     lease: &Lease,
-    (command, limit, ending): (&[String], Limit, &mut Ending),
+    (command, limit, ending, gone): (&[String], Limit, &mut Ending, Option<CancellationToken>),
     signals: &mut Signals,
 ) -> Result<u8> {
     let (env, url_fd) = child_env(global, lease)?;
@@ -135,7 +137,7 @@ async fn run_child(
     };
     ending.started = true;
     let (tx, rx) = mpsc::channel(2);
-    let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
+    let keeper = tokio::spawn(keep_or_gone(Arc::clone(backend), lease.clone(), tx, gone));
     let started = Instant::now();
     let result = supervise(child, signals, rx, limit).await;
     keeper.abort();
@@ -359,6 +361,27 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         .await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// [`keep_alive`], and for a lock held by a session of dlock's (see
+/// [`crate::backend::session_lock`]), `Kill` the moment that session ends: the server
+/// releases its lock then, not at the end of a TTL.
+async fn keep_or_gone(
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    tx: mpsc::Sender<Doom>,
+    gone: Option<CancellationToken>,
+) {
+    let Some(gone) = gone else {
+        return keep_alive(backend, lease, tx).await;
+    };
+    tokio::select! {
+        _ = keep_alive(backend, lease, tx.clone()) => {}
+        _ = gone.cancelled() => {
+            let why = "the server ended the session that held the lock".to_string();
+            let _ = tx.send(Doom::Kill(why)).await;
+        }
+    }
 }
 
 /// The `renewed` event (`-vv`), with the round trip.

@@ -13,6 +13,7 @@
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
 //!   sleeping on notifications.
 
+mod advisory;
 mod backend;
 mod connect;
 mod group;
@@ -22,5 +23,6 @@ mod status;
 mod store;
 pub mod url;
 
+pub use self::advisory::AdvisoryStore;
 pub use self::backend::PostgresStore;
 pub use self::connect::Tuning;
