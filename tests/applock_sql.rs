@@ -115,7 +115,7 @@ fn dlock_holds_then_psql_try_fails_and_its_blocking_lock_follows() {
         shown.contains("nightly") && !shown.contains("foreign"),
         "{shown}"
     );
-    let mut app = psql(
+    let app = psql(
         &pg,
         &[&format!("SELECT pg_advisory_lock({lock})"), "SELECT 'got'"],
     )
@@ -225,7 +225,7 @@ fn lock_and_what_the_server_cannot_carry_are_refused() {
     for args in [
         vec!["lock", "k"],
         vec!["exec", "--shared", "k", "--", "true"],
-        vec!["exec", "--priority", "3", "k", "--", "true"],
+        vec!["exec", "--limit", "2", "k", "--", "true"],
     ] {
         let out = support::dlock()
             .args(["-u", &url])
