@@ -306,3 +306,160 @@ fn check_overlap(log: &str) {
         }
     }
 }
+
+mod mysql {
+    //! The same with `mysql://…?lock=get_lock` and the `mariadb` client holding `GET_LOCK`.
+
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use crate::support::{
+        self, stderr_of, wait_exit, wait_for, MysqlServer, MY_DB, MY_PASSWORD, MY_USER,
+    };
+
+    fn get_lock(my: &MysqlServer) -> String {
+        format!("{}?lock=get_lock", my.url())
+    }
+
+    /// A `mariadb` client session running `sql`, as an application would.
+    fn mariadb(my: &MysqlServer, sql: &str) -> Command {
+        let mut c = Command::new("mariadb");
+        c.arg("--no-defaults")
+            .args(["-h", "127.0.0.1", "-P", &my.port.to_string()])
+            .args(["-u", MY_USER, "-D", MY_DB, "-N", "-B", "-e", sql])
+            .env("MYSQL_PWD", MY_PASSWORD)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn used(my: &MysqlServer, name: &str) -> bool {
+        my.sql(&format!("SELECT IS_USED_LOCK('{name}') IS NOT NULL")) == "1"
+    }
+
+    /// A `mariadb` session that holds `name` until `gate` is removed.
+    fn holding(my: &MysqlServer, name: &str, gate: &std::path::Path) -> Child {
+        std::fs::write(gate, "").unwrap();
+        // The client's `system` ends at the first `;`: the loop goes in a script.
+        let script = gate.with_extension("sh");
+        let wait = format!("while [ -e '{}' ]; do sleep 0.05; done\n", gate.display());
+        std::fs::write(&script, wait).unwrap();
+        let sql = format!(
+            "SELECT GET_LOCK('{name}', 0); system sh {}",
+            script.display()
+        );
+        let child = mariadb(my, &sql).stdout(Stdio::null()).spawn().unwrap();
+        assert!(wait_for(Duration::from_secs(10), || used(my, name)));
+        child
+    }
+
+    #[test]
+    fn mariadb_holds_then_dlock_waits_and_runs_after() {
+        let my = MysqlServer::start();
+        let url = get_lock(&my);
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("gate");
+        let mut holder = holding(&my, "nightly", &gate);
+        let st = super::exec(&url, &["-n", "nightly", "--", "true"])
+            .output()
+            .unwrap();
+        let err = support::text(&st.stderr);
+        assert_eq!(st.status.code(), Some(75), "{err}");
+        assert!(
+            err.contains("'nightly'") && err.contains("foreign"),
+            "{err}"
+        );
+        let ran = dir.path().join("ran");
+        let mut waiter = super::exec(&url, &["nightly", "--", "touch", ran.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_for(Duration::from_secs(10), || {
+            my.sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(%'") == "1"
+        }));
+        assert!(!ran.exists());
+        std::fs::remove_file(&gate).unwrap();
+        assert!(holder.wait().unwrap().success());
+        let st = wait_exit(&mut waiter, Duration::from_secs(10)).expect("dlock ran after");
+        assert!(st.success(), "{}", stderr_of(waiter));
+        assert!(ran.exists());
+    }
+
+    #[test]
+    fn dlock_holds_then_get_lock_fails_and_its_wait_follows() {
+        let my = MysqlServer::start();
+        let url = get_lock(&my);
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("gate");
+        std::fs::write(&gate, "").unwrap();
+        let wait = format!("while [ -e '{}' ]; do sleep 0.05; done", gate.display());
+        let mut held = super::exec(&url, &["job", "--", "sh", "-c", &wait])
+            .spawn()
+            .unwrap();
+        assert!(wait_for(Duration::from_secs(10), || used(&my, "job")));
+        assert_eq!(my.sql("SELECT GET_LOCK('job', 0)"), "0");
+        let status = support::dlock()
+            .args(["-u", &url, "status", "job"])
+            .output()
+            .unwrap();
+        assert_eq!(status.status.code(), Some(0));
+        let shown = support::text(&status.stdout);
+        assert!(
+            shown.contains("job") && !shown.contains("foreign"),
+            "{shown}"
+        );
+        let app = mariadb(&my, "SELECT GET_LOCK('job', 20)")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::fs::remove_file(&gate).unwrap();
+        assert!(wait_exit(&mut held, Duration::from_secs(10))
+            .unwrap()
+            .success());
+        let out = app.wait_with_output().unwrap();
+        assert_eq!(support::text(&out.stdout).trim(), "1");
+    }
+
+    #[test]
+    fn the_holders_session_killed_kills_cmd_at_once() {
+        let my = MysqlServer::start();
+        let url = get_lock(&my);
+        let dir = tempfile::tempdir().unwrap();
+        let (started, ended) = (dir.path().join("started"), dir.path().join("ended"));
+        let cmd = format!(
+            "echo x >> '{}'; sleep 30; touch '{}'",
+            started.display(),
+            ended.display()
+        );
+        let mut held = super::exec(&url, &["job", "--", "sh", "-c", &cmd])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(wait_for(Duration::from_secs(10), || started.exists()));
+        let id = my.sql("SELECT IS_USED_LOCK('job')");
+        let killed = Instant::now();
+        my.sql(&format!("KILL {id}"));
+        let st = wait_exit(&mut held, Duration::from_secs(5)).expect("exec ends at once");
+        assert!(
+            killed.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            killed.elapsed()
+        );
+        assert_eq!(st.code(), Some(79), "{}", stderr_of(held));
+        assert!(!ended.exists());
+        let runs = std::fs::read_to_string(&started).unwrap();
+        assert_eq!(runs.lines().count(), 1, "nothing runs twice");
+    }
+
+    #[test]
+    fn a_name_longer_than_the_server_takes_is_refused() {
+        let my = MysqlServer::start();
+        let long = "k".repeat(65);
+        let out = super::exec(&get_lock(&my), &[&long, "--", "true"])
+            .output()
+            .unwrap();
+        let err = support::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("64"), "{err}");
+    }
+}

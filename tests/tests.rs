@@ -44,6 +44,8 @@
 //!   passwords, an account without DDL, tables made on first use, TLS.
 //! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
+//! - `applock_sql`: `?lock=advisory` with `psql`, `?lock=get_lock` with the `mariadb`
+//!   client, holding the same lock both ways; cancelled waits, killed sessions, a paused server.
 //!
 //! The repository and the harness:
 //! - `generated`: completions and man pages (`DLOCK_BLESS=1 cargo test --test integration

@@ -96,7 +96,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["mysql://", "mariadb://"],
-        help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
+        help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T&lock=get_lock] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
         family: "mysql",
         check: check_mysql,
         open: open_mysql,
@@ -263,7 +263,12 @@ fn check_mysql(url: &str) -> Result<()> {
 
 fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
-        let store = mysql::MysqlStore::connect(mysql::url::parse(url)?).await?;
+        let target = mysql::url::parse(url)?;
+        if target.user_locks {
+            let store = mysql::UserLockStore::connect(target).await?;
+            return Ok(Arc::new(store) as Arc<dyn Backend>);
+        }
+        let store = mysql::MysqlStore::connect(target).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

@@ -11,6 +11,8 @@
 //! * `lease.rs`: one attempt, renew, hold-at-least, release, leaving the queue.
 //! * `share.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
 //! * `status.rs`: `status` and the last-run record.
+//! * `user_lock/`: `?lock=get_lock`, the application's `GET_LOCK` locks held by a
+//!   session of dlock's ([`UserLockStore`]).
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
 //!   its re-check schedule.
 
@@ -22,6 +24,8 @@ mod share;
 mod status;
 mod store;
 pub mod url;
+mod user_lock;
 
 pub use self::backend::MysqlStore;
 pub use self::connect::Tuning;
+pub use self::user_lock::UserLockStore;
