@@ -336,20 +336,19 @@ mod mysql {
         my.sql(&format!("SELECT IS_USED_LOCK('{name}') IS NOT NULL")) == "1"
     }
 
-    /// A `mariadb` session that holds `name` until `gate` is removed.
-    fn holding(my: &MysqlServer, name: &str, gate: &std::path::Path) -> Child {
-        std::fs::write(gate, "").unwrap();
-        // The client's `system` ends at the first `;`: the loop goes in a script.
-        let script = gate.with_extension("sh");
-        let wait = format!("while [ -e '{}' ]; do sleep 0.05; done\n", gate.display());
-        std::fs::write(&script, wait).unwrap();
-        let sql = format!(
-            "SELECT GET_LOCK('{name}', 0); system sh {}",
-            script.display()
-        );
+    /// A `mariadb` session that holds `name` until [`end_sleep`] ends its sleep.
+    fn holding(my: &MysqlServer, name: &str) -> Child {
+        let sql = format!("SELECT GET_LOCK('{name}', 0); SELECT SLEEP(600)");
         let child = mariadb(my, &sql).stdout(Stdio::null()).spawn().unwrap();
         assert!(wait_for(Duration::from_secs(10), || used(my, name)));
         child
+    }
+
+    /// Ends the sleep of the session holding `name`: its client then exits, which
+    /// releases the lock.
+    fn end_sleep(my: &MysqlServer, name: &str) {
+        let id = my.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
+        my.sql(&format!("KILL QUERY {id}"));
     }
 
     #[test]
@@ -357,8 +356,7 @@ mod mysql {
         let my = MysqlServer::start();
         let url = get_lock(&my);
         let dir = tempfile::tempdir().unwrap();
-        let gate = dir.path().join("gate");
-        let mut holder = holding(&my, "nightly", &gate);
+        let mut holder = holding(&my, "nightly");
         let st = super::exec(&url, &["-n", "nightly", "--", "true"])
             .output()
             .unwrap();
@@ -377,8 +375,8 @@ mod mysql {
             my.sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(%'") == "1"
         }));
         assert!(!ran.exists());
-        std::fs::remove_file(&gate).unwrap();
-        assert!(holder.wait().unwrap().success());
+        end_sleep(&my, "nightly");
+        holder.wait().unwrap();
         let st = wait_exit(&mut waiter, Duration::from_secs(10)).expect("dlock ran after");
         assert!(st.success(), "{}", stderr_of(waiter));
         assert!(ran.exists());
