@@ -67,7 +67,9 @@ fn url_help() -> String {
          independent servers (3 or 5): Redlock over Redis servers, or memcached servers \
          (Redlock's rules; it survives the loss of a minority). Without any, the embedded local store in \
          $DLOCK_DIR or /var/tmp/dlock; an empty URL, or a DLOCK_URL set but empty, is an \
-         error (exit 2), never the local store. Password: in the URL or REDISCLI_AUTH; TLS: \
+         error (exit 2), never the local store. `postgres://…?lock=advisory`: KEY is the \
+         application's PostgreSQL advisory lock (a decimal bigint, `A,B`, or any other KEY as \
+         hashtextextended(KEY, 0)), held by dlock's own session for `exec` only. Password: in the URL or REDISCLI_AUTH; TLS: \
          DLOCK_TLS_CA, DLOCK_TLS_CERT and DLOCK_TLS_KEY name PEM files.",
         crate::backend::registry::url_help()
     )

@@ -46,6 +46,8 @@
 //!   passwords, an account without DDL, tables made on first use, TLS.
 //! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
+//! - `applock_sql`: `?lock=advisory` with `psql`, `?lock=get_lock` with the `mariadb`
+//!   client, holding the same lock both ways; cancelled waits, killed sessions, a paused server.
 //!
 //! The repository and the harness:
 //! - `docs`: the manual's `console` examples run, its links resolve, its store pages share
@@ -88,6 +90,9 @@ mod sharing;
 
 #[cfg(feature = "redis")]
 mod applock_redis;
+#[cfg(feature = "redis")]
+#[cfg(all(feature = "postgres", feature = "mysql"))]
+mod applock_sql;
 #[cfg(feature = "redis")]
 mod connections;
 #[cfg(feature = "etcd")]

@@ -35,6 +35,7 @@ pub mod redis;
 pub mod redlock;
 pub mod registry;
 pub mod runs;
+pub mod session_lock;
 pub mod sharing;
 pub mod spec;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

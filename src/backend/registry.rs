@@ -144,7 +144,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["postgres://", "postgresql://"],
-        help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T] (password also from PGPASSWORD)",
+        help: "postgres://[user[:password]@]host[:port]/db[?sslmode=require&schema=S&table=T&lock=advisory] (password also from PGPASSWORD)",
         summary: ("postgres://[USER@]HOST/DB", "PostgreSQL"),
         family: "postgres",
         store: "postgres",
@@ -153,7 +153,7 @@ pub static SCHEMES: &[Scheme] = &[
     },
     Scheme {
         prefixes: &["mysql://", "mariadb://"],
-        help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
+        help: "mysql://[user[:password]@]host[:port]/db[?ssl-mode=REQUIRED&table=T&lock=get_lock] (MySQL 8, MariaDB 10.6+; password also from MYSQL_PWD; also mariadb://)",
         summary: ("mysql://[USER@]HOST/DB", "MySQL or MariaDB"),
         family: "mysql",
         store: "mysql",
@@ -372,7 +372,12 @@ fn check_postgres(url: &str) -> Result<()> {
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
-        let store = postgres::PostgresStore::connect(postgres::url::parse(url)?).await?;
+        let target = postgres::url::parse(url)?;
+        if target.advisory {
+            let store = postgres::AdvisoryStore::connect(target).await?;
+            return Ok(Arc::new(store) as Arc<dyn Backend>);
+        }
+        let store = postgres::PostgresStore::connect(target).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }
@@ -385,7 +390,12 @@ fn check_mysql(url: &str) -> Result<()> {
 #[cfg(feature = "mysql")]
 fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
     Box::pin(async move {
-        let store = mysql::MysqlStore::connect(mysql::url::parse(url)?).await?;
+        let target = mysql::url::parse(url)?;
+        if target.user_locks {
+            let store = mysql::UserLockStore::connect(target).await?;
+            return Ok(Arc::new(store) as Arc<dyn Backend>);
+        }
+        let store = mysql::MysqlStore::connect(target).await?;
         Ok(Arc::new(store) as Arc<dyn Backend>)
     })
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, timeout_at};
+use tokio_util::sync::CancellationToken;
 
 use super::acquire::{self, Acquisition};
 use super::hold;
@@ -87,11 +88,12 @@ pub(super) async fn run_job(global: &Global, job: Job<'_>, signals: &mut Signals
     let (waited, started_ms, acquired_at) =
         (asked.elapsed(), crate::backend::now_ms(), Instant::now());
     let mut ending = Ending::default();
+    let gone = crate::backend::session_lock::gone_of(&acquired);
     let outcome = run_child(
         global,
         &backend,
         &acquired.lease,
-        (&job, &mut ending),
+        (&job, &mut ending, gone),
         signals,
     )
     .await;
@@ -152,7 +154,7 @@ async fn run_child(
     global: &Global,
     backend: &Arc<dyn Backend>,
     lease: &Lease,
-    (job, ending): (&Job<'_>, &mut Ending),
+    (job, ending, gone): (&Job<'_>, &mut Ending, Option<CancellationToken>),
     signals: &mut Signals,
 ) -> Result<u8> {
     let limit = job.limit;
@@ -171,7 +173,7 @@ async fn run_child(
     };
     ending.started = true;
     let (tx, rx) = mpsc::channel(2);
-    let keeper = tokio::spawn(keep_alive(Arc::clone(backend), lease.clone(), tx));
+    let keeper = tokio::spawn(keep_or_gone(Arc::clone(backend), lease.clone(), tx, gone));
     let started = Instant::now();
     let result = supervise(child, signals, rx, limit).await;
     keeper.abort();
@@ -395,6 +397,27 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         .await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// [`keep_alive`], and for a lock held by a session of dlock's (see
+/// [`crate::backend::session_lock`]), `Kill` the moment that session ends: the server
+/// releases its lock then, not at the end of a TTL.
+async fn keep_or_gone(
+    backend: Arc<dyn Backend>,
+    lease: Lease,
+    tx: mpsc::Sender<Doom>,
+    gone: Option<CancellationToken>,
+) {
+    let Some(gone) = gone else {
+        return keep_alive(backend, lease, tx).await;
+    };
+    tokio::select! {
+        _ = keep_alive(backend, lease, tx.clone()) => {}
+        _ = gone.cancelled() => {
+            let why = "the server ended the session that held the lock".to_string();
+            let _ = tx.send(Doom::Kill(why)).await;
+        }
+    }
 }
 
 /// The `renewed` event (`-vv`), with the round trip.

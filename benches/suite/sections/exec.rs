@@ -256,12 +256,12 @@ fn postgres_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
             ]
         }
     };
-    let bin = ctx.dlock.clone();
-    let make: MakeCmd = Box::new(move || {
-        let mut c = dlock_cmd(&bin, &store);
-        c.args(["exec", "bench-exec", "--", "true"]);
-        c
-    });
+    let make = exec_cmd(ctx, store.clone());
+    let advisory = match &store {
+        Store::Postgres(url) => Store::Postgres(format!("{url}?lock=advisory")),
+        other => other.clone(),
+    };
+    let make_advisory = exec_cmd(ctx, advisory);
     let psql = crate::test_servers::pg_bin("psql");
     let make_psql: MakeCmd = Box::new(move || {
         let mut c = Command::new(&psql);
@@ -277,6 +277,12 @@ fn postgres_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
     });
     vec![
         Peer::new(dlock_name, "dlock exec bench-exec -- true", make, runs),
+        Peer::new(
+            "dlock exec (postgres ?lock=advisory)",
+            "dlock -u 'postgres://…?lock=advisory' exec bench-exec -- true",
+            make_advisory,
+            runs,
+        ),
         Peer::new(psql_name, psql_shown, make_psql, runs),
     ]
 }
@@ -297,12 +303,12 @@ fn mysql_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
             ]
         }
     };
-    let bin = ctx.dlock.clone();
-    let make: MakeCmd = Box::new(move || {
-        let mut c = dlock_cmd(&bin, &store);
-        c.args(["exec", "bench-exec", "--", "true"]);
-        c
-    });
+    let make = exec_cmd(ctx, store.clone());
+    let get_lock = match &store {
+        Store::Mysql(url) => Store::Mysql(format!("{url}?lock=get_lock")),
+        other => other.clone(),
+    };
+    let make_get_lock = exec_cmd(ctx, get_lock);
     let make_client: MakeCmd = Box::new(move || {
         let mut c = Command::new("mariadb");
         c.arg("--no-defaults")
@@ -314,8 +320,24 @@ fn mysql_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
     });
     vec![
         Peer::new(dlock_name, "dlock exec bench-exec -- true", make, runs),
+        Peer::new(
+            "dlock exec (mysql ?lock=get_lock)",
+            "dlock -u 'mysql://…?lock=get_lock' exec bench-exec -- true",
+            make_get_lock,
+            runs,
+        ),
         Peer::new(client_name, &client_shown, make_client, runs),
     ]
+}
+
+/// `dlock exec bench-exec -- true` on `store`.
+fn exec_cmd(ctx: &Ctx, store: Store) -> MakeCmd {
+    let bin = ctx.dlock.clone();
+    Box::new(move || {
+        let mut c = dlock_cmd(&bin, &store);
+        c.args(["exec", "bench-exec", "--", "true"]);
+        c
+    })
 }
 
 fn etcd_peer(etcd: Result<String, String>, etcd_runs: usize) -> Peer {

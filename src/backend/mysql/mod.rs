@@ -12,6 +12,8 @@
 //! * `row.rs`: what `lease.rs` and `shared.rs` both read: the waiter, the key's row, the queue.
 //! * `shared.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
 //! * `status.rs`: `status` and the last-run record.
+//! * `user_lock/`: `?lock=get_lock`, the application's `GET_LOCK` locks held by a
+//!   session of dlock's ([`UserLockStore`]).
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
 //!   its re-check schedule.
 
@@ -24,6 +26,8 @@ mod shared;
 mod status;
 mod store;
 pub mod url;
+mod user_lock;
 
 pub use self::backend::MysqlStore;
 pub use self::connect::Tuning;
+pub use self::user_lock::UserLockStore;

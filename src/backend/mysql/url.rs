@@ -27,6 +27,9 @@ pub struct Target {
     pub tls: bool,
     /// The password, to scrub from any message as a last line of defence.
     pub secret: Option<String>,
+    /// `?lock=get_lock`: keys are the server's user locks (`GET_LOCK`) held by a session
+    /// ([`super::UserLockStore`]); `?lock=table` (the default): dlock's lease table.
+    pub user_locks: bool,
 }
 
 impl std::fmt::Debug for Target {
@@ -50,6 +53,7 @@ pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
         return Err(usage(url, "it must start with mysql:// or mariadb://"));
     }
     let (mut table, mut tls) = (DEFAULT_TABLE.to_string(), false);
+    let mut user_locks = false;
     let mut passed = Vec::new();
     for (name, value) in &u.query {
         match name.as_str() {
@@ -58,6 +62,16 @@ pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
                     .map_err(|why| usage(url, &format!("table {why}")))?
             }
             "ssl-mode" | "ssl_mode" | "sslmode" => tls = ssl_mode(url, value)?,
+            "lock" => {
+                user_locks = match value.as_str() {
+                    "get_lock" => true,
+                    "table" => false,
+                    other => {
+                        let why = format!("lock={other} is not a lock mode (get_lock or table)");
+                        return Err(usage(url, &why));
+                    }
+                }
+            }
             "password" | "pass" => {
                 return Err(usage(url, "give the password before '@' or in MYSQL_PWD"))
             }
@@ -90,6 +104,7 @@ pub fn parse_with(url: &str, env_password: Option<String>) -> Result<Target> {
         table,
         tls,
         secret,
+        user_locks,
     })
 }
 

@@ -3,6 +3,8 @@
 //! LISTEN/NOTIFY. Leases live by TTL only (`detached` makes no difference), so a
 //! `dlock lock` outlives its process and a holder's connection may break and come back.
 //!
+//! * `advisory/`: `?lock=advisory`, the application's advisory locks held by a session
+//!   of dlock's ([`AdvisoryStore`]).
 //! * `url.rs`: `postgres://` URLs: server, database, table, schema, TLS, password.
 //! * `connect.rs`: connections (plain or rustls), timeouts, one-line errors.
 //! * `schema.rs`: the tables and every statement.
@@ -13,6 +15,7 @@
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
 //!   sleeping on notifications.
 
+mod advisory;
 mod backend;
 mod connect;
 mod group;
@@ -22,5 +25,6 @@ mod status;
 mod store;
 pub mod url;
 
+pub use self::advisory::AdvisoryStore;
 pub use self::backend::PostgresStore;
 pub use self::connect::Tuning;

@@ -32,6 +32,9 @@ pub struct Target {
     pub tls: bool,
     /// The password, to scrub from any message as a last line of defence.
     pub secret: Option<String>,
+    /// `?lock=advisory`: keys are PostgreSQL advisory locks held by a session
+    /// ([`super::AdvisoryStore`]); `?lock=table` (the default): dlock's lease table.
+    pub advisory: bool,
 }
 
 impl std::fmt::Debug for Target {
@@ -68,12 +71,14 @@ pub fn parse_with(
         ));
     }
     let (mut table, mut schema, mut tls) = (DEFAULT_TABLE.to_string(), None, false);
+    let mut advisory = false;
     let mut passed = Vec::new();
     for (name, value) in &u.query {
         match name.as_str() {
             "table" => table = identifier(url, "table", value)?,
             "schema" => schema = Some(identifier(url, "schema", value)?),
             "sslmode" => tls = ssl_mode(url, value)?,
+            "lock" => advisory = lock_mode(url, value)?,
             "password" => return Err(usage(url, "give the password before '@' or in PGPASSWORD")),
             "user" | "dbname" | "port" => {
                 return Err(usage(
@@ -115,7 +120,20 @@ pub fn parse_with(
         table,
         tls,
         secret,
+        advisory,
     })
+}
+
+/// `?lock=advisory` or `?lock=table`.
+fn lock_mode(url: &str, mode: &str) -> Result<bool> {
+    match mode {
+        "advisory" => Ok(true),
+        "table" => Ok(false),
+        other => Err(usage(
+            url,
+            &format!("lock={other} is not a lock mode (advisory or table)"),
+        )),
+    }
 }
 
 /// The client's settings from what dlock read, through the URL written again for the
