@@ -44,6 +44,7 @@ impl Seen {
                 pid: pid.max(0) as u32,
                 acquired_at_ms: row.get::<_, i64>(8).max(0) as u64,
                 held_until_ms: None,
+                value: None,
             },
         }
     }
