@@ -12,6 +12,7 @@
 //!   [`store::LockStore::sleep`]; the waiting around it (deadline, cancellation, progress,
 //!   back-off) is written once, in [`waiting`].
 
+pub mod estimate;
 pub mod etcd;
 pub mod group;
 pub mod local;
@@ -311,6 +312,8 @@ pub struct WaiterInfo {
     /// exclusive.
     #[serde(skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
+    /// Its `--priority` (0 by default, and on stores that keep none).
+    pub priority: i32,
 }
 
 /// The state of one key.

@@ -39,6 +39,11 @@ pub struct RunRecord {
     /// How long dlock waited for the lock, and how long CMD ran.
     pub waited_ms: u64,
     pub ran_ms: u64,
+    /// The durations of the key's last runs, this one last, oldest first (at most
+    /// [`HISTORY`](super::estimate::HISTORY)): what the expected wait is made from. Empty
+    /// in records written before histories were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_ms: Vec<u64>,
     /// True when the lease was lost while CMD ran (dlock killed it, exit 79).
     #[serde(default)]
     pub lease_lost: bool,

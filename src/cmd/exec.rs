@@ -45,10 +45,11 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
     let asked = Instant::now();
     let acquisition =
         acquire::connect_and_acquire(global, &args.key, &args.acquire, &argv, false, &mut signals);
-    let (backend, acquired) = match acquisition.await? {
-        Acquisition::Held(backend, acquired) => (backend, acquired),
+    let (backend, acquired, estimate) = match acquisition.await? {
+        Acquisition::Held(backend, acquired, estimate) => (backend, acquired, estimate),
         Acquisition::NotObtained(code) => return Ok(code),
     };
+    let previous = record::previous(&backend, &acquired.lease);
     let (waited, started_ms, acquired_at) =
         (asked.elapsed(), crate::backend::now_ms(), Instant::now());
     let started = started_ms as f64 / 1000.0;
@@ -75,6 +76,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
         waited_ms: waited.as_millis() as u64,
         started_at_ms: started_ms,
         ended_at_ms: ended_ms,
+        previous: previous.await,
     };
     // Recorded before the release, so that the next holder's record comes after ours.
     let lease = &acquired.lease;
@@ -97,6 +99,7 @@ pub async fn run(global: &Global, args: ExecArgs) -> Result<u8> {
             started,
             ended: started + ran,
             waited_s: waited.as_secs_f64(),
+            expected_wait_s: estimate.map(|e| e.wait_ms as f64 / 1000.0),
             ran_s: ran.max(0.0),
             exit_code: code,
             lease_lost: lost,

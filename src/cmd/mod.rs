@@ -7,6 +7,8 @@
 pub(crate) mod acquire;
 mod completions;
 mod exec;
+mod expect;
+pub(crate) use expect::Expectation;
 mod hold;
 mod lock;
 mod record;

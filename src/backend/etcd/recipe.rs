@@ -86,6 +86,7 @@ impl Entry {
             id: self.meta.owner.clone(),
             holder: self.meta.holder.clone(),
             sharing: self.meta.sharing,
+            priority: 0,
         }
     }
 }

@@ -120,6 +120,7 @@ impl Session<'_> {
                         id: w.owner,
                         holder: w.holder,
                         sharing: w.sharing,
+                        priority: 0,
                     })
                     .collect(),
             ),
