@@ -260,6 +260,36 @@ pub struct AcquireOpts {
 
     #[command(flatten)]
     pub sharing: SharingOpts,
+
+    /// Queue priority: a freed key goes to the highest-priority waiter, arrival order among
+    /// equals (negative values go after the default 0). Starvation is your choice: a steady
+    /// stream of higher priorities keeps lower ones waiting. Refused (exit 2) on stores
+    /// whose queue dlock does not order (etcd, ZooKeeper: fixed by the interop recipe;
+    /// Redlock, Memcached: no queue).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub priority: i32,
+
+    /// At most one pending --supersede waiter per key: a newer one makes the older give up
+    /// at once (exit 80, "superseded by a newer waiter from HOST pid P"). The holder is
+    /// never touched; plain waiters neither supersede nor are superseded. Refused where
+    /// --priority is.
+    #[arg(long)]
+    pub supersede: bool,
+}
+
+impl AcquireOpts {
+    /// Where the caller asks to stand in the key's queue.
+    pub fn queueing(&self) -> crate::backend::Queueing {
+        crate::backend::Queueing {
+            priority: self.priority,
+            supersede: self.supersede,
+        }
+    }
 }
 
 // How many may hold the key at once: shared by `exec`, `lock` and `wait` (plain comment:

@@ -102,6 +102,14 @@ impl Error {
         ))
     }
 
+    /// A store that cannot order its queue as `asked` (`--priority N`, `--supersede`)
+    /// says, for the reason `why`: exit 2, nothing touched.
+    pub fn queueing_unsupported(key: &str, backend: &str, asked: &str, why: &str) -> Error {
+        Error::Usage(format!(
+            "lock '{key}': {asked} is not supported on {backend} ({why})"
+        ))
+    }
+
     /// A caller whose `--limit`/`--shared` (`asked`) does not fit how the holders of `key`
     /// hold it (`held`): exit 2, never a silent change of N while holders exist.
     pub fn sharing_conflict(key: &str, backend: &str, held: &str, asked: &str) -> Error {

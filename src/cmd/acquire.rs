@@ -39,7 +39,7 @@ pub fn request(
         detached,
         fair: !opts.no_fair,
         sharing: opts.sharing.sharing(),
-        queue: Default::default(),
+        queue: opts.queueing(),
     })
 }
 
