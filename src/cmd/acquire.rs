@@ -98,6 +98,9 @@ async fn acquire(
     let signo = tokio::select! {
         result = &mut attempt => {
             drop(line);
+            if result.is_ok() {
+                expect.settle().await;
+            }
             let estimate = expect.at_start();
             if let Ok(won) = &result {
                 let (key, token) = (&req.key, won.lease.fencing_token);

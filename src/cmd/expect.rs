@@ -11,6 +11,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use crate::backend::estimate::{self, Estimate};
 use crate::backend::{now_ms, Backend, WaitInfo};
 
+/// How long a granted acquisition waits for its history read to land.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// What one wait knows of its expected length; cheap to clone into listeners.
 #[derive(Clone, Default)]
 pub struct Expectation {
@@ -19,6 +22,8 @@ pub struct Expectation {
     asked: Arc<AtomicBool>,
     /// Where the wait stood at its first report: our position, how long the holder had run.
     start: Arc<Mutex<Option<Start>>>,
+    /// The read of the history, while it runs.
+    reading: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 /// Our position, and how long the holder had run, when the wait began.
@@ -37,7 +42,7 @@ impl Expectation {
             Arc::clone(backend),
             key.to_string(),
         );
-        tokio::spawn(async move {
+        let reading = tokio::spawn(async move {
             // No history, or a store that cannot read it: no estimate, the wait goes on.
             if let Ok(runs) = backend.last_runs(&key).await {
                 if let Some(t) = estimate::typical(&runs) {
@@ -45,6 +50,21 @@ impl Expectation {
                 }
             }
         });
+        *self.reading.lock().unwrap_or_else(PoisonError::into_inner) = Some(reading);
+    }
+
+    /// Lets a read still on its way land, for at most [`SETTLE`]: a store that answers
+    /// in order (Redis's one connection) answers it only after the wake-up that ended the
+    /// wait. Nothing to wait for when the acquisition did not wait.
+    pub async fn settle(&self) {
+        let reading = self
+            .reading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(reading) = reading {
+            let _ = tokio::time::timeout(SETTLE, reading).await;
+        }
     }
 
     /// The estimate for the wait as `info` tells it now, when the history is known.
