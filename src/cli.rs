@@ -262,10 +262,9 @@ pub struct AcquireOpts {
     pub sharing: SharingOpts,
 
     /// Queue priority: a freed key goes to the highest-priority waiter, arrival order among
-    /// equals (negative values go after the default 0). Starvation is your choice: a steady
-    /// stream of higher priorities keeps lower ones waiting. Refused (exit 2) on stores
-    /// whose queue dlock does not order (etcd, ZooKeeper: fixed by the interop recipe;
-    /// Redlock, Memcached: no queue).
+    /// equals. No store orders its queue by it yet: refused (exit 2) everywhere for now, and
+    /// by design on etcd and ZooKeeper (queue order shared with etcdctl lock and Curator),
+    /// Redlock and Memcached (no queue).
     #[arg(
         long,
         value_name = "N",
@@ -275,9 +274,7 @@ pub struct AcquireOpts {
     pub priority: i32,
 
     /// At most one pending --supersede waiter per key: a newer one makes the older give up
-    /// at once (exit 80, "superseded by a newer waiter from HOST pid P"). The holder is
-    /// never touched; plain waiters neither supersede nor are superseded. Refused where
-    /// --priority is.
+    /// (exit 80); the holder is never touched. Refused (exit 2) where --priority is.
     #[arg(long)]
     pub supersede: bool,
 }
