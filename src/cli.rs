@@ -304,6 +304,33 @@ pub struct AcquireOpts {
 
     #[command(flatten)]
     pub sharing: SharingOpts,
+
+    /// Queue priority: a freed key goes to the highest-priority waiter, arrival order among
+    /// equals. No store orders its queue by it yet: refused (exit 2) everywhere for now, and
+    /// by design on etcd and ZooKeeper (queue order shared with etcdctl lock and Curator),
+    /// Redlock and Memcached (no queue).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        allow_hyphen_values = true
+    )]
+    pub priority: i32,
+
+    /// At most one pending --supersede waiter per key: a newer one makes the older give up
+    /// (exit 80); the holder is never touched. Refused (exit 2) where --priority is.
+    #[arg(long)]
+    pub supersede: bool,
+}
+
+impl AcquireOpts {
+    /// Where the caller asks to stand in the key's queue.
+    pub fn queueing(&self) -> crate::backend::Queueing {
+        crate::backend::Queueing {
+            priority: self.priority,
+            supersede: self.supersede,
+        }
+    }
 }
 
 // How many may hold the key at once: shared by `exec`, `lock` and `wait` (plain comment:

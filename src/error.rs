@@ -102,11 +102,11 @@ impl Error {
         ))
     }
 
-    /// A store that keeps no queue (`?layout=plain`), asked to order its waiters
-    /// (`--priority`, `--supersede`): exit 2, nothing touched.
-    pub fn queueing_unsupported(key: &str, backend: &str, asked: &str) -> Error {
+    /// A store that cannot order its queue as `asked` (`--priority N`, `--supersede`)
+    /// says, for the reason `why`: exit 2, nothing touched.
+    pub fn queueing_unsupported(key: &str, backend: &str, asked: &str, why: &str) -> Error {
         Error::Usage(format!(
-            "lock '{key}': {asked} is not supported on {backend}: it keeps no queue of waiters"
+            "lock '{key}': {asked} is not supported on {backend} ({why})"
         ))
     }
 

@@ -17,6 +17,9 @@ pub struct Run {
     pub started: f64,
     pub ended: f64,
     pub waited_s: f64,
+    /// The wait expected when it began (see [`crate::backend::estimate`]), when the key
+    /// had a history and the run waited.
+    pub expected_wait_s: Option<f64>,
     pub ran_s: f64,
     pub exit_code: u8,
     pub lease_lost: bool,
@@ -125,6 +128,13 @@ pub fn render(run: &Run, last_success: Option<f64>) -> String {
         "How long the last run waited for the lock.",
         run.waited_s,
     );
+    if let Some(expected) = run.expected_wait_s {
+        metric(
+            "last_expected_wait_seconds",
+            "The wait the last run expected when it began to wait (from the key's run history).",
+            expected,
+        );
+    }
     metric(
         "last_exit_code",
         "The exit code of the last run (dlock's: 79 lease lost, 124 too long).",
@@ -172,6 +182,7 @@ mod tests {
             started: 100.0,
             ended: 112.5,
             waited_s: 0.25,
+            expected_wait_s: None,
             ran_s: 12.25,
             exit_code: code,
             lease_lost: false,

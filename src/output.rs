@@ -4,6 +4,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::backend::estimate::{self, Estimate};
 use crate::backend::{
     now_ms, KeyStatus, LastRuns, Lease, LockInfo, ServerView, Sharing, WaiterInfo,
 };
@@ -144,10 +145,13 @@ impl<'a> StatusJson<'a> {
                 .as_ref()
                 .and_then(|l| l.holder.held_until_ms)
                 .map(rfc3339_ms),
-            waiters: s
-                .waiters
-                .as_ref()
-                .map(|ws| ws.iter().map(WaiterJson::new).collect()),
+            waiters: s.waiters.as_ref().map(|ws| {
+                let ahead = |i: usize| i as u64 + 1;
+                ws.iter()
+                    .enumerate()
+                    .map(|(i, w)| WaiterJson::new(w, ahead(i)))
+                    .collect()
+            }),
             holders: s.holders.iter().collect(),
             sharing: s.sharing,
             servers: s.servers.as_ref(),
@@ -157,8 +161,13 @@ impl<'a> StatusJson<'a> {
         }
     }
 
-    /// With the key's run records.
+    /// With the key's run records, and each waiter's expected wait made from them.
     pub fn with_runs(mut self, runs: &'a LastRuns) -> Self {
+        let typical = estimate::typical(runs);
+        let holder_ran = self.held_for_ms;
+        for w in self.waiters.iter_mut().flatten() {
+            w.estimate = typical.map(|t| Estimate::new(t, w.position, holder_ran));
+        }
         self.last_run = Some(runs.last.as_ref().map(RunJson::new));
         self.last_success = Some(runs.last_success.as_ref().map(RunJson::new));
         self
@@ -181,10 +190,15 @@ pub struct WaiterJson<'a> {
     /// `"shared"` or `{"limit": N}` as the waiter asks; absent for an exclusive waiter.
     #[serde(skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
+    /// Its place in the queue, 1 first.
+    pub position: u64,
+    pub priority: i32,
+    /// Its expected wait; `null` without a run history (or for a listing of every key).
+    pub estimate: Option<Estimate>,
 }
 
 impl<'a> WaiterJson<'a> {
-    pub fn new(w: &'a WaiterInfo) -> Self {
+    pub fn new(w: &'a WaiterInfo, position: u64) -> Self {
         let h = &w.holder;
         WaiterJson {
             id: &w.id,
@@ -196,6 +210,9 @@ impl<'a> WaiterJson<'a> {
             waiting_since_ms: h.acquired_at_ms,
             waited_ms: now_ms().saturating_sub(h.acquired_at_ms),
             sharing: w.sharing,
+            position,
+            priority: w.priority,
+            estimate: None,
         }
     }
 }
@@ -251,7 +268,11 @@ pub fn status_lines(states: &[KeyStatus], runs: &[Option<LastRuns>], backend: &s
         if let Some(servers) = &state.servers {
             out.extend(server_lines(servers, state.lock.is_some()));
         }
-        queue_lines(state, &mut out);
+        let typical = runs
+            .get(i)
+            .and_then(|r| r.as_ref())
+            .and_then(estimate::typical);
+        queue_lines(state, typical, &mut out);
         if let Some(Some(r)) = runs.get(i) {
             out.extend(runs::lines(r, now_ms()));
         }
@@ -265,8 +286,13 @@ fn escape_cells(row: Vec<String>) -> Vec<String> {
     row.into_iter().map(|c| escape(&c).into_owned()).collect()
 }
 
-/// The waiters of one key, in queue order, under its row.
-fn queue_lines(state: &KeyStatus, out: &mut Vec<String>) {
+/// The waiters of one key, in queue order, under its row, each with its priority when it
+/// has one and its expected wait when runs take `typical` ms.
+fn queue_lines(state: &KeyStatus, typical: Option<u64>, out: &mut Vec<String>) {
+    let holder_ran = state
+        .lock
+        .as_ref()
+        .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms));
     for (i, w) in state.waiters.iter().flatten().enumerate() {
         let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
         let h = &w.holder;
@@ -274,8 +300,16 @@ fn queue_lines(state: &KeyStatus, out: &mut Vec<String>) {
             Sharing::Exclusive => String::new(),
             s => format!(" ({})", s.describe()),
         };
+        let priority = match w.priority {
+            0 => String::new(),
+            p => format!(", priority {p}"),
+        };
+        let expect = typical
+            .map(|t| Estimate::new(t, i as u64 + 1, holder_ran))
+            .map(|e| format!(", {}", runs::estimate(&e)))
+            .unwrap_or_default();
         out.push(format!(
-            "  waiter {}: {}@{} pid {} ({}), waiting {waited}{asks}",
+            "  waiter {}: {}@{} pid {} ({}), waiting {waited}{asks}{priority}{expect}",
             i + 1,
             h.user,
             h.host,
@@ -449,6 +483,7 @@ mod tests {
             id: "w".into(),
             holder,
             sharing: Sharing::Exclusive,
+            priority: 0,
         };
         let state = KeyStatus {
             key: "ml".into(),

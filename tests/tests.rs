@@ -21,6 +21,8 @@
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
 //!   `one_line` (a holder's newlines and escape sequences shown escaped, on one line).
+//! - `queue`: the expected wait (run history, overdue, `status --json` per waiter) and the
+//!   refusal of `--priority`/`--supersede` where dlock does not order the queue.
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`,
@@ -85,6 +87,7 @@ mod last_run;
 mod lease_clock;
 mod one_line;
 mod options;
+mod queue;
 mod scripts;
 mod sharing;
 

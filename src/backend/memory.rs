@@ -169,6 +169,7 @@ impl KeyState {
             id: id.clone(),
             holder: holder.clone(),
             sharing: crate::backend::Sharing::Exclusive,
+            priority: 0,
         });
         KeyStatus {
             key: key.to_string(),

@@ -12,6 +12,7 @@
 //!   [`store::LockStore::sleep`]; the waiting around it (deadline, cancellation, progress,
 //!   back-off) is written once, in [`waiting`].
 
+pub mod estimate;
 // Each store but the local one is a cargo feature (Cargo.toml); the registry says which
 // are in, and what a URL of a left-out one gets.
 #[cfg(feature = "etcd")]
@@ -115,6 +116,43 @@ pub struct Queueing {
     /// the older give up ([`crate::exit::SUPERSEDED`]).
     pub supersede: bool,
 }
+
+impl Queueing {
+    /// `--priority 5 --supersede`: what was asked beyond plain arrival order, as the user
+    /// wrote it; `None` for the default.
+    pub fn asked(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.priority != 0 {
+            parts.push(format!("--priority {}", self.priority));
+        }
+        if self.supersede {
+            parts.push("--supersede".to_string());
+        }
+        (!parts.is_empty()).then(|| parts.join(" "))
+    }
+
+    /// Refuses what a store cannot honour, before anything is touched: `refused` is the
+    /// store's reason (see [`store::LockStore::queue_order`]), `None` when it keeps
+    /// priorities and superseding waiters.
+    pub fn check(&self, key: &str, backend: &str, refused: Option<&str>) -> Result<()> {
+        match (self.asked(), refused) {
+            (Some(asked), Some(why)) => Err(crate::error::Error::queueing_unsupported(
+                key, backend, &asked, why,
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Why etcd refuses `--priority` and `--supersede`.
+pub const ORDER_ETCD: &str = "its queue order is the create revision, shared with `etcdctl lock`";
+/// Why ZooKeeper refuses them.
+pub const ORDER_ZOOKEEPER: &str =
+    "its queue order is the node sequence, shared with Curator's InterProcessMutex";
+/// Why Redlock and Memcached refuse them.
+pub const ORDER_NONE: &str = "it keeps no queue: waiters poll, and any of them may win";
+/// Why a store with a queue dlock could order refuses them for now.
+pub const ORDER_NOT_YET: &str = "dlock does not order this store's queue yet";
 
 /// A callback told of a waiter's progress.
 pub type ProgressFn = Arc<dyn Fn(&WaitInfo) + Send + Sync>;
@@ -327,6 +365,8 @@ pub struct WaiterInfo {
     /// exclusive.
     #[serde(skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
+    /// Its `--priority` (0 by default, and on stores that keep none).
+    pub priority: i32,
 }
 
 /// The state of one key.
@@ -394,6 +434,11 @@ pub struct RunRecord {
     /// How long dlock waited for the lock, and how long CMD ran.
     pub waited_ms: u64,
     pub ran_ms: u64,
+    /// The durations of the key's last runs, this one last, oldest first (at most
+    /// [`HISTORY`](estimate::HISTORY)): what the expected wait is made from. Empty
+    /// in records written before histories were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_ms: Vec<u64>,
     /// True when the lease was lost while CMD ran (dlock killed it, exit 79).
     #[serde(default)]
     pub lease_lost: bool,

@@ -117,6 +117,18 @@ mod tests {
     }
 
     #[test]
+    fn a_record_without_history_still_reads() {
+        let old = br#"{"owner":"o","fencing_token":3,"host":"h","pid":1,"user":"u",
+            "command":"c","acquired_at_ms":1,"started_at_ms":1,"ended_at_ms":9,
+            "exit_code":0,"waited_ms":0,"ran_ms":8}"#;
+        let run = RunRecord::decode(old).expect("an older record");
+        assert!(run.recent_ms.is_empty());
+        assert!(!run.encode().contains("recent_ms"));
+        let next = super::super::estimate::history_after(Some(&run), 5);
+        assert_eq!(next, vec![8, 5]);
+    }
+
+    #[test]
     fn outcomes_read_plainly() {
         assert_eq!(run(0, 0).outcome(), "ok (exit 0)");
         assert_eq!(run(3, 0).outcome(), "failed (exit 3)");

@@ -151,6 +151,7 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
                     id: r.1.clone(),
                     holder: queued.holder,
                     sharing: queued.sharing,
+                    priority: 0,
                 }
             })
             .collect();

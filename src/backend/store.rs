@@ -93,6 +93,12 @@ pub trait LockStore: Send + Sync {
         sharing.is_exclusive()
     }
 
+    /// Why the store refuses `--priority` and `--supersede` (see [`super::Queueing::check`]);
+    /// `None` when its queue honours them. By default it does not.
+    fn queue_order(&self) -> Option<&'static str> {
+        Some(super::ORDER_NOT_YET)
+    }
+
     /// The state of a new acquisition, before its first attempt.
     async fn begin(&self, req: &AcquireRequest) -> Result<Self::Waiter>;
 

@@ -93,6 +93,8 @@ pub async fn acquire<S: LockStore + ?Sized>(
             &asked,
         ));
     }
+    req.queue
+        .check(&req.key, &store.describe(), store.queue_order())?;
     let started = Instant::from_std(wait.since);
     let mut faltering = Faltering::default();
     let mut waiter = loop {

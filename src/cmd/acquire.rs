@@ -6,6 +6,8 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
+use super::expect::Expectation;
+use crate::backend::estimate::Estimate;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, LockInfo, ProgressFn, ReleaseMode, WaitInfo, WaitOptions,
     CANCEL_GRACE,
@@ -37,7 +39,7 @@ pub fn request(
         detached,
         fair: !opts.no_fair,
         sharing: opts.sharing.sharing(),
-        queue: Default::default(),
+        queue: opts.queueing(),
     })
 }
 
@@ -75,17 +77,19 @@ pub fn deadline(opts: &AcquireOpts, now: Instant) -> Option<Instant> {
 /// Acquires while watching for signals: a signal cancels the wait and leaves nothing held.
 async fn acquire(
     line: Option<WaitLine>,
-    backend: &dyn Backend,
+    backend: &Arc<dyn Backend>,
     req: &AcquireRequest,
     opts: &AcquireOpts,
     signals: &mut Signals,
-) -> Result<Acquired> {
+) -> Result<(Acquired, Option<Estimate>)> {
+    let expect = Expectation::default();
     if let Some(line) = &line {
         line.connected(&backend.describe());
+        line.expecting(&expect);
     }
     let started = Instant::now();
     let wait = WaitOptions {
-        progress: progress(line.as_ref(), &req.key),
+        progress: progress(line.as_ref(), backend, &req.key, &expect),
         since: started,
         ..WaitOptions::until(deadline(opts, started))
     };
@@ -94,13 +98,18 @@ async fn acquire(
     let signo = tokio::select! {
         result = &mut attempt => {
             drop(line);
+            if result.is_ok() {
+                expect.settle().await;
+            }
+            let estimate = expect.at_start();
             if let Ok(won) = &result {
                 let (key, token) = (&req.key, won.lease.fencing_token);
                 let waited = started.elapsed().as_millis() as u64;
-                log::info!(target: "dlock", event = "acquired", key = key.as_str(), token = token, waited_ms = waited;
-                    "acquired '{key}': token {token}, waited {waited}ms");
+                let estimated = estimate.map(|e| e.wait_ms);
+                log::info!(target: "dlock", event = "acquired", key = key.as_str(), token = token, waited_ms = waited, estimated_ms = estimated;
+                    "acquired '{key}': token {token}, waited {waited}ms{}", estimated_words(estimated));
             }
-            return result;
+            return result.map(|won| (won, estimate));
         }
         sig = signals.recv() => sig,
     };
@@ -123,17 +132,31 @@ async fn acquire(
     ))
 }
 
-/// The progress listener: the waiting line, and a `waiting` event whenever the holder or
-/// our place changes (only when `-v` or JSON events are on).
-fn progress(line: Option<&WaitLine>, key: &str) -> Option<ProgressFn> {
+/// `, about 4m expected` for the `acquired` event, when there was an estimate.
+fn estimated_words(estimated_ms: Option<u64>) -> String {
+    estimated_ms
+        .map(|ms| format!(" (expected {ms}ms at the start)"))
+        .unwrap_or_default()
+}
+
+/// The progress listener: the expected wait, the waiting line, and a `waiting` event
+/// whenever the holder or our place changes (only when `-v` or JSON events are on).
+fn progress(
+    line: Option<&WaitLine>,
+    backend: &Arc<dyn Backend>,
+    key: &str,
+    expect: &Expectation,
+) -> Option<ProgressFn> {
     let line = line.map(WaitLine::progress);
-    if !log::log_enabled!(target: "dlock", log::Level::Info) {
-        return line;
-    }
-    let key = key.to_string();
+    let logging = log::log_enabled!(target: "dlock", log::Level::Info);
+    let (backend, key, expect) = (Arc::clone(backend), key.to_string(), expect.clone());
     Some(Arc::new(move |info: &WaitInfo| {
+        expect.heard(info, &backend, &key);
         if let Some(line) = &line {
             line(info);
+        }
+        if !logging {
+            return;
         }
         let holder = info
             .holder
@@ -141,15 +164,17 @@ fn progress(line: Option<&WaitLine>, key: &str) -> Option<ProgressFn> {
             .map(LockInfo::describe)
             .unwrap_or_default();
         let position = info.position.unwrap_or(0);
-        log::info!(target: "dlock", event = "waiting", key = key.as_str(), holder = holder.as_str(), position = position;
+        let estimated = expect.now(info).map(|e| e.wait_ms);
+        log::info!(target: "dlock", event = "waiting", key = key.as_str(), holder = holder.as_str(), position = position, estimated_ms = estimated;
             "waiting for '{key}': held by {holder}, position {position}");
     }))
 }
 
 /// The result of [`connect_and_acquire`].
 pub enum Acquisition {
-    /// The lease is ours, from this backend.
-    Held(Arc<dyn Backend>, Acquired),
+    /// The lease is ours, from this backend; and the wait expected at its start, when the
+    /// key had a history and we waited.
+    Held(Arc<dyn Backend>, Acquired, Option<Estimate>),
     /// Not obtained (already reported on stderr): exit with this code.
     NotObtained(u8),
 }
@@ -188,8 +213,8 @@ pub async fn acquire_request(
             return Err(Error::Cancelled(msg, sig as i32));
         }
     };
-    match acquire(line, &*backend, &req, opts, signals).await {
-        Ok(acquired) => Ok(Acquisition::Held(backend, acquired)),
+    match acquire(line, &backend, &req, opts, signals).await {
+        Ok((acquired, estimate)) => Ok(Acquisition::Held(backend, acquired, estimate)),
         Err(e) => conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
     }
 }

@@ -81,10 +81,11 @@ pub(super) struct Job<'a> {
 pub(super) async fn run_job(global: &Global, job: Job<'_>, signals: &mut Signals) -> Result<u8> {
     let asked = Instant::now();
     let acquisition = acquire::acquire_request(global, job.request.clone(), job.acquire, signals);
-    let (backend, acquired) = match acquisition.await? {
-        Acquisition::Held(backend, acquired) => (backend, acquired),
+    let (backend, acquired, estimate) = match acquisition.await? {
+        Acquisition::Held(backend, acquired, estimate) => (backend, acquired, estimate),
         Acquisition::NotObtained(code) => return Ok(code),
     };
+    let previous = record::previous(&backend, &acquired.lease);
     let (waited, started_ms, acquired_at) =
         (asked.elapsed(), crate::backend::now_ms(), Instant::now());
     let mut ending = Ending::default();
@@ -106,6 +107,7 @@ pub(super) async fn run_job(global: &Global, job: Job<'_>, signals: &mut Signals
         waited_ms: waited.as_millis() as u64,
         started_at_ms: started_ms,
         ended_at_ms: ended_ms,
+        previous: previous.await,
     };
     // Recorded before the release, so that the next holder's record comes after ours.
     let lease = &acquired.lease;
@@ -127,6 +129,7 @@ pub(super) async fn run_job(global: &Global, job: Job<'_>, signals: &mut Signals
         started: started_ms as f64 / 1000.0,
         ended: ended_ms as f64 / 1000.0,
         waited_s: waited.as_secs_f64(),
+        expected_wait_s: estimate.map(|e| e.wait_ms as f64 / 1000.0),
         ran_s: ended_ms.saturating_sub(started_ms) as f64 / 1000.0,
         exit_code: code,
         lease_lost: lost,

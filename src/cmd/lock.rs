@@ -26,7 +26,7 @@ pub async fn run(global: &Global, args: LockArgs) -> Result<u8> {
         &mut signals,
     );
     let (backend, acquired) = match acquisition.await? {
-        Acquisition::Held(backend, acquired) => (backend, acquired),
+        Acquisition::Held(backend, acquired, _) => (backend, acquired),
         Acquisition::NotObtained(code) => return Ok(code),
     };
     if let Err(e) = print(global, &args, &acquired.lease) {

@@ -2,8 +2,10 @@
 //! [`crate::backend::runs`]): written while the lock is still held, bounded in time, and
 //! never able to change `exec`'s exit code: a failure is one warning line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::estimate::history_after;
 use crate::backend::{Backend, Lease, RunRecord};
 use crate::holder;
 
@@ -27,12 +29,35 @@ pub struct Ending {
     pub store_silent: bool,
 }
 
-/// When the run happened, in milliseconds (waited, and CMD's start and end since the epoch).
-#[derive(Debug, Clone, Copy)]
+/// When the run happened, in milliseconds (waited, and CMD's start and end since the epoch),
+/// and the key's last run before it, whose history this run's record carries on.
+#[derive(Debug, Clone)]
 pub struct Times {
     pub waited_ms: u64,
     pub started_at_ms: u64,
     pub ended_at_ms: u64,
+    pub previous: Option<RunRecord>,
+}
+
+/// The key's last run before ours, read in the background while CMD runs (the lock is
+/// ours, so the previous holder's record is in): its history goes on in ours. A re-entered
+/// lease records nothing, and a store that cannot tell in time leaves the history to
+/// start again from this run.
+pub fn previous(
+    backend: &Arc<dyn Backend>,
+    lease: &Lease,
+) -> impl std::future::Future<Output = Option<RunRecord>> {
+    let reading = (!lease.reentered).then(|| {
+        let (backend, key) = (Arc::clone(backend), lease.key.clone());
+        tokio::spawn(async move { backend.last_runs(&key).await.ok()?.last })
+    });
+    async move {
+        let reading = reading?;
+        match tokio::time::timeout(PATIENCE, reading).await {
+            Ok(Ok(last)) => last,
+            _ => None,
+        }
+    }
 }
 
 /// Records the run of `argv` under `lease` that ended with `exit_code`. A lease this
@@ -60,6 +85,7 @@ pub async fn record(
         }
         return;
     }
+    let ran_ms = times.ended_at_ms.saturating_sub(times.started_at_ms);
     let mut who = holder::current(argv);
     who.acquired_at_ms = times.started_at_ms;
     let run = RunRecord {
@@ -71,7 +97,8 @@ pub async fn record(
         exit_code: i32::from(exit_code),
         signal: ending.signal,
         waited_ms: times.waited_ms,
-        ran_ms: times.ended_at_ms.saturating_sub(times.started_at_ms),
+        ran_ms,
+        recent_ms: history_after(times.previous.as_ref(), ran_ms),
         lease_lost: ending.lease_lost,
         timed_out: ending.timed_out,
     };

@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::time::{rfc3339_ms, short_duration};
+use crate::backend::estimate::Estimate;
 use crate::backend::{LastRuns, RunRecord};
 
 /// A run record in `status --json`: the stored fields, plus how it ended in words and its
@@ -62,6 +63,22 @@ fn when(run: &RunRecord, now_ms: u64) -> String {
     )
 }
 
+/// `about 4m00s (runs take ~2m00s; the holder has run 1m10s)`, or `… the holder is overdue
+/// by 30.0s)`: a waiter's expected wait, for the waiting line and `status`.
+pub fn estimate(e: &Estimate) -> String {
+    let about = match e.wait_ms {
+        0 => "any moment now".to_string(),
+        ms => format!("about {}", short_duration(ms)),
+    };
+    let typical = short_duration(e.typical_ms);
+    let holder = match (e.overdue_ms, e.holder_ran_ms) {
+        (Some(o), _) => format!("; the holder is overdue by {}", short_duration(o)),
+        (None, Some(r)) => format!("; the holder has run {}", short_duration(r)),
+        (None, None) => String::new(),
+    };
+    format!("{about} (runs take ~{typical}{holder})")
+}
+
 /// `12s`, `4m`, `2h`, `3d`: how long ago, to the unit that matters.
 pub fn ago(ms: u64) -> String {
     let s = ms / 1000;
@@ -110,6 +127,20 @@ mod tests {
         assert_eq!(
             lines(&LastRuns::default(), now),
             ["  last run: none on record"]
+        );
+    }
+
+    #[test]
+    fn estimates_read_plainly() {
+        let e = Estimate::new(120_000, 2, Some(70_000));
+        assert_eq!(
+            estimate(&e),
+            "about 2m50s (runs take ~2m00s; the holder has run 1m10s)"
+        );
+        let late = Estimate::new(60_000, 1, Some(90_000));
+        assert_eq!(
+            estimate(&late),
+            "any moment now (runs take ~1m00s; the holder is overdue by 30.0s)"
         );
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::time::short_duration;
 use crate::backend::{now_ms, ProgressFn, WaitInfo};
 use crate::cli::Global;
+use crate::cmd::Expectation;
 
 /// The waiting line on stderr: on a terminal one status line redrawn in place; elsewhere a
 /// line when waiting starts, every [`WaitLine::LOG_EVERY`] after, and when what it says
@@ -31,6 +32,8 @@ struct LineState {
     since: Instant,
     /// What the backend last reported; `None` until it answered at all.
     info: Option<WaitInfo>,
+    /// The expected wait, once the key's history is read.
+    expect: Option<Expectation>,
     tty: bool,
     frame: usize,
     last_log: Option<Instant>,
@@ -65,6 +68,7 @@ impl WaitLine {
             acquiring: false,
             since: now,
             info: None,
+            expect: None,
             tty,
             frame: 0,
             last_log: None,
@@ -95,6 +99,11 @@ impl WaitLine {
         state.backend = backend.to_string();
         state.acquiring = true;
         state.since = Instant::now();
+    }
+
+    /// Shows the expected wait once `expect` knows it.
+    pub fn expecting(&self, expect: &Expectation) {
+        lock(&self.state).expect = Some(expect.clone());
     }
 
     /// The callback the backend calls with news about the wait.
@@ -178,6 +187,9 @@ impl LineState {
             (Some(p), None) => s += &format!(", position {p}"),
             _ => {}
         }
+        if let Some(e) = self.expect.as_ref().and_then(|x| x.now(info)) {
+            s += &format!(", {}", super::runs::estimate(&e));
+        }
         s + &format!(", waited {quiet_for}")
     }
 }
@@ -196,6 +208,7 @@ mod tests {
             acquiring: false,
             since: now,
             info: None,
+            expect: None,
             tty: false,
             frame: 0,
             last_log: None,

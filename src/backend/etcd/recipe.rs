@@ -89,6 +89,7 @@ impl Entry {
             id: self.meta.owner.clone(),
             holder: self.meta.holder.clone(),
             sharing: self.meta.sharing,
+            priority: 0,
         }
     }
 }

@@ -44,6 +44,10 @@ impl LockStore for EtcdStore {
         true
     }
 
+    fn queue_order(&self) -> Option<&'static str> {
+        Some(crate::backend::ORDER_ETCD)
+    }
+
     async fn begin(&self, _req: &AcquireRequest) -> Result<EtcdWaiter> {
         Ok(EtcdWaiter::default())
     }

@@ -318,6 +318,11 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
+        req.queue.check(
+            &req.key,
+            &self.ctx.describe,
+            Some(super::super::ORDER_NOT_YET),
+        )?;
         shared::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
         let started = wait.since;
         let nowait = wait.deadline.is_some_and(|d| d <= Instant::now());

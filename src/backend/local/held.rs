@@ -119,6 +119,7 @@ impl Session<'_> {
                         id: w.owner,
                         holder: w.holder,
                         sharing: w.sharing,
+                        priority: 0,
                     })
                     .collect(),
             ),

@@ -73,6 +73,10 @@ impl LockStore for MemcachedStore {
         true
     }
 
+    fn queue_order(&self) -> Option<&'static str> {
+        Some(crate::backend::ORDER_NONE)
+    }
+
     async fn begin(&self, req: &AcquireRequest) -> Result<MemcachedWaiter> {
         self.keys(&req.key)?;
         super::ttl::seconds(req.ttl, &req.key, &self.name)?;

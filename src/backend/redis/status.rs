@@ -183,6 +183,7 @@ impl RedisBackend {
                     id,
                     holder,
                     sharing,
+                    priority: 0,
                 }
             });
             all.push(waiters.collect());

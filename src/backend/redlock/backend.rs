@@ -158,6 +158,8 @@ impl Backend for RedlockBackend {
     }
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
+        let order = Some(crate::backend::ORDER_NONE);
+        req.queue.check(&req.key, &Backend::describe(self), order)?;
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));
         }

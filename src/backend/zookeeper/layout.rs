@@ -295,6 +295,7 @@ impl Entry {
             id: self.meta.owner.clone(),
             holder: self.meta.holder.clone(),
             sharing: self.sharing,
+            priority: 0,
         }
     }
 }

@@ -366,6 +366,10 @@ impl LockStore for ZkStore {
         true
     }
 
+    fn queue_order(&self) -> Option<&'static str> {
+        Some(crate::backend::ORDER_ZOOKEEPER)
+    }
+
     async fn begin(&self, req: &AcquireRequest) -> Result<ZkWaiter> {
         self.path(&req.key)?;
         let session = match req.detached {

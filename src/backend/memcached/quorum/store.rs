@@ -141,6 +141,10 @@ impl LockStore for MemcachedQuorum {
         true
     }
 
+    fn queue_order(&self) -> Option<&'static str> {
+        Some(crate::backend::ORDER_NONE)
+    }
+
     async fn begin(&self, req: &AcquireRequest) -> Result<QuorumWaiter> {
         crate::backend::memcached::keys::Keys::of(&req.key, &self.name)?;
         self.whole(req.ttl, &req.key)?;

@@ -185,6 +185,7 @@ fn key_status(
             id: format!("PostgreSQL backend {}", s.pid),
             holder: s.holder.clone(),
             sharing: Sharing::Exclusive,
+            priority: 0,
         })
         .collect();
     KeyStatus {

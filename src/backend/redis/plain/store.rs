@@ -10,7 +10,7 @@ use super::keys::{lock_name, SCAN_PATTERN};
 use super::PlainBackend;
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
-    AcquireRequest, KeyStatus, LastRuns, Lease, Queueing, ReleaseMode, Released, RunRecord, Sharing,
+    AcquireRequest, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
 };
 use crate::error::{Error, Result};
 
@@ -78,16 +78,8 @@ impl LockStore for PlainBackend {
 
 /// `--priority` and `--supersede` order a queue this layout cannot keep.
 fn refuse_queueing(req: &AcquireRequest, url: &str) -> Result<()> {
-    let Queueing {
-        priority,
-        supersede,
-    } = req.queue;
-    let asked = match (priority, supersede) {
-        (0, false) => return Ok(()),
-        (0, true) => "--supersede".to_string(),
-        (n, _) => format!("--priority {n}"),
-    };
-    Err(Error::queueing_unsupported(&req.key, url, &asked))
+    req.queue
+        .check(&req.key, url, Some("it keeps no queue of waiters"))
 }
 
 fn key_status(key: &str, lock: Option<crate::backend::LockInfo>) -> KeyStatus {
