@@ -135,7 +135,7 @@ _dlock() {
             return 0
             ;;
         dlock__subcmd__elect)
-            opts="-w -n -E -s -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --limit --shared --value --rejoin --metrics-file --command --url --json --quiet --verbose --log-format --help"
+            opts="-w -n -E -s -c -u -q -v -h --ttl --timeout --nonblock --no-wait --conflict-exit-code --no-fair --if-unavailable --limit --shared --priority --supersede --value --rejoin --metrics-file --command --url --json --quiet --verbose --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -166,6 +166,10 @@ _dlock() {
                     return 0
                     ;;
                 --limit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --priority)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -75,7 +75,8 @@
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the
 //!   crate's one module with `unsafe` code).
-//! * [`cmd`]: one file per subcommand.
+//! * [`cmd`]: one file per subcommand; `expect` (below [`output`], which shows it): the
+//!   expected wait of one acquisition, read from the key's run history in the background.
 //! * [`output`]: human and JSON output.
 //! * [`terminal`]: text from stores and other users escaped for a terminal line (the
 //!   one rule for every error, warning, event, waiting line and `status` row), and `say!`,
@@ -104,6 +105,7 @@ pub mod env;
 pub mod error;
 pub mod events;
 pub mod exit;
+mod expect;
 pub mod generate;
 pub mod holder;
 pub mod ids;

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use tokio::time::timeout;
 
-use super::expect::Expectation;
 use crate::backend::estimate::Estimate;
 use crate::backend::{
     AcquireRequest, Acquired, Backend, LockInfo, ProgressFn, ReleaseMode, WaitInfo, WaitOptions,
@@ -16,6 +15,7 @@ use crate::cli::{AcquireOpts, Global, IfUnavailable};
 use crate::config::{check_ttl, redact_url};
 use crate::env;
 use crate::error::{Error, Result};
+use crate::expect::Expectation;
 use crate::output::WaitLine;
 use crate::supervisor::Signals;
 use crate::{holder, ids};

@@ -9,8 +9,6 @@ mod common;
 mod completions;
 mod elect;
 mod exec;
-mod expect;
-pub(crate) use expect::Expectation;
 mod hold;
 mod leader;
 mod lock;

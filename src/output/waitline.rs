@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::time::short_duration;
 use crate::backend::{now_ms, ProgressFn, WaitInfo};
 use crate::cli::Global;
-use crate::cmd::Expectation;
+use crate::expect::Expectation;
 
 /// The waiting line on stderr: on a terminal one status line redrawn in place; elsewhere a
 /// line when waiting starts, every [`WaitLine::LOG_EVERY`] after, and when what it says

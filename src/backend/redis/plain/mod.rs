@@ -21,7 +21,7 @@ mod store;
 
 use std::time::Duration;
 
-use super::RedisBackend;
+use super::backend::RedisBackend;
 
 /// The longest pause between two polls of a waiter: the hand-off from an application's
 /// release to a waiting dlock takes at most about this (plus a round trip).
