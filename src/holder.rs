@@ -11,7 +11,7 @@ pub fn current(command: &[String]) -> Holder {
         host: hostname(),
         pid: std::process::id(),
         user: username(),
-        command: shorten(&command.join(" ")),
+        command: shorten(&command.join(" "), MAX_COMMAND),
         acquired_at_ms: now_ms(),
         held_until_ms: None,
         value: None,
@@ -47,11 +47,12 @@ fn name_for_uid(passwd: &str, uid: u32) -> Option<String> {
     })
 }
 
-fn shorten(s: &str) -> String {
-    if s.len() <= MAX_COMMAND {
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
+pub fn shorten(s: &str, max: usize) -> String {
+    if s.len() <= max {
         return s.to_string();
     }
-    let mut end = MAX_COMMAND;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }

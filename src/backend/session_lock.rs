@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{AcquireRequest, Acquired};
+use super::store::LockStore;
+use super::{AcquireRequest, Acquired, ReleaseMode};
 use crate::error::{Error, Result};
 
 /// How often a held session is looked at for having ended.
@@ -123,6 +124,18 @@ where
         gone,
         _stop: stop.drop_guard(),
     }
+}
+
+/// `exec --hold-at-least`: a session lock cannot outlive its session, so dlock keeps the
+/// session (and itself) until `left` has passed, then releases.
+pub async fn linger<S: LockStore>(store: &S, acquired: Acquired, left: Duration) -> Result<()> {
+    tokio::time::sleep(left).await;
+    let lease = &acquired.lease;
+    store
+        .release(&lease.key, &lease.owner, ReleaseMode::All)
+        .await?;
+    drop(acquired);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -64,19 +64,7 @@ pub async fn run(global: &Global, args: ElectArgs) -> Result<u8> {
 fn default_value(argv: &[String]) -> String {
     let host = crate::holder::hostname();
     let full = format!("{host} {} {}", std::process::id(), argv.join(" "));
-    shorten(&full, DEFAULT_VALUE_MAX)
-}
-
-/// `s` cut to at most `max` bytes on a character boundary, with `…` when cut.
-fn shorten(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    crate::holder::shorten(&full, DEFAULT_VALUE_MAX)
 }
 
 #[cfg(test)]
@@ -91,6 +79,6 @@ mod tests {
             "{v}"
         );
         assert!(v.len() <= DEFAULT_VALUE_MAX + "…".len(), "{v}");
-        assert_eq!(shorten("ééé", 3), "é…");
+        assert_eq!(crate::holder::shorten("ééé", 3), "é…");
     }
 }

@@ -254,11 +254,7 @@ impl LockStore for AdvisoryStore {
 
     /// The lock cannot outlive the session: `exec --hold-at-least` keeps it until then.
     async fn linger(&self, acquired: Acquired, left: Duration) -> Result<()> {
-        tokio::time::sleep(left).await;
-        let lease = &acquired.lease;
-        LockStore::release(self, &lease.key, &lease.owner, ReleaseMode::All).await?;
-        drop(acquired);
-        Ok(())
+        crate::backend::session_lock::linger(self, acquired, left).await
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
