@@ -1,7 +1,9 @@
 //! The holds one waiter saw, for stores that cannot wake their waiters and bound their
 //! back-off by it ([`super::backoff_within`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backend::store::Busy;
 
