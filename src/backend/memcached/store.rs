@@ -12,7 +12,7 @@ use super::client::{Client, Reply, Request, Tuning};
 use super::keys::Keys;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
-use crate::backend::waiting::{backoff_within, Holds};
+use crate::backend::waiting::Holds;
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
 };
@@ -103,10 +103,7 @@ impl LockStore for MemcachedStore {
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        w.holds.saw(busy);
-        let nap = backoff_within(round, w.holds.typical()).min(pause);
-        tokio::time::sleep(nap).await;
-        Ok(Woken::Again)
+        Ok(w.holds.nap(busy, round, pause).await)
     }
 
     async fn leave(&self, req: &AcquireRequest, w: MemcachedWaiter) {

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::store::Busy;
+use super::pace::backoff_within;
+use crate::backend::store::{Busy, Woken};
 
 /// The holds one waiter saw, on its own clock: how long it has waited over how many
 /// different leases it found, which is about one hold when the key changes hands, and
@@ -32,5 +33,14 @@ impl Holds {
     pub fn typical(&self) -> Duration {
         let waited = self.since.map_or(Duration::ZERO, |s| s.elapsed());
         waited / self.leases.max(1)
+    }
+
+    /// A store that cannot wake its waiters sleeps this way after a refusal that found
+    /// `busy`: counts the hold, then naps for the back-off bounded by the holds seen (at
+    /// most `pause`, the loop's limit), and looks again.
+    pub async fn nap(&mut self, busy: &Busy, round: u32, pause: Duration) -> Woken {
+        self.saw(busy);
+        tokio::time::sleep(backoff_within(round, self.typical()).min(pause)).await;
+        Woken::Again
     }
 }

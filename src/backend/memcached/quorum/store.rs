@@ -17,7 +17,7 @@ use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::renew::{self, Renewal};
 use crate::backend::quorum::{outcome, votes};
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
-use crate::backend::waiting::{backoff_within, Holds};
+use crate::backend::waiting::Holds;
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
     Sharing,
@@ -172,10 +172,7 @@ impl LockStore for MemcachedQuorum {
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
-        w.holds.saw(busy);
-        let nap = backoff_within(round, w.holds.typical()).min(pause);
-        tokio::time::sleep(nap).await;
-        Ok(Woken::Again)
+        Ok(w.holds.nap(busy, round, pause).await)
     }
 
     async fn leave(&self, req: &AcquireRequest, w: QuorumWaiter) {
