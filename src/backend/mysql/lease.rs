@@ -17,8 +17,11 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
-use super::row::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue, Row};
-use super::schema::Sql;
+use super::row::{
+    holder_waking, lock_row, lock_row_named, read_queue, Current, Freed, MyResult, MyWaiter, Queue,
+    Row,
+};
+use super::schema::{wake_name, Sql};
 use super::shared::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
@@ -42,7 +45,7 @@ impl MysqlStore {
     pub(super) async fn attempt_as(
         &self,
         req: &AcquireRequest,
-        w: &MyWaiter,
+        w: &mut MyWaiter,
         enqueue: bool,
     ) -> Result<Attempt> {
         let sent_at = Instant::now();
@@ -146,6 +149,8 @@ impl MysqlStore {
         on_conn!(self, "cannot leave the queue", |c| {
             c.exec_drop(self.sql.dequeue.as_str(), (key, waiter))
                 .await?;
+            c.exec_drop(self.sql.unname.as_str(), (wake_name(waiter),))
+                .await?;
             c.exec_drop(self.sql.free_if.as_str(), (key, owner)).await
         })
     }
@@ -156,13 +161,17 @@ async fn attempt_tx(
     conn: &mut Conn,
     sql: &Sql,
     req: &AcquireRequest,
-    w: &MyWaiter,
+    w: &mut MyWaiter,
     enqueue: bool,
     liveness: Duration,
 ) -> MyResult<Decided> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let key = req.key.as_str();
-    let current = lock_row(&mut tx, sql, key).await?;
+    w.wake = None;
+    let current = match req.sharing.is_exclusive() {
+        true => lock_row_named(&mut tx, sql, key, w).await?,
+        false => lock_row(&mut tx, sql, key).await?,
+    };
     let ttl = ms(req.ttl);
     if let Some(owner) = current.holder_id() {
         let ours = owner == req.owner;
@@ -183,7 +192,7 @@ async fn attempt_tx(
     if !req.sharing.is_exclusive() || current.is_group() {
         let how = Attempting {
             req,
-            w,
+            w: &*w,
             enqueue,
             liveness,
         };
@@ -195,7 +204,7 @@ async fn attempt_tx(
     };
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
     if !current.live() && (first || !req.fair) {
-        let json = holder_json(&req.holder);
+        let json = holder_waking(&req.holder, w, current.named);
         tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
             .await?;
         if queue.queued {
@@ -210,6 +219,10 @@ async fn attempt_tx(
     }
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
+    let place = position.unwrap_or(waiters);
+    if req.fair && current.named && (enqueue || position.is_some()) {
+        w.wake = queue.wake_for(place, &current);
+    }
     if req.fair && enqueue {
         let json = holder_json(&req.holder);
         let alive = ms(liveness);
@@ -221,9 +234,12 @@ async fn attempt_tx(
         }
     }
     tx.commit().await?;
-    Ok(Decided::Done(Outcome::Busy(busy(
-        req, &current, &queue, position, waiters,
-    ))))
+    let mut busy = busy(req, &current, &queue, position, waiters);
+    if w.wake.as_ref().is_some_and(|wake| !wake.head) {
+        // Woken when the one ahead moves, whatever the lease does meanwhile.
+        busy.retry = None;
+    }
+    Ok(Decided::Done(Outcome::Busy(busy)))
 }
 
 /// A refusal: what blocks us, and where we stand.
@@ -295,7 +311,7 @@ async fn release_tx(
         }
         _ if holder.as_deref() != Some(owner) => Freed::Refused(holder.is_some()),
         _ => {
-            let depth = current.map_or(0, |c| c.depth);
+            let depth = current.as_ref().map_or(0, |c| c.depth);
             let still_held = mode == ReleaseMode::One && depth > 1;
             let text = if still_held {
                 &sql.shallower
@@ -303,6 +319,12 @@ async fn release_tx(
                 &sql.free
             };
             tx.exec_drop(text.as_str(), (key,)).await?;
+            let wake = current.as_ref().and_then(Current::wake_of);
+            if let Some(name) = wake.filter(|_| !still_held) {
+                // Before the commit: the head, woken, then waits for the row lock, which
+                // it gets with the key free.
+                tx.exec_drop(sql.unname.as_str(), (name,)).await?;
+            }
             Freed::Done(Released {
                 previous_owner: Some(owner.to_string()),
                 still_held,
