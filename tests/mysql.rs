@@ -435,6 +435,30 @@ fn waiters_behind_the_head_send_no_queries() {
     }
 }
 
+/// A waiter killed (SIGKILL) in the middle of the line strands nobody: the one behind it,
+/// blocked on its named lock, is woken by its death and runs after the head; nothing is
+/// left queued.
+#[test]
+fn a_killed_waiter_strands_nobody_behind_it() {
+    let mut store = Store::mysql();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+    let (mut holder, _) = support::hold_with(store.dlock(), "q", &[], &script, dir.path());
+    let mut waiters: Vec<_> = (1..=3)
+        .map(|nth| start_blocked_waiter(&mut store, nth).0)
+        .collect();
+    support::send_signal(waiters[1].0.id(), "KILL");
+    std::fs::write(&gate, "").unwrap();
+    assert!(wait_exit(&mut holder, Duration::from_secs(10)).is_some_and(|s| s.success()));
+    for i in [0, 2] {
+        let ran = wait_exit(&mut waiters[i].0, Duration::from_secs(15)).expect("a waiter ends");
+        assert!(ran.success(), "waiter {}: {ran:?}", i + 1);
+    }
+    let left = store.my().sql("SELECT COUNT(*) FROM dlock_locks_waiters");
+    assert_eq!(left, "0", "nothing is left queued");
+}
+
 /// 32 processes contend for one key, each re-checking on its own schedule: none fails with
 /// exit 69 (a deadlock or a lock wait timeout), and no two commands overlap.
 #[test]
