@@ -116,7 +116,12 @@ impl MysqlStore {
         mode: ReleaseMode,
     ) -> Result<Released> {
         let freed = on_conn!(self, "cannot release", |c| {
-            release_tx(c, &self.sql, key, owner, mode).await
+            let (freed, wake) = release_tx(c, &self.sql, key, owner, mode).await?;
+            if let Some(name) = wake {
+                // After the commit: whoever it wakes finds the key free.
+                c.exec_drop(self.sql.unname.as_str(), (name,)).await?;
+            }
+            Ok(freed)
         })?;
         let name = &self.server.target.name;
         match freed {
@@ -273,14 +278,16 @@ fn busy(
     }
 }
 
-/// A release's transaction: the row locked, checked, then one level less or freed.
+/// A release's transaction: the row locked, checked, then one level less or freed; with
+/// the named lock of a holder that is gone (see `wake.rs`).
 async fn release_tx(
     conn: &mut Conn,
     sql: &Sql,
     key: &str,
     owner: &str,
     mode: ReleaseMode,
-) -> MyResult<Freed> {
+) -> MyResult<(Freed, Option<String>)> {
+    let mut wake = None;
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let row = tx
         .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
@@ -319,11 +326,8 @@ async fn release_tx(
                 &sql.free
             };
             tx.exec_drop(text.as_str(), (key,)).await?;
-            let wake = current.as_ref().and_then(Current::wake_of);
-            if let Some(name) = wake.filter(|_| !still_held) {
-                // Before the commit: the head, woken, then waits for the row lock, which
-                // it gets with the key free.
-                tx.exec_drop(sql.unname.as_str(), (name,)).await?;
+            if !still_held {
+                wake = current.as_ref().and_then(Current::wake_of);
             }
             Freed::Done(Released {
                 previous_owner: Some(owner.to_string()),
@@ -332,5 +336,5 @@ async fn release_tx(
         }
     };
     tx.commit().await?;
-    Ok(freed)
+    Ok((freed, wake))
 }

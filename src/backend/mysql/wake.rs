@@ -2,7 +2,7 @@
 //!
 //! Each exclusive acquisition takes a named lock of its own (`dlock-w:<waiter id>`) on its
 //! request connection in its first attempt, and keeps it while it waits and, granted,
-//! while it holds the key; a release lets it go just before its commit, leaving the queue
+//! while it holds the key; a release lets it go right after its commit, leaving the queue
 //! lets it go too, and so does the end of its session (a process that dies). A waiter
 //! blocks in the server, on a connection of its own, on the named lock of the waiter just
 //! ahead of it, or at the head of the queue on the holder's: it is woken only when that
