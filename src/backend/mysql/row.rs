@@ -282,3 +282,43 @@ impl Queue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current(holder: Option<&str>, wake: Option<&str>) -> Current {
+        let mut c = Current::read((Some("o".into()), 1, 1, holder.map(str::to_string), 1000));
+        c.wake = wake.map(str::to_string);
+        c
+    }
+
+    #[test]
+    fn a_waiter_blocks_on_the_one_just_ahead_or_the_holder() {
+        let queue = Queue {
+            ids: vec!["a".into(), "b".into(), "c".into()],
+            named: vec![true, false, true],
+            ..Queue::default()
+        };
+        let held = current(None, Some("dlock-w:h"));
+        let head = queue.wake_for(0, &held).unwrap();
+        assert_eq!((head.name.as_str(), head.head), ("dlock-w:h", true));
+        let second = queue.wake_for(1, &held).unwrap();
+        assert_eq!((second.name.as_str(), second.head), ("dlock-w:a", false));
+        // The one ahead keeps no named lock: look again on the schedule.
+        assert_eq!(queue.wake_for(2, &held), None);
+        assert_eq!(queue.wake_for(3, &held).unwrap().name, "dlock-w:c");
+        assert_eq!(queue.wake_for(0, &current(None, None)), None);
+    }
+
+    #[test]
+    fn a_grant_names_its_named_lock_only_when_held() {
+        let w = MyWaiter::new();
+        let holder = Holder::default();
+        let named = holder_waking(&holder, &w, true);
+        assert_eq!(wake_in(&named), Some(wake_name(&w.id)));
+        assert_eq!(crate::backend::sql::holder_of(Some(&named)).pid, holder.pid);
+        assert_eq!(wake_in(&holder_waking(&holder, &w, false)), None);
+        assert!(current(Some(&named), None).wake_of().is_some());
+    }
+}

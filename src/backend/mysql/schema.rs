@@ -6,7 +6,8 @@
 //!   an expired lease is free.
 //! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
 //!   `ticket` (ordering only: a skipped ticket costs nothing), each with a liveness
-//!   deadline that the waiter refreshes as it looks again.
+//!   deadline that the waiter refreshes as it looks again; a waiter whose session holds
+//!   its named lock (see [`WAKE_PREFIX`]) is alive whatever its deadline.
 //!
 //! Every change to a key's lease or queue that decides anything first locks its row
 //! (`SELECT … FOR UPDATE`, or the `UPDATE` itself): the row lock serializes acquirers,

@@ -1,8 +1,8 @@
 //! MySQL as a [`LockStore`]: the waiting loop drives the primitives of the other parts.
 //!
-//! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY (a waiter cannot be
-//! woken by a commit on another connection without holding a lock or a session open
-//! against the holder), so a waiter looks again on a schedule: the head of the queue,
+//! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY: a waiter blocks on the
+//! named lock of the one ahead of it (see `wake.rs`). Where that one keeps none, the
+//! waiter looks again on a schedule: the head of the queue,
 //! the only one that may take a freed key, soon after a new lease began (most holds are
 //! short) and then less often, up to every few tens of milliseconds; each waiter
 //! behind it as often times the number of hand-offs ahead of it (up to a quarter second),
