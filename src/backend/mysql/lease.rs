@@ -21,7 +21,7 @@ use super::row::{
     holder_waking, lock_row, lock_row_named, read_queue, Current, Freed, MyResult, MyWaiter, Queue,
     Row,
 };
-use super::schema::{wake_name, Sql};
+use super::schema::{wake_name, Sql, UNNAME};
 use super::shared::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
@@ -119,7 +119,7 @@ impl MysqlStore {
             let (freed, wake) = release_tx(c, &self.sql, key, owner, mode).await?;
             if let Some(name) = wake {
                 // After the commit: whoever it wakes finds the key free.
-                c.exec_drop(self.sql.unname.as_str(), (name,)).await?;
+                c.exec_drop(UNNAME, (name,)).await?;
             }
             Ok(freed)
         })?;
@@ -154,8 +154,7 @@ impl MysqlStore {
         on_conn!(self, "cannot leave the queue", |c| {
             c.exec_drop(self.sql.dequeue.as_str(), (key, waiter))
                 .await?;
-            c.exec_drop(self.sql.unname.as_str(), (wake_name(waiter),))
-                .await?;
+            c.exec_drop(UNNAME, (wake_name(waiter),)).await?;
             c.exec_drop(self.sql.free_if.as_str(), (key, owner)).await
         })
     }

@@ -162,8 +162,6 @@ pub struct Sql {
     /// key → id, liveness left (ms), named, holder (JSON with the sharing asked for) of
     /// every waiter in order: what a shared or semaphore attempt reads.
     pub queued: String,
-    /// name: releases the caller's named lock.
-    pub unname: String,
     /// key → the holder JSON of a live lease (its `wake` field names its named lock).
     pub wake: String,
 }
@@ -177,13 +175,7 @@ impl Sql {
             lock_row: format!(
                 "SELECT owner, token, depth, holder, {lease_left} FROM {l} WHERE lock_key = ? FOR UPDATE"
             ),
-            lock_row_named: format!(
-                "SELECT owner, token, depth, holder, {lease_left},
-                   IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 0)),
-                   IS_USED_LOCK({}) IS NOT NULL
-                 FROM {l} WHERE lock_key = ? FOR UPDATE",
-                wake_name_of("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.wake'))")
-            ),
+            lock_row_named: lock_row_named(l, &lease_left),
             insert_row: format!(
                 "INSERT INTO {l} (lock_key) VALUES (?) ON DUPLICATE KEY UPDATE lock_key = lock_key"
             ),
@@ -246,10 +238,23 @@ impl Sql {
                 left("alive_until"),
                 waiter_named()
             ),
-            unname: "DO RELEASE_LOCK(?)".to_string(),
             wake: format!("SELECT holder FROM {l} WHERE lock_key = ? AND {live}"),
         }
     }
+}
+
+/// name: lets the caller's named lock go.
+pub const UNNAME: &str = "DO RELEASE_LOCK(?)";
+
+/// See [`Sql::lock_row_named`].
+fn lock_row_named(l: &str, lease_left: &str) -> String {
+    format!(
+        "SELECT owner, token, depth, holder, {lease_left},
+           IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 0)),
+           IS_USED_LOCK({}) IS NOT NULL
+         FROM {l} WHERE lock_key = ? FOR UPDATE",
+        wake_name_of("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.wake'))")
+    )
 }
 
 /// `(?, ?, …)` for `n` values.
