@@ -435,11 +435,12 @@ fn waiters_behind_the_head_send_no_queries() {
     }
 }
 
-/// A waiter killed (SIGKILL) in the middle of the line strands nobody: the one behind it,
-/// blocked on its named lock, is woken by its death and runs after the head; nothing is
-/// left queued.
+/// A waiter killed (SIGKILL) in the middle of the line and a head stopped (SIGSTOP)
+/// strand nobody: the one behind them, woken by the death of the one ahead, runs once the
+/// stopped head has stayed silent with the key free; the head, resumed, runs too; nothing
+/// is left queued.
 #[test]
-fn a_killed_waiter_strands_nobody_behind_it() {
+fn a_killed_or_stopped_waiter_strands_nobody_behind_it() {
     let mut store = Store::mysql();
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
@@ -448,13 +449,15 @@ fn a_killed_waiter_strands_nobody_behind_it() {
     let mut waiters: Vec<_> = (1..=3)
         .map(|nth| start_blocked_waiter(&mut store, nth).0)
         .collect();
+    support::send_signal(waiters[0].0.id(), "STOP");
     support::send_signal(waiters[1].0.id(), "KILL");
     std::fs::write(&gate, "").unwrap();
     assert!(wait_exit(&mut holder, Duration::from_secs(10)).is_some_and(|s| s.success()));
-    for i in [0, 2] {
-        let ran = wait_exit(&mut waiters[i].0, Duration::from_secs(15)).expect("a waiter ends");
-        assert!(ran.success(), "waiter {}: {ran:?}", i + 1);
-    }
+    let ran = wait_exit(&mut waiters[2].0, Duration::from_secs(25)).expect("the third ends");
+    assert!(ran.success(), "{ran:?}");
+    support::send_signal(waiters[0].0.id(), "CONT");
+    let ran = wait_exit(&mut waiters[0].0, Duration::from_secs(15)).expect("the head ends");
+    assert!(ran.success(), "{ran:?}");
     let left = store.my().sql("SELECT COUNT(*) FROM dlock_locks_waiters");
     assert_eq!(left, "0", "nothing is left queued");
 }

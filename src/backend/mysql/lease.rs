@@ -202,10 +202,16 @@ async fn attempt_tx(
         };
         return attempt_shared(tx, sql, &how, current).await;
     }
-    let queue = match req.fair {
+    let mut queue = match req.fair {
         true => read_queue(&mut tx, sql, key, w, false).await?,
         false => Queue::default(),
     };
+    if queue.ids.first().is_some_and(|head| *head != w.id) {
+        let liveness = ms(liveness);
+        queue
+            .drop_silent_head(&mut tx, sql, key, &current, liveness)
+            .await?;
+    }
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
     if !current.live() && (first || !req.fair) {
         let json = holder_waking(&req.holder, w, current.named);

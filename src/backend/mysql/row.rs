@@ -79,6 +79,7 @@ type NamedRow = (
     i64,
     Option<i64>,
     Option<i64>,
+    i64,
 );
 
 /// The key's row, as an attempt found it.
@@ -92,6 +93,8 @@ pub(super) struct Current {
     pub(super) wake: Option<String>,
     /// Whether this session holds the attempting waiter's named lock.
     pub(super) named: bool,
+    /// How long ago the last lease ended (read by exclusive attempts only).
+    pub(super) ended_ms: i64,
 }
 
 impl Current {
@@ -104,6 +107,7 @@ impl Current {
             left_ms,
             wake: None,
             named: false,
+            ended_ms: 0,
         }
     }
 
@@ -133,6 +137,8 @@ pub(super) struct Queue {
     pub(super) ids: Vec<String>,
     /// Per waiter in `ids`: whether its session holds its named lock.
     pub(super) named: Vec<bool>,
+    /// The head is alive by its named lock alone: it has not looked for a liveness period.
+    pub(super) head_silent: bool,
     pub(super) head_left_ms: i64,
     /// Whether this waiter has a row, live or not (to be deleted when it is granted).
     pub(super) queued: bool,
@@ -176,9 +182,10 @@ pub(super) async fn lock_row_named(
             .exec_first::<NamedRow, _, _>(sql.lock_row_named.as_str(), params)
             .await?
         {
-            Some((owner, token, depth, holder, left, named, held)) => {
+            Some((owner, token, depth, holder, left, named, held, ended)) => {
                 let mut current = Current::read((owner, token, depth, holder, left));
                 current.named = named == Some(1);
+                current.ended_ms = ended;
                 if held == Some(1) && current.live() {
                     current.wake = current.wake_of();
                 }
@@ -256,6 +263,7 @@ pub(super) async fn read_queue(
             false => *left,
         }),
         named: live.iter().map(|(_, _, named, _)| *named).collect(),
+        head_silent: live.first().is_some_and(|(_, left, _, _)| *left == 0),
         ids: live.into_iter().map(|(id, ..)| id).collect(),
         queued,
         ahead,
@@ -263,6 +271,26 @@ pub(super) async fn read_queue(
 }
 
 impl Queue {
+    /// Drops a head that has not looked for `liveness` while the key has been free for as
+    /// long (a stopped process: its session, and so its named lock, lives on); a head that
+    /// is alive looks again as soon as the key is freed.
+    pub(super) async fn drop_silent_head(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &Sql,
+        key: &str,
+        current: &Current,
+        liveness: i64,
+    ) -> MyResult<()> {
+        if !self.head_silent || current.live() || current.ended_ms <= liveness {
+            return Ok(());
+        }
+        let head = self.ids.remove(0);
+        self.named.remove(0);
+        self.head_silent = false;
+        tx.exec_drop(sql.dequeue.as_str(), (key, &head)).await
+    }
+
     /// What the waiter at `position` (0-based) blocks on while it waits: the named lock of
     /// the live waiter just ahead of it in the order read above, or, at the head, of a
     /// holder whose named lock is held (`current.wake`). `None` when that one holds none

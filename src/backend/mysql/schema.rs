@@ -115,8 +115,9 @@ pub struct Sql {
     /// key → owner, token, depth, holder, left_ms (the row locked).
     pub lock_row: String,
     /// name, name, key → what `lock_row` reads, then 1 when this session holds the
-    /// waiter's named lock `name` (taken now unless it held it already), then whether the
-    /// named lock of the holder (its `wake` field) is held (the row locked).
+    /// waiter's named lock `name` (taken now unless it held it already), whether the
+    /// named lock of the holder (its `wake` field) is held, and how long ago the last
+    /// lease ended (a release sets `expires_at` to its time) (the row locked).
     pub lock_row_named: String,
     /// key: creates the key's row if missing.
     pub insert_row: String,
@@ -202,10 +203,10 @@ impl Sql {
             why: format!("SELECT {live} FROM {l} WHERE lock_key = ?"),
             shallower: format!("UPDATE {l} SET depth = depth - 1 WHERE lock_key = ?"),
             free: format!(
-                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ?"
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = {NOW_MS}, holder = NULL WHERE lock_key = ?"
             ),
             free_if: format!(
-                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ? AND owner = ?"
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = {NOW_MS}, holder = NULL WHERE lock_key = ? AND owner = ?"
             ),
             linger: format!(
                 "UPDATE {l} SET expires_at = {NOW_MS} + ?,
@@ -251,7 +252,7 @@ fn lock_row_named(l: &str, lease_left: &str) -> String {
     format!(
         "SELECT owner, token, depth, holder, {lease_left},
            IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 0)),
-           IS_USED_LOCK({}) IS NOT NULL
+           IS_USED_LOCK({}) IS NOT NULL, {NOW_MS} - COALESCE(expires_at, 0)
          FROM {l} WHERE lock_key = ? FOR UPDATE",
         wake_name_of("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.wake'))")
     )
