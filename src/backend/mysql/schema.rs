@@ -2,8 +2,8 @@
 //!
 //! * `<table>`: one row per key, kept forever once created so that its fencing counter
 //!   (`token`) is never reset: owner, depth, expiry in milliseconds since the epoch on the
-//!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL;
-//!   an expired lease is free.
+//!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL
+//!   (and `expires_at` when its last lease ended); an expired lease is free.
 //! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
 //!   `ticket` (ordering only: a skipped ticket costs nothing), each with a liveness
 //!   deadline that the waiter refreshes as it looks again; a waiter whose session holds
