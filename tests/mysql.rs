@@ -306,8 +306,8 @@ fn tls_with_ssl_mode_required() {
     assert!(!text(&out.stderr).contains(MY_PASSWORD), "{out:?}");
 }
 
-/// The waiters' table keeps arrival order: each waiter is served in turn, though none is
-/// woken (they look again on their own schedule).
+/// The waiters' table keeps arrival order: each waiter is served in turn, woken by the
+/// named lock of the one ahead of it (all of them in one process, on one connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order() {
     use dlock::backend::{Backend, ReleaseMode};
@@ -351,6 +351,115 @@ async fn waiters_are_served_in_arrival_order() {
     }
     assert_eq!(order, (0..6).collect::<Vec<_>>());
     assert!(queued(0));
+}
+
+/// The sessions of the test account but the asking one: id → the id of its last query.
+fn last_queries(server: &MysqlServer) -> std::collections::BTreeMap<u64, u64> {
+    let rows = server.sql(
+        "SELECT ID, QUERY_ID FROM information_schema.PROCESSLIST \
+         WHERE USER = 'dlock' AND ID <> CONNECTION_ID()",
+    );
+    let pair = |l: &str| {
+        let (id, query) = l.split_once('\t')?;
+        Some((id.parse().ok()?, query.parse().ok()?))
+    };
+    rows.lines().filter_map(pair).collect()
+}
+
+/// How many sessions are blocked on a named lock (`GET_LOCK`).
+fn blocked_on_named_locks(server: &MysqlServer) -> usize {
+    let n =
+        server.sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'");
+    n.parse().unwrap_or(0)
+}
+
+/// Starts `dlock exec KEY -- true` and waits until it blocks as the `nth` waiter: its
+/// sessions are those that appeared meanwhile.
+fn start_blocked_waiter(store: &mut Store, nth: usize) -> (support::Reaped, Vec<u64>) {
+    let before = last_queries(store.my());
+    let waiter = support::Reaped(
+        store
+            .dlock()
+            .args(["exec", "q", "-q", "--", "true"])
+            .spawn()
+            .unwrap(),
+    );
+    let server = store.my();
+    let blocked = wait_for(Duration::from_secs(10), || {
+        blocked_on_named_locks(server) == nth
+    });
+    assert!(blocked, "waiter {nth} blocks on a named lock");
+    let mine = last_queries(server)
+        .into_keys()
+        .filter(|id| !before.contains_key(id))
+        .collect();
+    (waiter, mine)
+}
+
+/// With a holder and three waiters, the second and third send the server nothing while
+/// they wait (each blocks on the named lock of the one ahead of it): the last query of
+/// each of their sessions stays the same for seconds. Then all three run, in turn.
+#[test]
+fn waiters_behind_the_head_send_no_queries() {
+    let mut store = Store::mysql();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+    let (mut holder, _) = support::hold_with(store.dlock(), "q", &[], &script, dir.path());
+    let mut waiters = Vec::new();
+    let mut behind = Vec::new();
+    for nth in 1..=3 {
+        let (waiter, sessions) = start_blocked_waiter(&mut store, nth);
+        if nth > 1 {
+            assert!(!sessions.is_empty(), "waiter {nth} has sessions");
+            behind.extend(sessions);
+        }
+        waiters.push(waiter);
+    }
+    let quiet = |seen: &std::collections::BTreeMap<u64, u64>| -> Vec<(u64, u64)> {
+        behind
+            .iter()
+            .map(|id| (*id, seen.get(id).copied().unwrap_or(0)))
+            .collect()
+    };
+    let first = quiet(&last_queries(store.my()));
+    std::thread::sleep(Duration::from_secs(3));
+    let then = quiet(&last_queries(store.my()));
+    assert_eq!(first, then, "sessions of waiters 2 and 3: (id, last query)");
+    std::fs::write(&gate, "").unwrap();
+    let ended = wait_exit(&mut holder, Duration::from_secs(10)).expect("the holder ends");
+    assert!(ended.success(), "{ended:?}");
+    for (i, waiter) in waiters.iter_mut().enumerate() {
+        let ran = wait_exit(&mut waiter.0, Duration::from_secs(10)).expect("a waiter ends");
+        assert!(ran.success(), "waiter {}: {ran:?}", i + 1);
+    }
+}
+
+/// A waiter killed (SIGKILL) in the middle of the line and a head stopped (SIGSTOP)
+/// strand nobody: the one behind them, woken by the death of the one ahead, runs once the
+/// stopped head has stayed silent with the key free; the head, resumed, runs too; nothing
+/// is left queued.
+#[test]
+fn a_killed_or_stopped_waiter_strands_nobody_behind_it() {
+    let mut store = Store::mysql();
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    let script = format!("while [ ! -e '{}' ]; do sleep 0.01; done", gate.display());
+    let (mut holder, _) = support::hold_with(store.dlock(), "q", &[], &script, dir.path());
+    let mut waiters: Vec<_> = (1..=3)
+        .map(|nth| start_blocked_waiter(&mut store, nth).0)
+        .collect();
+    support::send_signal(waiters[0].0.id(), "STOP");
+    support::send_signal(waiters[1].0.id(), "KILL");
+    std::fs::write(&gate, "").unwrap();
+    assert!(wait_exit(&mut holder, Duration::from_secs(10)).is_some_and(|s| s.success()));
+    let ran = wait_exit(&mut waiters[2].0, Duration::from_secs(25)).expect("the third ends");
+    assert!(ran.success(), "{ran:?}");
+    support::send_signal(waiters[0].0.id(), "CONT");
+    let ran = wait_exit(&mut waiters[0].0, Duration::from_secs(15)).expect("the head ends");
+    assert!(ran.success(), "{ran:?}");
+    let left = store.my().sql("SELECT COUNT(*) FROM dlock_locks_waiters");
+    assert_eq!(left, "0", "nothing is left queued");
 }
 
 /// 32 processes contend for one key, each re-checking on its own schedule: none fails with

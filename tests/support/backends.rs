@@ -223,6 +223,9 @@ pub struct Caps {
     pub lingering: bool,
     /// `watch` sleeps until the store tells of a change; the others poll.
     pub notified: bool,
+    /// [`Caps::notified`] also for a lease whose holder has exited (`dlock lock`): not on
+    /// MySQL, whose holders wake watchers with a named lock that ends with their session.
+    pub notified_after_exit: bool,
     /// Waiters line up first come first served and `status` lists them; elsewhere `status`
     /// cannot tell (no `waiters`) and a waiter retries on its own.
     pub queue: bool,
@@ -238,6 +241,7 @@ pub mod caps {
     const ALL: Caps = Caps {
         lingering: true,
         notified: true,
+        notified_after_exit: true,
         queue: true,
         sharing: true,
     };
@@ -245,6 +249,7 @@ pub mod caps {
     /// No queue, no notifications: a waiter retries, a watcher polls.
     const POLLED: Caps = Caps {
         notified: false,
+        notified_after_exit: false,
         queue: false,
         ..ALL
     };
@@ -290,10 +295,11 @@ pub mod caps {
         ALL
     }
 
-    /// A waiters table, but no notifications: a watcher polls.
+    /// Named locks (`GET_LOCK`) held by the holder's session: a watcher of a `dlock lock`
+    /// lease, whose process has exited, polls.
     pub fn mysql() -> Caps {
         Caps {
-            notified: false,
+            notified_after_exit: false,
             ..ALL
         }
     }

@@ -15,6 +15,9 @@ pub struct MysqlStore {
     pub(super) names: Names,
     pub(super) sql: Sql,
     conn: Mutex<Option<Conn>>,
+    /// `dlock wait`'s connection, blocked on a holder's named lock, and the named lock
+    /// last found free (see `wake.rs`).
+    pub(super) watcher: Mutex<(Option<Conn>, Option<String>)>,
 }
 
 /// The request connection, while one request uses it.
@@ -81,6 +84,7 @@ impl MysqlStore {
             sql: Sql::new(&names),
             names,
             conn: Mutex::new(None),
+            watcher: Mutex::new((None, None)),
         };
         let mut guard = store.conn().await?;
         let conn = guard.as_mut().expect("opened by conn()");

@@ -18,8 +18,12 @@ pub struct Tuning {
     pub connect_timeout: Duration,
     /// Longest wait for any one request: a paused server must not hang us.
     pub op_timeout: Duration,
-    /// A waiter looks again (and refreshes its place in the queue) at least this often.
+    /// A waiter looks again (and refreshes its place in the queue) at least this often,
+    /// unless it is blocked on the named lock of a waiter ahead of it (see `behind`).
     pub heartbeat: Duration,
+    /// How often a waiter blocked on the named lock of the waiter ahead of it looks again:
+    /// that one's session keeps both places alive, and its moves wake it.
+    pub behind: Duration,
     /// A waiter that has not refreshed its place for this long is dropped from the queue.
     pub liveness: Duration,
     /// How soon the head of the queue looks again after it first saw a lease (jittered
@@ -38,6 +42,7 @@ impl Default for Tuning {
             connect_timeout: Duration::from_secs(2),
             op_timeout: Duration::from_secs(3),
             heartbeat: Duration::from_secs(1),
+            behind: Duration::from_secs(10),
             liveness: Duration::from_secs(5),
             head_first: Duration::from_millis(5),
             head_recheck: Duration::from_millis(40),

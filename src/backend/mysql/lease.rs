@@ -17,8 +17,11 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
-use super::row::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue, Row};
-use super::schema::Sql;
+use super::row::{
+    holder_waking, lock_row, lock_row_named, read_queue, Current, Freed, MyResult, MyWaiter, Queue,
+    Row,
+};
+use super::schema::{wake_name, Sql, UNNAME};
 use super::shared::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
@@ -42,7 +45,7 @@ impl MysqlStore {
     pub(super) async fn attempt_as(
         &self,
         req: &AcquireRequest,
-        w: &MyWaiter,
+        w: &mut MyWaiter,
         enqueue: bool,
     ) -> Result<Attempt> {
         let sent_at = Instant::now();
@@ -113,7 +116,12 @@ impl MysqlStore {
         mode: ReleaseMode,
     ) -> Result<Released> {
         let freed = on_conn!(self, "cannot release", |c| {
-            release_tx(c, &self.sql, key, owner, mode).await
+            let (freed, wake) = release_tx(c, &self.sql, key, owner, mode).await?;
+            if let Some(name) = wake {
+                // After the commit: whoever it wakes finds the key free.
+                c.exec_drop(UNNAME, (name,)).await?;
+            }
+            Ok(freed)
         })?;
         let name = &self.server.target.name;
         match freed {
@@ -146,6 +154,7 @@ impl MysqlStore {
         on_conn!(self, "cannot leave the queue", |c| {
             c.exec_drop(self.sql.dequeue.as_str(), (key, waiter))
                 .await?;
+            c.exec_drop(UNNAME, (wake_name(waiter),)).await?;
             c.exec_drop(self.sql.free_if.as_str(), (key, owner)).await
         })
     }
@@ -156,13 +165,17 @@ async fn attempt_tx(
     conn: &mut Conn,
     sql: &Sql,
     req: &AcquireRequest,
-    w: &MyWaiter,
+    w: &mut MyWaiter,
     enqueue: bool,
     liveness: Duration,
 ) -> MyResult<Decided> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let key = req.key.as_str();
-    let current = lock_row(&mut tx, sql, key).await?;
+    w.wake = None;
+    let current = match req.sharing.is_exclusive() {
+        true => lock_row_named(&mut tx, sql, key, w).await?,
+        false => lock_row(&mut tx, sql, key).await?,
+    };
     let ttl = ms(req.ttl);
     if let Some(owner) = current.holder_id() {
         let ours = owner == req.owner;
@@ -183,19 +196,25 @@ async fn attempt_tx(
     if !req.sharing.is_exclusive() || current.is_group() {
         let how = Attempting {
             req,
-            w,
+            w: &*w,
             enqueue,
             liveness,
         };
         return attempt_shared(tx, sql, &how, current).await;
     }
-    let queue = match req.fair {
+    let mut queue = match req.fair {
         true => read_queue(&mut tx, sql, key, w, false).await?,
         false => Queue::default(),
     };
+    if queue.ids.first().is_some_and(|head| *head != w.id) {
+        let liveness = ms(liveness);
+        queue
+            .drop_silent_head(&mut tx, sql, key, &current, liveness)
+            .await?;
+    }
     let first = queue.ids.first().is_none_or(|head| *head == w.id);
     if !current.live() && (first || !req.fair) {
-        let json = holder_json(&req.holder);
+        let json = holder_waking(&req.holder, w, current.named);
         tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
             .await?;
         if queue.queued {
@@ -210,6 +229,10 @@ async fn attempt_tx(
     }
     let mut position = queue.ids.iter().position(|id| *id == w.id);
     let mut waiters = queue.ids.len();
+    let place = position.unwrap_or(waiters);
+    if req.fair && current.named && (enqueue || position.is_some()) {
+        w.wake = queue.wake_for(place, &current);
+    }
     if req.fair && enqueue {
         let json = holder_json(&req.holder);
         let alive = ms(liveness);
@@ -221,9 +244,12 @@ async fn attempt_tx(
         }
     }
     tx.commit().await?;
-    Ok(Decided::Done(Outcome::Busy(busy(
-        req, &current, &queue, position, waiters,
-    ))))
+    let mut busy = busy(req, &current, &queue, position, waiters);
+    if w.wake.as_ref().is_some_and(|wake| !wake.head) {
+        // Woken when the one ahead moves, whatever the lease does meanwhile.
+        busy.retry = None;
+    }
+    Ok(Decided::Done(Outcome::Busy(busy)))
 }
 
 /// A refusal: what blocks us, and where we stand.
@@ -257,14 +283,16 @@ fn busy(
     }
 }
 
-/// A release's transaction: the row locked, checked, then one level less or freed.
+/// A release's transaction: the row locked, checked, then one level less or freed; with
+/// the named lock of a holder that is gone (see `wake.rs`).
 async fn release_tx(
     conn: &mut Conn,
     sql: &Sql,
     key: &str,
     owner: &str,
     mode: ReleaseMode,
-) -> MyResult<Freed> {
+) -> MyResult<(Freed, Option<String>)> {
+    let mut wake = None;
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let row = tx
         .exec_first::<Row, _, _>(sql.lock_row.as_str(), (key,))
@@ -295,7 +323,7 @@ async fn release_tx(
         }
         _ if holder.as_deref() != Some(owner) => Freed::Refused(holder.is_some()),
         _ => {
-            let depth = current.map_or(0, |c| c.depth);
+            let depth = current.as_ref().map_or(0, |c| c.depth);
             let still_held = mode == ReleaseMode::One && depth > 1;
             let text = if still_held {
                 &sql.shallower
@@ -303,6 +331,9 @@ async fn release_tx(
                 &sql.free
             };
             tx.exec_drop(text.as_str(), (key,)).await?;
+            if !still_held {
+                wake = current.as_ref().and_then(Current::wake_of);
+            }
             Freed::Done(Released {
                 previous_owner: Some(owner.to_string()),
                 still_held,
@@ -310,5 +341,5 @@ async fn release_tx(
         }
     };
     tx.commit().await?;
-    Ok(freed)
+    Ok((freed, wake))
 }

@@ -1,7 +1,8 @@
 //! The MySQL and MariaDB backend: a lease table with expiry on the server's clock, a
 //! per-key fencing counter committed with each grant, a FIFO queue of waiters. MySQL has
-//! no notifications: waiters look again on a bounded, jittered schedule, the head of the
-//! queue often. Leases live by TTL only (`detached` makes no difference), so a
+//! no notifications: a waiter blocks on the named lock (`GET_LOCK`) of the one ahead of
+//! it, or looks again on a bounded, jittered schedule when that one keeps none. Leases
+//! live by TTL only (`detached` makes no difference), so a
 //! `dlock lock` outlives its process and a holder's connection may break and come back.
 //!
 //! * `url.rs`: `mysql://` URLs: server, database, table, TLS, password.
@@ -14,6 +15,7 @@
 //! * `status.rs`: `status` and the last-run record.
 //! * `user_lock/`: `?lock=get_lock`, the application's `GET_LOCK` locks held by a
 //!   session of dlock's ([`UserLockStore`]).
+//! * `wake.rs`: waiters and watchers blocked on named locks.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
 //!   its re-check schedule.
 
@@ -27,6 +29,7 @@ mod status;
 mod store;
 pub mod url;
 mod user_lock;
+mod wake;
 
 pub use self::backend::MysqlStore;
 pub use self::connect::Tuning;

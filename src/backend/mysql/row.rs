@@ -6,10 +6,13 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Transaction;
 
-use super::schema::Sql;
+use super::backend::ms;
+use super::connect::Tuning;
+use super::schema::{wake_name, Sql};
 use crate::backend::group::{Queued, GROUP_OWNER};
+use crate::backend::sql::holder_json;
 use crate::backend::store::Busy;
-use crate::backend::{Released, Sharing};
+use crate::backend::{Holder, Released, Sharing};
 
 pub(super) type MyResult<T> = std::result::Result<T, mysql_async::Error>;
 
@@ -20,6 +23,23 @@ pub struct MyWaiter {
     pub(super) seen: Option<u64>,
     /// How many looks in a row found that same lease.
     pub(super) same: u32,
+    /// The named lock to block on until the one ahead moves (see `wake.rs`), as the last
+    /// look found it held; `None`: look again on the schedule.
+    pub(super) wake: Option<Wake>,
+    /// The waiter's own connection for blocking on `wake` (opened at its first block).
+    pub(super) blocker: Option<mysql_async::Conn>,
+    /// `CONNECTION_ID()` of `blocker` while a block is under way: a block given up halfway
+    /// (cancel, deadline) is ended on the server with `KILL QUERY`.
+    pub(super) blocking: Option<u32>,
+}
+
+/// What a waiter blocks on: the named lock of the waiter just ahead of it, or of the
+/// holder when it is the head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Wake {
+    pub(super) name: String,
+    /// True when it waits for the holder (the head of the queue).
+    pub(super) head: bool,
 }
 
 impl MyWaiter {
@@ -28,6 +48,9 @@ impl MyWaiter {
             id: crate::ids::new_owner_id(),
             seen: None,
             same: 0,
+            wake: None,
+            blocker: None,
+            blocking: None,
         }
     }
 
@@ -46,6 +69,19 @@ impl MyWaiter {
 /// A key's row: owner, token, depth, holder, milliseconds left.
 pub(super) type Row = (Option<String>, i64, i32, Option<String>, i64);
 
+/// A key's row as an exclusive attempt reads it: [`Row`], whether this session holds the
+/// waiter's named lock, whether the holder's named lock is held.
+type NamedRow = (
+    Option<String>,
+    i64,
+    i32,
+    Option<String>,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    i64,
+);
+
 /// The key's row, as an attempt found it.
 pub(super) struct Current {
     pub(super) owner: Option<String>,
@@ -53,6 +89,12 @@ pub(super) struct Current {
     pub(super) depth: i32,
     pub(super) holder: Option<String>,
     pub(super) left_ms: i64,
+    /// The named lock of the holder, when it is held (see `lock_row_named`).
+    pub(super) wake: Option<String>,
+    /// Whether this session holds the attempting waiter's named lock.
+    pub(super) named: bool,
+    /// How long ago the last lease ended (read by exclusive attempts only).
+    pub(super) ended_ms: i64,
 }
 
 impl Current {
@@ -63,7 +105,15 @@ impl Current {
             depth,
             holder,
             left_ms,
+            wake: None,
+            named: false,
+            ended_ms: 0,
         }
+    }
+
+    /// The holder's named lock, from its `wake` field (see [`holder_waking`]).
+    pub(super) fn wake_of(&self) -> Option<String> {
+        wake_in(self.holder.as_deref()?)
     }
 
     pub(super) fn live(&self) -> bool {
@@ -85,6 +135,10 @@ impl Current {
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) ids: Vec<String>,
+    /// Per waiter in `ids`: whether its session holds its named lock.
+    pub(super) named: Vec<bool>,
+    /// The head is alive by its named lock alone: it has not looked for a liveness period.
+    pub(super) head_silent: bool,
     pub(super) head_left_ms: i64,
     /// Whether this waiter has a row, live or not (to be deleted when it is granted).
     pub(super) queued: bool,
@@ -113,6 +167,57 @@ pub(super) async fn lock_row(tx: &mut Transaction<'_>, sql: &Sql, key: &str) -> 
     }
 }
 
+/// [`lock_row`] for an exclusive attempt: also takes the waiter's named lock (unless this
+/// session holds it already) and finds whether the holder's is held.
+pub(super) async fn lock_row_named(
+    tx: &mut Transaction<'_>,
+    sql: &Sql,
+    key: &str,
+    w: &MyWaiter,
+) -> MyResult<Current> {
+    let name = wake_name(&w.id);
+    loop {
+        let params = (&name, &name, key);
+        match tx
+            .exec_first::<NamedRow, _, _>(sql.lock_row_named.as_str(), params)
+            .await?
+        {
+            Some((owner, token, depth, holder, left, named, held, ended)) => {
+                let mut current = Current::read((owner, token, depth, holder, left));
+                current.named = named == Some(1);
+                current.ended_ms = ended;
+                if held == Some(1) && current.live() {
+                    current.wake = current.wake_of();
+                }
+                return Ok(current);
+            }
+            None => tx.exec_drop(sql.insert_row.as_str(), (key,)).await?,
+        }
+    }
+}
+
+/// The named lock a lease's holder JSON names (see [`holder_waking`]).
+pub(super) fn wake_in(json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    Some(wake_name(v.get("wake")?.as_str()?))
+}
+
+/// `holder` as a granted row keeps it, naming the waiter's named lock when its session
+/// holds it: the head of the queue blocks on it while the lease lasts.
+pub(super) fn holder_waking(holder: &Holder, w: &MyWaiter, named: bool) -> String {
+    let json = holder_json(holder);
+    if !named {
+        return json;
+    }
+    match serde_json::from_str::<serde_json::Value>(&json) {
+        Ok(serde_json::Value::Object(mut map)) => {
+            map.insert("wake".into(), w.id.clone().into());
+            serde_json::Value::Object(map).to_string()
+        }
+        _ => json,
+    }
+}
+
 /// The live waiters of `key` in order, and whether `w` has a row; dead rows are pruned.
 /// With `sharing` (a shared or semaphore attempt, or one beside a group), also the sharing
 /// of the waiters ahead of `w` (all of them when it has no row): only then are the
@@ -124,34 +229,124 @@ pub(super) async fn read_queue(
     w: &MyWaiter,
     sharing: bool,
 ) -> MyResult<Queue> {
-    let all: Vec<(String, i64, Option<String>)> = match sharing {
+    let all: Vec<(String, i64, bool, Option<String>)> = match sharing {
         true => tx.exec(sql.queued.as_str(), (key,)).await?,
         false => {
-            let rows: Vec<(String, i64)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            let rows: Vec<(String, i64, bool)> = tx.exec(sql.queue.as_str(), (key,)).await?;
             rows.into_iter()
-                .map(|(id, left)| (id, left, None))
+                .map(|(id, left, named)| (id, left, named, None))
                 .collect()
         }
     };
-    let queued = all.iter().any(|(id, _, _)| *id == w.id);
-    let (live, dead): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, left, _)| *left > 0);
-    if !dead.is_empty() {
-        tx.exec_drop(sql.prune.as_str(), (key,)).await?;
+    let queued = all.iter().any(|(id, ..)| *id == w.id);
+    let (live, dead): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(_, left, named, _)| *left > 0 || *named);
+    for (id, ..) in &dead {
+        tx.exec_drop(sql.dequeue.as_str(), (key, id)).await?;
     }
     let ahead = match sharing {
         true => {
-            let mine = live.iter().position(|(id, _, _)| *id == w.id);
+            let mine = live.iter().position(|(id, ..)| *id == w.id);
             live[..mine.unwrap_or(live.len())]
                 .iter()
-                .map(|(_, _, json)| Queued::read(json.as_deref().unwrap_or_default()).sharing)
+                .map(|(.., json)| Queued::read(json.as_deref().unwrap_or_default()).sharing)
                 .collect()
         }
         false => Vec::new(),
     };
     Ok(Queue {
-        head_left_ms: live.first().map_or(0, |(_, left, _)| *left),
-        ids: live.into_iter().map(|(id, _, _)| id).collect(),
+        // A named head is alive however long ago it looked: those behind it look again
+        // when a waiter that stopped looking would be dropped.
+        head_left_ms: live.first().map_or(0, |(_, left, named, _)| match named {
+            true => (*left).max(ms(Tuning::default().liveness)),
+            false => *left,
+        }),
+        named: live.iter().map(|(_, _, named, _)| *named).collect(),
+        head_silent: live.first().is_some_and(|(_, left, _, _)| *left == 0),
+        ids: live.into_iter().map(|(id, ..)| id).collect(),
         queued,
         ahead,
     })
+}
+
+impl Queue {
+    /// Drops a head that has not looked for `liveness` while the key has been free for as
+    /// long (a stopped process: its session, and so its named lock, lives on); a head that
+    /// is alive looks again as soon as the key is freed.
+    pub(super) async fn drop_silent_head(
+        &mut self,
+        tx: &mut Transaction<'_>,
+        sql: &Sql,
+        key: &str,
+        current: &Current,
+        liveness: i64,
+    ) -> MyResult<()> {
+        if !self.head_silent || current.live() || current.ended_ms <= liveness {
+            return Ok(());
+        }
+        let head = self.ids.remove(0);
+        self.named.remove(0);
+        self.head_silent = false;
+        tx.exec_drop(sql.dequeue.as_str(), (key, &head)).await
+    }
+
+    /// What the waiter at `position` (0-based) blocks on while it waits: the named lock of
+    /// the live waiter just ahead of it in the order read above, or, at the head, of a
+    /// holder whose named lock is held (`current.wake`). `None` when that one holds none
+    /// (it looks again on the schedule).
+    pub(super) fn wake_for(&self, position: usize, current: &Current) -> Option<Wake> {
+        match position.checked_sub(1) {
+            None => current.wake.clone().map(|name| Wake { name, head: true }),
+            Some(ahead) => self
+                .named
+                .get(ahead)
+                .copied()
+                .unwrap_or(false)
+                .then(|| Wake {
+                    name: wake_name(&self.ids[ahead]),
+                    head: false,
+                }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn current(holder: Option<&str>, wake: Option<&str>) -> Current {
+        let mut c = Current::read((Some("o".into()), 1, 1, holder.map(str::to_string), 1000));
+        c.wake = wake.map(str::to_string);
+        c
+    }
+
+    #[test]
+    fn a_waiter_blocks_on_the_one_just_ahead_or_the_holder() {
+        let queue = Queue {
+            ids: vec!["a".into(), "b".into(), "c".into()],
+            named: vec![true, false, true],
+            ..Queue::default()
+        };
+        let held = current(None, Some("dlock-w:h"));
+        let head = queue.wake_for(0, &held).unwrap();
+        assert_eq!((head.name.as_str(), head.head), ("dlock-w:h", true));
+        let second = queue.wake_for(1, &held).unwrap();
+        assert_eq!((second.name.as_str(), second.head), ("dlock-w:a", false));
+        // The one ahead keeps no named lock: look again on the schedule.
+        assert_eq!(queue.wake_for(2, &held), None);
+        assert_eq!(queue.wake_for(3, &held).unwrap().name, "dlock-w:c");
+        assert_eq!(queue.wake_for(0, &current(None, None)), None);
+    }
+
+    #[test]
+    fn a_grant_names_its_named_lock_only_when_held() {
+        let w = MyWaiter::new();
+        let holder = Holder::default();
+        let named = holder_waking(&holder, &w, true);
+        assert_eq!(wake_in(&named), Some(wake_name(&w.id)));
+        assert_eq!(crate::backend::sql::holder_of(Some(&named)).pid, holder.pid);
+        assert_eq!(wake_in(&holder_waking(&holder, &w, false)), None);
+        assert!(current(Some(&named), None).wake_of().is_some());
+    }
 }

@@ -2,11 +2,12 @@
 //!
 //! * `<table>`: one row per key, kept forever once created so that its fencing counter
 //!   (`token`) is never reset: owner, depth, expiry in milliseconds since the epoch on the
-//!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL;
-//!   an expired lease is free.
+//!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL
+//!   (and `expires_at` when its last lease ended); an expired lease is free.
 //! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
 //!   `ticket` (ordering only: a skipped ticket costs nothing), each with a liveness
-//!   deadline that the waiter refreshes as it looks again.
+//!   deadline that the waiter refreshes as it looks again; a waiter whose session holds
+//!   its named lock (see [`WAKE_PREFIX`]) is alive whatever its deadline.
 //!
 //! Every change to a key's lease or queue that decides anything first locks its row
 //! (`SELECT … FOR UPDATE`, or the `UPDATE` itself): the row lock serializes acquirers,
@@ -23,6 +24,27 @@ const NOW_MS: &str = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
 /// Milliseconds left until `col` (0 when past or NULL).
 fn left(col: &str) -> String {
     format!("CAST(GREATEST(0, COALESCE({col}, 0) - {NOW_MS}) AS SIGNED)")
+}
+
+/// What a waiter's named lock (`GET_LOCK`) is called: this prefix and its waiter id. The
+/// waiter holds it on its request connection from its first attempt until it leaves the
+/// queue, or, granted, until it releases the key: whoever waits behind it blocks on it.
+pub const WAKE_PREFIX: &str = "dlock-w:";
+
+/// The named lock of the waiter whose id is `id`.
+pub fn wake_name(id: &str) -> String {
+    format!("{WAKE_PREFIX}{id}")
+}
+
+/// The named lock of the waiter whose id is in column `col`.
+fn wake_name_of(col: &str) -> String {
+    format!("CONCAT('{WAKE_PREFIX}', {col})")
+}
+
+/// A waiter's row is live while its waiter looked within the liveness deadline, or while
+/// its session holds its named lock (a waiter blocked behind another does not look).
+fn waiter_named() -> String {
+    format!("IS_USED_LOCK({}) IS NOT NULL", wake_name_of("id"))
 }
 
 /// The names of the tables.
@@ -92,11 +114,15 @@ pub fn grants(n: &Names, db: &str, account: &str) -> String {
 pub struct Sql {
     /// key → owner, token, depth, holder, left_ms (the row locked).
     pub lock_row: String,
+    /// name, name, key → what `lock_row` reads, then 1 when this session holds the
+    /// waiter's named lock `name` (taken now unless it held it already), whether the
+    /// named lock of the holder (its `wake` field) is held, and how long ago the last
+    /// lease ended (a release sets `expires_at` to its time) (the row locked).
+    pub lock_row_named: String,
     /// key: creates the key's row if missing.
     pub insert_row: String,
-    /// key: drops the dead waiters (affected rows: how many).
-    pub prune: String,
-    /// key → id, liveness left (ms; 0 when dead) of every waiter in order.
+    /// key → id, liveness left (ms), named (its session holds its named lock; a row is
+    /// dead when neither) of every waiter in order.
     pub queue: String,
     /// owner, ttl_ms, holder, key (the row locked).
     pub grant: String,
@@ -134,9 +160,11 @@ pub struct Sql {
     /// token, expires_at (ms since the epoch), group JSON, key (the row locked): the key
     /// held by a group (see [`crate::backend::group`]).
     pub put_group: String,
-    /// key → id, liveness left (ms; 0 when dead), holder (JSON with the sharing asked
-    /// for) of every waiter in order: what a shared or semaphore attempt reads.
+    /// key → id, liveness left (ms), named, holder (JSON with the sharing asked for) of
+    /// every waiter in order: what a shared or semaphore attempt reads.
     pub queued: String,
+    /// key → the holder JSON of a live lease (its `wake` field names its named lock).
+    pub wake: String,
 }
 
 impl Sql {
@@ -148,13 +176,14 @@ impl Sql {
             lock_row: format!(
                 "SELECT owner, token, depth, holder, {lease_left} FROM {l} WHERE lock_key = ? FOR UPDATE"
             ),
+            lock_row_named: lock_row_named(l, &lease_left),
             insert_row: format!(
                 "INSERT INTO {l} (lock_key) VALUES (?) ON DUPLICATE KEY UPDATE lock_key = lock_key"
             ),
-            prune: format!("DELETE FROM {w} WHERE lock_key = ? AND alive_until < {NOW_MS}"),
             queue: format!(
-                "SELECT id, {} FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
-                left("alive_until")
+                "SELECT id, {}, {} FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
+                left("alive_until"),
+                waiter_named()
             ),
             grant: format!(
                 "UPDATE {l} SET token = token + 1, owner = ?, depth = 1, expires_at = {NOW_MS} + ?, holder = ? WHERE lock_key = ?"
@@ -174,10 +203,10 @@ impl Sql {
             why: format!("SELECT {live} FROM {l} WHERE lock_key = ?"),
             shallower: format!("UPDATE {l} SET depth = depth - 1 WHERE lock_key = ?"),
             free: format!(
-                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ?"
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = {NOW_MS}, holder = NULL WHERE lock_key = ?"
             ),
             free_if: format!(
-                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = NULL, holder = NULL WHERE lock_key = ? AND owner = ?"
+                "UPDATE {l} SET owner = NULL, depth = 0, expires_at = {NOW_MS}, holder = NULL WHERE lock_key = ? AND owner = ?"
             ),
             linger: format!(
                 "UPDATE {l} SET expires_at = {NOW_MS} + ?,
@@ -188,7 +217,8 @@ impl Sql {
                 "SELECT lock_key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live}"
             ),
             waiting: format!(
-                "SELECT lock_key, id, holder FROM {w} WHERE alive_until >= {NOW_MS} AND lock_key IN"
+                "SELECT lock_key, id, holder FROM {w} WHERE (alive_until >= {NOW_MS} OR {}) AND lock_key IN",
+                waiter_named()
             ),
             record_run: format!(
                 "INSERT INTO {l} (lock_key, last_run, last_success, runs_until) VALUES (?, ?, ?, {NOW_MS} + ?)
@@ -205,11 +235,27 @@ impl Sql {
                 "UPDATE {l} SET token = ?, owner = '{GROUP_OWNER}', depth = 1, expires_at = ?, holder = ? WHERE lock_key = ?"
             ),
             queued: format!(
-                "SELECT id, {}, holder FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
-                left("alive_until")
+                "SELECT id, {}, {}, holder FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
+                left("alive_until"),
+                waiter_named()
             ),
+            wake: format!("SELECT holder FROM {l} WHERE lock_key = ? AND {live}"),
         }
     }
+}
+
+/// name: lets the caller's named lock go.
+pub const UNNAME: &str = "DO RELEASE_LOCK(?)";
+
+/// See [`Sql::lock_row_named`].
+fn lock_row_named(l: &str, lease_left: &str) -> String {
+    format!(
+        "SELECT owner, token, depth, holder, {lease_left},
+           IF(IS_USED_LOCK(?) = CONNECTION_ID(), 1, GET_LOCK(?, 0)),
+           IS_USED_LOCK({}) IS NOT NULL, {NOW_MS} - COALESCE(expires_at, 0)
+         FROM {l} WHERE lock_key = ? FOR UPDATE",
+        wake_name_of("JSON_UNQUOTE(JSON_EXTRACT(holder, '$.wake'))")
+    )
 }
 
 /// `(?, ?, …)` for `n` values.

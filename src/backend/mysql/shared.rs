@@ -360,13 +360,7 @@ mod tests {
     }
 
     fn row(owner: &str, holder: Option<String>, left_ms: i64) -> Current {
-        Current {
-            owner: Some(owner.into()),
-            token: 5,
-            depth: 1,
-            holder,
-            left_ms,
-        }
+        Current::read((Some(owner.into()), 5, 1, holder, left_ms))
     }
 
     fn request(owner: &str, reenter: &[&str]) -> AcquireRequest {

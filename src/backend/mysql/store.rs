@@ -1,8 +1,8 @@
 //! MySQL as a [`LockStore`]: the waiting loop drives the primitives of the other parts.
 //!
-//! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY (a waiter cannot be
-//! woken by a commit on another connection without holding a lock or a session open
-//! against the holder), so a waiter looks again on a schedule: the head of the queue,
+//! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY: a waiter blocks on the
+//! named lock of the one ahead of it (see `wake.rs`). Where that one keeps none, the
+//! waiter looks again on a schedule: the head of the queue,
 //! the only one that may take a freed key, soon after a new lease began (most holds are
 //! short) and then less often, up to every few tens of milliseconds; each waiter
 //! behind it as often times the number of hand-offs ahead of it (up to a quarter second),
@@ -73,21 +73,36 @@ impl LockStore for MysqlStore {
             .map_err(|e| self.server.naming(&req.key, e))
     }
 
+    /// Blocked on the named lock of the one ahead (see `wake.rs`), else on the schedule.
     async fn sleep(
         &self,
-        _req: &AcquireRequest,
+        req: &AcquireRequest,
         w: &mut MyWaiter,
         busy: &Busy,
         pause: Duration,
         round: u32,
     ) -> Result<Woken> {
         let same = w.saw(busy);
+        if let Some(wake) = w.wake.take() {
+            let most = match wake.head {
+                true => pause.min(self.server.tuning.heartbeat),
+                false => pause,
+            };
+            let blocked = self
+                .block_on(w, &wake, most)
+                .await
+                .map_err(|e| self.server.naming(&req.key, e))?;
+            if blocked.is_some() {
+                return Ok(Woken::Again);
+            }
+        }
         let nap = recheck(&self.server.tuning, busy, round, same).min(pause);
         tokio::time::sleep(nap).await;
         Ok(Woken::Again)
     }
 
-    async fn leave(&self, req: &AcquireRequest, w: MyWaiter) {
+    async fn leave(&self, req: &AcquireRequest, mut w: MyWaiter) {
+        self.end_block(&mut w).await;
         let _ = self.leave_queue(&req.key, &w.id, &req.owner).await;
         if !req.sharing.is_exclusive() {
             // A membership granted by an attempt whose answer never arrived.
@@ -120,8 +135,24 @@ impl LockStore for MysqlStore {
         self.read_status(keys).await
     }
 
+    /// The longest block behind another waiter: the head and the waiters that look
+    /// again on the schedule keep to `heartbeat` themselves.
     fn heartbeat(&self) -> Duration {
-        self.server.tuning.heartbeat
+        self.server.tuning.behind.max(self.server.tuning.heartbeat)
+    }
+
+    /// One key held by a lease whose named lock is held: blocked on it; else polled.
+    async fn watch(&self, keys: &[String], pause: Duration) -> Result<()> {
+        if let [key] = keys {
+            let watched = self
+                .watch_one(key, pause)
+                .await
+                .map_err(|e| self.server.naming(key, e))?;
+            if watched {
+                return Ok(());
+            }
+        }
+        crate::backend::poll(keys, pause).await
     }
 
     async fn record_run(&self, key: &str, run: &RunRecord) -> Result<()> {
