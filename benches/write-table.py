@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the current benchmark table into docs/benchmarks.md from the suite's JSON.
+"""Writes the benchmark tables of the manual and the README from the suite's JSON.
 
-    cargo bench --bench suite -- --only exec            # writes .../bench/results.json
+    cargo bench --bench suite                           # writes .../bench/results.json
     python3 benches/write-table.py [RESULTS_JSON]
 
-The table replaces what lies between the `<!-- bench-table -->` markers of the page, so the
-page always shows one run: its machine, date, commit and command, and nothing older.
+docs/benchmarks.md gets every table and line the run printed, section by section; the
+README gets one row per store (`dlock exec` beside the store's own tool, where it has one).
+Each replaces what lies between its page's markers, so both pages show one run: its machine,
+date, commit and command, and nothing older.
 """
 import json
 import pathlib
@@ -14,28 +16,47 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "target/x86_64-unknown-linux-gnu/bench/results.json"
 PAGE = ROOT / "docs/benchmarks.md"
-BEGIN, END = "<!-- bench-table: begin -->", "<!-- bench-table: end -->"
+README = ROOT / "README.md"
+MARKS = {
+    PAGE: ("<!-- bench-table: begin -->", "<!-- bench-table: end -->"),
+    README: ("<!-- bench-summary: begin -->", "<!-- bench-summary: end -->"),
+}
+
+# The README's rows: (store, the `exec` row of dlock, the store's own tool in the same run).
+STORES = [
+    ("local (one host)", "dlock exec (local)", "flock FILE true"),
+    ("Redis", "dlock exec (redis)", None),
+    ("Redis Cluster", "dlock exec (redis-cluster)", None),
+    ("Redlock, 3 servers", "dlock exec (redlock, 3 servers)", None),
+    ("etcd", "dlock exec (etcd)", "etcdctl lock"),
+    ("ZooKeeper", "dlock exec (zookeeper)", None),
+    ("PostgreSQL", "dlock exec (postgres)", "psql advisory lock"),
+    ("PostgreSQL `?lock=advisory`", "dlock exec (postgres ?lock=advisory)", "psql advisory lock"),
+    ("MySQL/MariaDB", "dlock exec (mysql)", "mariadb GET_LOCK"),
+    ("MySQL/MariaDB `?lock=get_lock`", "dlock exec (mysql ?lock=get_lock)", "mariadb GET_LOCK"),
+    ("memcached", "dlock exec (memcached)", None),
+]
 
 
 def ms(v):
-    return "n/a" if v is None else f"{v:.2f}"
+    return "n/a" if v is None else f"{v:.2f} ms"
 
 
-def exec_rows(section):
-    peers = section.get("peers", [])
-    flock = next((p["stats"]["p50_ms"] for p in peers
-                  if p.get("name", "").startswith("flock") and "stats" in p), None)
-    rows = ["| command | median ms | p95 ms | vs `flock` |", "|---|---|---|---|"]
-    for p in peers:
-        name = p.get("name", "?")
-        if "stats" not in p:
-            error = str(p.get("error", "")).splitlines()[0][:60] if p.get("error") else ""
-            rows.append(f"| {name} | n/a | n/a | {error} |")
-            continue
-        s = p["stats"]
-        versus = f"{s['p50_ms'] / flock:.2f}×" if flock else ""
-        rows.append(f"| {name} | {ms(s['p50_ms'])} | {ms(s['p95_ms'])} | {versus} |")
-    return rows
+def cell(text):
+    return str(text).replace("|", "\\|")
+
+
+def markdown(table):
+    head = table["head"]
+    lines = [f"**{cell(table['title'])}**", "",
+             "| " + " | ".join(cell(h) for h in head) + " |",
+             "|" + "---|" * len(head)]
+    for row in table["rows"]:
+        cells = list(row) + [""] * (len(head) - len(row))
+        if len(cells) > len(head):
+            cells = cells[:len(head) - 1] + [" ".join(cells[len(head) - 1:])]
+        lines.append("| " + " | ".join(cell(c) for c in cells) + " |")
+    return lines + [""]
 
 
 def target_rows(targets):
@@ -44,39 +65,73 @@ def target_rows(targets):
         value = t.get("value")
         measured = "n/a" if value is None else f"{value:.3g} {t.get('unit', '')}".strip()
         verdict = {True: "pass", False: "FAIL", None: "n/a"}[t.get("pass")]
-        rows.append(f"| {t['name']} | {measured} | {t.get('goal', '')} | {verdict} |")
-    return rows
+        rows.append(f"| {cell(t['name'])} | {measured} | {cell(t.get('goal', ''))} | {verdict} |")
+    return rows + [""]
 
 
-def table(results):
+def heading(results):
     machine = results.get("machine", {})
     dlock = results.get("dlock", {})
     options = results.get("options", {})
-    only = ",".join(options.get("only") or []) or "every section"
-    quick = " --quick" if options.get("quick") else ""
-    lines = [
-        f"Run of {results.get('started_at', '?')} (UTC), dlock {dlock.get('version', '?')} at "
-        f"`{(dlock.get('commit') or '?')[:12]}`{' (uncommitted changes)' if dlock.get('dirty') else ''}, "
-        f"on {machine.get('cpus', '?')} CPUs ({machine.get('cpu', '?')}), Linux "
-        f"{machine.get('kernel', '?')}; sections: {only}{quick}, {options.get('runs', '?')} runs "
-        "per command. Figures on a busy machine are noisy: compare the ratios.",
-        "",
-    ]
-    sections = results.get("sections", {})
-    if "exec" in sections:
-        lines += ["Wall time of one run, from spawn to exit:", ""] + exec_rows(sections["exec"]) + [""]
+    only = options.get("only") or []
+    flags = (" -- --only " + ",".join(only)) if only else ""
+    flags += " --quick" if options.get("quick") else ""
+    dirty = " (uncommitted changes)" if dlock.get("dirty") else ""
+    return (f"Run of {results.get('started_at', '?')}, dlock {dlock.get('version', '?')} "
+            f"at `{(dlock.get('commit') or '?')[:12]}`{dirty}, on {machine.get('cpus', '?')} "
+            f"CPUs ({machine.get('cpu', '?')}), Linux {machine.get('kernel', '?')}: "
+            f"`cargo bench --bench suite{flags}`, {options.get('runs', '?')} runs per command.")
+
+
+def page(results):
+    lines = [heading(results) + " Figures on a busy machine are noisy: compare the ratios.", ""]
+    for name, blocks in results.get("printed", {}).items():
+        lines += [f"### `{name}`", ""]
+        for block in blocks:
+            lines += [cell(block["line"]), ""] if "line" in block else markdown(block)
     if results.get("targets"):
-        lines += target_rows(results["targets"]) + [""]
+        lines += ["### Targets", ""] + target_rows(results["targets"])
     return "\n".join(lines)
+
+
+def medians(results):
+    found = {}
+    for section in results.get("sections", {}).values():
+        for p in section.get("peers", []) if isinstance(section, dict) else []:
+            if "stats" in p:
+                found.setdefault(p.get("name"), p["stats"].get("p50_ms"))
+    return found
+
+
+def summary(results):
+    found = medians(results)
+    flock = found.get("flock FILE true")
+    rows = [heading(results), "",
+            "| store | `dlock exec k -- true` | vs `flock` | the store's own tool, same run |",
+            "|---|---|---|---|"]
+    for store, mine, peer in STORES:
+        if mine not in found:
+            continue
+        versus = f"{found[mine] / flock:.2f}×" if flock and found[mine] else "n/a"
+        theirs = f"`{peer}` {ms(found.get(peer))}" if peer else "—"
+        rows.append(f"| {store} | {ms(found[mine])} | {versus} | {theirs} |")
+    return "\n".join(rows) + "\n"
+
+
+def write(path, text):
+    begin, end = MARKS[path]
+    content = path.read_text()
+    head, rest = content.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 def main():
     path = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     results = json.loads(path.read_text())
-    page = PAGE.read_text()
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    PAGE.write_text(f"{head}{BEGIN}\n{table(results)}{END}{tail}")
+    write(PAGE, page(results))
+    if "exec" in results.get("sections", {}):
+        write(README, summary(results))
 
 
 if __name__ == "__main__":

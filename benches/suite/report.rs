@@ -92,6 +92,8 @@ pub struct Report {
     started: Instant,
     started_at: SystemTime,
     sections: Map<String, Value>,
+    /// Every printed table and line, section by section.
+    printed: Map<String, Value>,
     timings: Map<String, Value>,
     targets: Vec<Target>,
 }
@@ -102,6 +104,7 @@ impl Report {
             started: Instant::now(),
             started_at: SystemTime::now(),
             sections: Map::new(),
+            printed: Map::new(),
             timings: Map::new(),
             targets: Vec::new(),
         }
@@ -109,12 +112,20 @@ impl Report {
 
     /// Prints a section's tables and keeps its JSON and targets.
     pub fn add(&mut self, name: &str, section: Section, took: Duration) {
+        let mut printed = Vec::new();
         for block in &section.blocks {
             match block {
-                Block::Table(title, table) => table.print(title),
-                Block::Line(text) => println!("{text}"),
+                Block::Table(title, table) => {
+                    table.print(title);
+                    printed.push(table.json(title));
+                }
+                Block::Line(text) => {
+                    println!("{text}");
+                    printed.push(json!({ "line": text }));
+                }
             }
         }
+        self.printed.insert(name.into(), Value::Array(printed));
         if let Some(json) = section.json {
             self.sections.insert(name.into(), json);
         }
@@ -148,6 +159,7 @@ impl Report {
                 "redis-server": tool_version("redis-server", &["--version"]),
             },
             "sections": self.sections,
+            "printed": self.printed,
             "targets": targets,
         });
         let stamped = out_dir.join(format!("results-{}.json", stamp.replace([':', '-'], "")));
@@ -250,6 +262,24 @@ impl Table {
 
     pub fn failed_cells(&mut self, lead: Vec<String>, err: &str) {
         self.rows.push(Row::Failed(lead, err.to_string()));
+    }
+
+    /// The table as printed, for the JSON: `benches/write-table.py` writes the manual's
+    /// tables from it, so the page shows what the terminal showed.
+    fn json(&self, title: &str) -> Value {
+        let rows: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|row| match row {
+                Row::Cells(cells) => cells.clone(),
+                Row::Failed(lead, err) => {
+                    let mut cells = lead.clone();
+                    cells.push(na(err));
+                    cells
+                }
+            })
+            .collect();
+        json!({"title": title, "head": self.head, "rows": rows})
     }
 
     fn print(&self, title: &str) {
