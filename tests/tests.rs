@@ -41,7 +41,8 @@
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
 //!   `zookeeper_acl` (what one user's nodes show others), `zookeeper_ensemble` (the leader
 //!   killed and restarted under 6 exec loops),
-//!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
+//!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`),
+//!   `elect_curator` (`dlock elect` with Curator's `LeaderSelector`, both orders).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
 //! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
@@ -135,6 +136,8 @@ mod zookeeper_acl;
 mod zookeeper_ensemble;
 #[cfg(feature = "zookeeper")]
 mod zookeeper_interop;
+#[cfg(feature = "zookeeper")]
+mod elect_curator;
 
 mod docs;
 mod features;
