@@ -1,7 +1,7 @@
 //! `dlock elect` and `dlock leader` end to end, through the real binary, on every backend:
-//! one leader at a time over many terms, the proclamation, a SIGKILLed leader's standby,
-//! SIGTERM resigning, `leader --json`, `--here` and `--watch`; `--rejoin` after a lost lease
-//! on a paused Redis.
+//! one leader at a time over many terms, the proclamation, a SIGKILLed leader's standby, a
+//! clean exit's hand-over (within a second where the store notifies), SIGTERM resigning,
+//! `leader --json`, `--here` and `--watch`; `--rejoin` after a lost lease on a paused Redis.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ on_every_backend!(
     three_candidates_lead_one_at_a_time_with_rising_terms,
     leader_shows_the_proclamation_and_sigterm_resigns,
     a_standby_takes_over_from_a_killed_leader_within_the_ttl,
+    a_clean_exit_hands_over_within_a_second_where_the_store_notifies,
     leader_watch_sees_every_change_in_order,
 );
 
@@ -143,6 +144,51 @@ fn a_standby_takes_over_from_a_killed_leader_within_the_ttl(store: Store) {
     assert!(!alive(a_cmd), "the killed leader's command outlived it");
     eprintln!("takeover after SIGKILL: {took:?}");
     drop(b);
+}
+
+/// The leader's CMD exits 0: dlock exits 0, and the standby's CMD starts after it ended,
+/// within a second on a store that wakes waiters (the others poll: within 5 s).
+fn a_clean_exit_hands_over_within_a_second_where_the_store_notifies(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let first = format!(
+        "echo $$ > '{d}/leads'; while [ ! -e '{d}/go' ]; do sleep 0.01; done; date +%s%N > '{d}/end'"
+    );
+    let mut a = Reaped(elect(&store, "hand", &[], &first).spawn().unwrap());
+    read_when_ready(&dir.path().join("leads"), Duration::from_secs(10));
+    let second = format!("date +%s%N > '{d}/start'");
+    let mut b = Reaped(elect(&store, "hand", &[], &second).spawn().unwrap());
+    if store.caps().queue {
+        let queued = wait_for(Duration::from_secs(10), || {
+            let out = store.dlock().args(["--json", "status", "hand"]).output();
+            let st: serde_json::Value = out
+                .ok()
+                .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+                .unwrap_or_default();
+            st["waiters"].as_array().is_some_and(|w| !w.is_empty())
+        });
+        assert!(queued, "the standby never campaigned");
+    } else {
+        std::thread::sleep(Duration::from_millis(500)); // campaigning (it polls)
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let stamp = |name: &str| -> u128 {
+        read_when_ready(&dir.path().join(name), Duration::from_secs(15))
+            .parse()
+            .unwrap()
+    };
+    let (end, start) = (stamp("end"), stamp("start"));
+    assert!(start > end, "the standby led before the leader's CMD ended");
+    let took = Duration::from_nanos((start - end) as u64);
+    let limit = match store.caps().notified {
+        true => Duration::from_secs(1),
+        false => Duration::from_secs(5),
+    };
+    assert!(took < limit, "hand-over took {took:?} (limit {limit:?})");
+    for child in [&mut a, &mut b] {
+        let status = wait_exit(&mut child.0, Duration::from_secs(10)).expect("exits");
+        assert!(status.success(), "{status:?}");
+    }
 }
 
 fn leader_watch_sees_every_change_in_order(store: Store) {
