@@ -57,7 +57,9 @@ fn candidates(server: &EtcdServer) -> usize {
 /// How many of dlock's records of election candidates (`\0elect\0web\0<lease>`) etcd has.
 fn records(server: &EtcdServer) -> usize {
     let keys = server.ctl(&["get", "", "--prefix", "--keys-only"]);
-    keys.lines().filter(|l| l.starts_with("\0elect\0web\0")).count()
+    keys.lines()
+        .filter(|l| l.starts_with("\0elect\0web\0"))
+        .count()
 }
 
 /// CMD: marks that it leads, then waits for `go`.
@@ -92,7 +94,10 @@ fn etcdctl_elect_waits_for_a_dlock_leader_and_sees_its_value() {
     let value = listed
         .recv_timeout(Duration::from_secs(5))
         .expect("elect -l: a value");
-    assert_eq!(value, "primary-A", "etcdctl elect -l prints the bare proclamation");
+    assert_eq!(
+        value, "primary-A",
+        "etcdctl elect -l prints the bare proclamation"
+    );
     drop(listen);
     let mut ctl = etcdctl_elect(&server, "proposal-B");
     let said = lines_of(ctl.0.stdout.take().unwrap());
@@ -102,7 +107,10 @@ fn etcdctl_elect_waits_for_a_dlock_leader_and_sees_its_value() {
         "etcdctl elected while dlock leads"
     );
     let shown = dlock_leader(&server);
-    assert!(shown.starts_with("primary-A (host "), "dlock's record: {shown}");
+    assert!(
+        shown.starts_with("primary-A (host "),
+        "dlock's record: {shown}"
+    );
     assert_eq!(records(&server), 1, "dlock's record of its candidate");
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert!(wait_exit(&mut leader.0, Duration::from_secs(10))

@@ -99,6 +99,8 @@ mod applock_redis;
 mod applock_sql;
 #[cfg(feature = "redis")]
 mod connections;
+#[cfg(feature = "zookeeper")]
+mod elect_curator;
 #[cfg(feature = "etcd")]
 mod elect_interop;
 #[cfg(feature = "etcd")]
@@ -136,8 +138,6 @@ mod zookeeper_acl;
 mod zookeeper_ensemble;
 #[cfg(feature = "zookeeper")]
 mod zookeeper_interop;
-#[cfg(feature = "zookeeper")]
-mod elect_curator;
 
 mod docs;
 mod features;

@@ -78,7 +78,10 @@ pub fn join(entries: &mut [Entry], siblings: &[KeyValue], prefix: &str, name: &s
 pub fn own(kv: KeyValue, ours: Meta) -> Entry {
     let mut e = Entry::read(kv);
     if bare(&e) {
-        e.meta = Meta { token: None, ..ours };
+        e.meta = Meta {
+            token: None,
+            ..ours
+        };
     }
     e
 }
@@ -129,13 +132,20 @@ mod tests {
             Entry::read(kv(b"web/2a".to_vec(), b"etcdctl's".to_vec(), 0x2a)),
         ];
         let siblings = [
-            kv(meta_key("", "web", 0x1f), meta(Some("primary A")).encode(), 0x1f),
+            kv(
+                meta_key("", "web", 0x1f),
+                meta(Some("primary A")).encode(),
+                0x1f,
+            ),
             kv(meta_key("", "web", 0x2a), meta(None).encode(), 0x99),
         ];
         join(&mut entries, &siblings, "", "web");
         assert_eq!(entries[0].meta.owner, "o1");
         assert_eq!(entries[0].meta.holder.value.as_deref(), Some("primary A"));
-        assert_eq!(entries[1].meta.owner, "2a", "another lease's sibling is not its own");
+        assert_eq!(
+            entries[1].meta.owner, "2a",
+            "another lease's sibling is not its own"
+        );
         assert_eq!(entries[1].meta.holder.value.as_deref(), Some("etcdctl's"));
     }
 }

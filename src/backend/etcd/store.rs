@@ -25,8 +25,8 @@ use tokio::task::JoinHandle;
 
 use super::client::{self, Client};
 use super::holders;
-use super::proto::*;
 use super::proclaim;
+use super::proto::*;
 use super::recipe::{self, Entry, Meta};
 use super::streams::KeepAlive;
 use super::url::Target;
