@@ -15,7 +15,7 @@
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
-//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on a paused Redis),
+//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on frozen servers),
 //!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
