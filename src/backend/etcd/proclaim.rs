@@ -112,7 +112,7 @@ mod tests {
         let Some(Request::Put(put)) = sibling.and_then(|op| op.request) else {
             panic!("no sibling put");
         };
-        assert_eq!(put.key, b"p/\0elect\0web\01f");
+        assert_eq!(put.key, b"p/\0elect\0web\x001f");
         assert_eq!(put.lease, 0x1f);
         let (value, sibling) = values("p/", "web", 0x1f, &meta(None));
         assert!(sibling.is_none());
