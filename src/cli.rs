@@ -234,9 +234,10 @@ pub enum Command {
     /// Leadership lost: CMD's group is killed before the lease can expire, then exit 79, or
     /// with --rejoin back in line. CMD exits: leadership passes to the next candidate at once
     /// and dlock exits with CMD's code. SIGTERM goes to CMD; leadership passes when it is
-    /// gone. Takeover: at once after a clean exit (a hand-off); within the TTL after the
-    /// leader's dlock or host dies (on the local store, a dead dlock frees it at once).
-    /// See docs/election.md.
+    /// gone. Takeover: at once after a clean exit (a hand-off; where waiters poll, at their
+    /// next look); after the leader's dlock is killed or its host cut off, once its lease
+    /// expires: at most the TTL plus the renewal margin (on the local store, a dead dlock
+    /// frees it at once). See docs/election.md.
     Elect(ElectArgs),
 
     /// Show who leads NAME: value, host, pid, term (token) and for how long.

@@ -1,20 +1,22 @@
 //! `dlock elect` and `dlock leader` end to end, through the real binary, on every backend:
-//! one leader at a time over many terms, the proclamation, a SIGKILLed leader's standby,
-//! SIGTERM resigning, `leader --json`, `--here` and `--watch`; `--rejoin` after a lost lease
-//! on a paused Redis.
+//! one leader at a time over many terms, the proclamation, a SIGKILLed leader's standby, a
+//! clean exit's hand-over (within a second where the store notifies), SIGTERM resigning,
+//! `leader --json`, `--here` and `--watch`; `--rejoin` after a lost lease on frozen servers.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::loops::{check_marks, ended, quoted, section, Unended};
+use crate::support::Store;
 use crate::support::{self, alive, read_when_ready, send_signal, wait_exit, wait_for, Reaped};
-use crate::support::{RedisServer, Store};
 
 on_every_backend!(
     three_candidates_lead_one_at_a_time_with_rising_terms,
     leader_shows_the_proclamation_and_sigterm_resigns,
     a_standby_takes_over_from_a_killed_leader_within_the_ttl,
+    a_clean_exit_hands_over_within_a_second_where_the_store_notifies,
     leader_watch_sees_every_change_in_order,
+    rejoin_runs_the_command_again_after_a_lost_term,
 );
 
 /// `dlock elect NAME EXTRA… -- sh -c SCRIPT`, for the store, its output piped.
@@ -145,6 +147,51 @@ fn a_standby_takes_over_from_a_killed_leader_within_the_ttl(store: Store) {
     drop(b);
 }
 
+/// The leader's CMD exits 0: dlock exits 0, and the standby's CMD starts after it ended,
+/// within a second on a store that wakes waiters (the others poll: within 5 s).
+fn a_clean_exit_hands_over_within_a_second_where_the_store_notifies(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let first = format!(
+        "echo $$ > '{d}/leads'; while [ ! -e '{d}/go' ]; do sleep 0.01; done; date +%s%N > '{d}/end'"
+    );
+    let mut a = Reaped(elect(&store, "hand", &[], &first).spawn().unwrap());
+    read_when_ready(&dir.path().join("leads"), Duration::from_secs(10));
+    let second = format!("date +%s%N > '{d}/start'");
+    let mut b = Reaped(elect(&store, "hand", &[], &second).spawn().unwrap());
+    if store.caps().queue {
+        let queued = wait_for(Duration::from_secs(10), || {
+            let out = store.dlock().args(["--json", "status", "hand"]).output();
+            let st: serde_json::Value = out
+                .ok()
+                .and_then(|o| serde_json::from_slice(&o.stdout).ok())
+                .unwrap_or_default();
+            st["waiters"].as_array().is_some_and(|w| !w.is_empty())
+        });
+        assert!(queued, "the standby never campaigned");
+    } else {
+        std::thread::sleep(Duration::from_millis(500)); // campaigning (it polls)
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let stamp = |name: &str| -> u128 {
+        read_when_ready(&dir.path().join(name), Duration::from_secs(15))
+            .parse()
+            .unwrap()
+    };
+    let (end, start) = (stamp("end"), stamp("start"));
+    assert!(start > end, "the standby led before the leader's CMD ended");
+    let took = Duration::from_nanos((start - end) as u64);
+    let limit = match store.caps().notified {
+        true => Duration::from_secs(1),
+        false => Duration::from_secs(5),
+    };
+    assert!(took < limit, "hand-over took {took:?} (limit {limit:?})");
+    for child in [&mut a, &mut b] {
+        let status = wait_exit(&mut child.0, Duration::from_secs(10)).expect("exits");
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 fn leader_watch_sees_every_change_in_order(store: Store) {
     let mut watch = store.dlock();
     watch.args(["--json", "leader", "seq", "--watch"]);
@@ -185,22 +232,24 @@ fn leader_watch_sees_every_change_in_order(store: Store) {
     assert_eq!(status.code(), Some(0));
 }
 
-/// `--rejoin`: a term lost while Redis is paused past the TTL kills CMD (one lost term,
-/// counted in the metrics file), and CMD runs again with a later term once elected again.
-#[test]
-fn rejoin_runs_the_command_again_after_a_lost_term() {
-    let server = RedisServer::start();
-    let store_url = server.url();
+/// `--rejoin`: a term lost while the store's servers are frozen past the TTL kills CMD (one
+/// lost term, counted in the metrics file), and CMD runs again with a later term once
+/// elected again. The local store has no server to freeze (its lease ends only with its
+/// process), nor does this test freeze a Redis Cluster's six.
+fn rejoin_runs_the_command_again_after_a_lost_term(store: Store) {
+    if matches!(store, Store::Local(_) | Store::RedisCluster(_)) {
+        assert!(!store.freeze(true), "nothing to freeze");
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let (marks, metrics) = (dir.path().join("marks"), dir.path().join("m.prom"));
-    let mut c = support::dlock();
-    c.env("DLOCK_URL", &store_url);
+    let mut c = store.dlock();
     c.args([
         "-v",
         "elect",
         "re",
         "--ttl",
-        "2s",
+        "3s",
         "--rejoin",
         "--metrics-file",
     ])
@@ -225,21 +274,27 @@ fn rejoin_runs_the_command_again_after_a_lost_term() {
             f.next().unwrap().parse().unwrap(),
         )
     };
-    server.pause();
-    assert!(
-        wait_for(Duration::from_secs(5), || !alive(pid)),
-        "CMD outlived the lease"
-    );
-    std::thread::sleep(Duration::from_secs(1)); // past the TTL on the server too
-    server.resume();
-    let again = wait_for(Duration::from_secs(15), || {
+    assert!(store.freeze(true));
+    let frozen = wait_for(Duration::from_secs(6), || !alive(pid));
+    // Past the TTL on the servers' clocks too, whatever the test asserts.
+    std::thread::sleep(Duration::from_secs(3));
+    store.freeze(false);
+    assert!(frozen, "CMD outlived the lease");
+    let again = wait_for(Duration::from_secs(30), || {
         std::fs::read_to_string(&marks)
             .unwrap_or_default()
             .lines()
             .count()
             >= 2
     });
-    assert!(again, "CMD did not run again");
+    if !again {
+        let status = dlock.0.try_wait().unwrap();
+        let said: Vec<String> = stderr.try_iter().collect();
+        panic!(
+            "CMD did not run again (dlock: {status:?}): {}",
+            said.join("\n")
+        );
+    }
     let text = std::fs::read_to_string(&marks).unwrap();
     let later: u64 = text
         .lines()

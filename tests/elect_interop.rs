@@ -1,7 +1,7 @@
 //! `dlock elect` and `etcdctl elect` contend for one leadership (etcd's `concurrency.Election`
 //! keeps `NAME/<lease hex>` keys, the lowest create revision leading, as `etcdctl lock`
 //! does), in either order; `dlock leader` shows etcdctl's proposal, and `etcdctl elect -l`
-//! shows dlock's leader with its value.
+//! shows dlock's leader with its value as it is (dlock's record of it is a sibling key).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -54,6 +54,14 @@ fn candidates(server: &EtcdServer) -> usize {
     keys.lines().filter(|l| !l.is_empty()).count()
 }
 
+/// How many of dlock's records of election candidates (`\0elect\0web\0<lease>`) etcd has.
+fn records(server: &EtcdServer) -> usize {
+    let keys = server.ctl(&["get", "", "--prefix", "--keys-only"]);
+    keys.lines()
+        .filter(|l| l.starts_with("\0elect\0web\0"))
+        .count()
+}
+
 /// CMD: marks that it leads, then waits for `go`.
 fn lead_until_go(dir: &Path) -> String {
     let d = dir.display();
@@ -86,9 +94,9 @@ fn etcdctl_elect_waits_for_a_dlock_leader_and_sees_its_value() {
     let value = listed
         .recv_timeout(Duration::from_secs(5))
         .expect("elect -l: a value");
-    assert!(
-        value.contains("\"value\":\"primary-A\""),
-        "etcdctl elect -l: {value}"
+    assert_eq!(
+        value, "primary-A",
+        "etcdctl elect -l prints the bare proclamation"
     );
     drop(listen);
     let mut ctl = etcdctl_elect(&server, "proposal-B");
@@ -98,7 +106,12 @@ fn etcdctl_elect_waits_for_a_dlock_leader_and_sees_its_value() {
         said.try_recv().is_err(),
         "etcdctl elected while dlock leads"
     );
-    assert!(dlock_leader(&server).starts_with("primary-A ("));
+    let shown = dlock_leader(&server);
+    assert!(
+        shown.starts_with("primary-A (host "),
+        "dlock's record: {shown}"
+    );
+    assert_eq!(records(&server), 1, "dlock's record of its candidate");
     std::fs::write(dir.path().join("go"), "").unwrap();
     assert!(wait_exit(&mut leader.0, Duration::from_secs(10))
         .unwrap()
@@ -115,6 +128,7 @@ fn etcdctl_elect_waits_for_a_dlock_leader_and_sees_its_value() {
         dlock_leader(&server).starts_with("proposal-B ("),
         "dlock leader sees it"
     );
+    assert_eq!(records(&server), 0, "released with its key");
     send_signal(ctl.id(), "INT");
 }
 

@@ -15,7 +15,7 @@
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
-//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on a paused Redis),
+//! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on frozen servers),
 //!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
@@ -41,7 +41,8 @@
 //! - `zookeeper` (TTL-node leases, session timeouts, a killed server, a leader lost),
 //!   `zookeeper_acl` (what one user's nodes show others), `zookeeper_ensemble` (the leader
 //!   killed and restarted under 6 exec loops),
-//!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`).
+//!   `zookeeper_interop` (with Curator's `InterProcessMutex`, compiled with `javac`),
+//!   `elect_curator` (`dlock elect` with Curator's `LeaderSelector`, both orders).
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
 //! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
@@ -98,6 +99,8 @@ mod applock_redis;
 mod applock_sql;
 #[cfg(feature = "redis")]
 mod connections;
+#[cfg(feature = "zookeeper")]
+mod elect_curator;
 #[cfg(feature = "etcd")]
 mod elect_interop;
 #[cfg(feature = "etcd")]

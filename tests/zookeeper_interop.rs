@@ -65,12 +65,18 @@ public class CuratorLock {
 
 /// Compiles the Curator program into `dir`, and returns its class path.
 fn compile(dir: &Path) -> String {
-    let source = dir.join("CuratorLock.java");
-    std::fs::write(&source, PROGRAM).unwrap();
+    compile_java(dir, "CuratorLock", PROGRAM)
+}
+
+/// Compiles the Java class `class` (its source `source`) against the Curator jars into
+/// `dir`, and returns the class path to run it with.
+pub fn compile_java(dir: &Path, class: &str, source: &str) -> String {
+    let file = dir.join(format!("{class}.java"));
+    std::fs::write(&file, source).unwrap();
     let out = Command::new("javac")
         .args(["-cp", CURATOR, "-d"])
         .arg(dir)
-        .arg(&source)
+        .arg(&file)
         .output()
         .expect("javac (apt-get install default-jdk-headless libcurator-recipes-java)");
     assert!(

@@ -277,7 +277,7 @@ fn main() {
 
 type Measure = fn(&mut Ctx) -> Section;
 
-const SECTIONS: [(&str, Measure); 8] = [
+const SECTIONS: [(&str, Measure); 9] = [
     ("exec", sections::exec::measure),
     ("contention", sections::contention::measure),
     ("handoff", sections::handoff::measure),
@@ -286,6 +286,7 @@ const SECTIONS: [(&str, Measure); 8] = [
     ("status", sections::status::measure),
     ("wait", sections::wait::measure),
     ("applock", sections::applock::measure),
+    ("elect", sections::elect::measure),
 ];
 
 fn suite(o: Opts) -> i32 {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use serde_json::{json, Value};
 
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "exec",
     "contention",
     "handoff",
@@ -14,6 +14,7 @@ pub const SECTIONS: [&str; 8] = [
     "status",
     "wait",
     "applock",
+    "elect",
 ];
 
 /// The dlock benchmark suite: dlock measured side by side with flock(1), etcdctl lock,
@@ -29,11 +30,13 @@ struct Args {
     #[arg(long)]
     quick: bool,
 
-    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status,wait,applock.
+    /// Comma-separated sections: exec,contention,handoff,throughput,rss,status,wait,applock,
+    /// elect.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = section)]
     only: Option<Vec<String>>,
 
-    /// Exec overhead: runs per command (default 200; etcdctl gets N/4).
+    /// Exec overhead: runs per command (default 200; etcdctl gets N/4). Election takeover:
+    /// rounds per store (at most 20 after a clean exit, 5 after a SIGKILL).
     #[arg(long, value_name = "N", value_parser = number)]
     runs: Option<usize>,
 

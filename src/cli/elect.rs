@@ -23,8 +23,9 @@ pub struct ElectArgs {
     pub value: Option<String>,
 
     /// When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run
-    /// CMD again once elected again, instead of exiting. Each lost term is one `term_lost`
-    /// event (-v) and counts in --metrics-file.
+    /// CMD again once elected again, instead of exiting (a store still out of reach then is
+    /// tried again every second). Each lost term is one `term_lost` event (-v) and counts in
+    /// --metrics-file.
     #[arg(long)]
     pub rejoin: bool,
 

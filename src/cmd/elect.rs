@@ -11,6 +11,9 @@ use crate::cli::{ElectArgs, Global};
 use crate::error::{Error, Result};
 use crate::supervisor::Signals;
 
+/// How long `--rejoin` waits before campaigning again when the store cannot be reached.
+const REJOIN_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The longest default proclamation: `dlock leader` lines stay short.
 const DEFAULT_VALUE_MAX: usize = 64;
 
@@ -54,8 +57,32 @@ pub async fn run(global: &Global, args: ElectArgs) -> Result<u8> {
                     crate::say!("{why}; back in line (--rejoin)");
                 }
             }
+            // The store that ended the term is still out of reach: a supervisor loop would
+            // try again, and so does --rejoin, until a signal ends it.
+            Err(Error::Unavailable(why) | Error::Transient(why))
+                if args.rejoin && lost_terms > 0 =>
+            {
+                if !global.quiet {
+                    crate::say!("{why}; campaigning again in {REJOIN_PAUSE:?} (--rejoin)");
+                }
+                if let Some(sig) = paused(&mut signals).await {
+                    let name = &args.name;
+                    return Err(Error::Cancelled(
+                        format!("election '{name}': campaign cancelled by signal {sig}"),
+                        sig,
+                    ));
+                }
+            }
             done => return done,
         }
+    }
+}
+
+/// Sleeps [`REJOIN_PAUSE`]; the signal that cut it short, if one did.
+async fn paused(signals: &mut Signals) -> Option<i32> {
+    tokio::select! {
+        sig = signals.recv() => Some(sig as i32),
+        () = tokio::time::sleep(REJOIN_PAUSE) => None,
     }
 }
 

@@ -70,12 +70,15 @@ async fn leader(backend: &dyn Backend, name: &str) -> Result<Option<LockInfo>> {
     Ok(states.into_iter().next().and_then(|s| s.lock))
 }
 
-/// What `info` proclaims: its value, or who it is when it proclaims nothing.
+/// What `info` proclaims: its value, or who it is when it proclaims nothing. Another
+/// tool's holder has no pid; what it put in its host field (a Curator participant's id)
+/// names it.
 pub fn value_of(info: &LockInfo) -> String {
     let h = &info.holder;
     match &h.value {
         Some(v) => v.clone(),
-        None if h.pid == 0 => h.command.clone(),
+        None if h.pid == 0 && h.host.is_empty() => h.command.clone(),
+        None if h.pid == 0 => format!("{} {}", h.host, h.command),
         None => format!("{} {} {}", h.host, h.pid, h.command),
     }
 }
@@ -188,6 +191,10 @@ mod tests {
     fn the_value_is_the_proclamation_or_who_holds_it() {
         assert_eq!(value_of(&info(Some("primary"))), "primary");
         assert_eq!(value_of(&info(None)), "h 9 run me");
+        let mut curator = info(None);
+        curator.holder.pid = 0;
+        curator.holder.command = "(Curator InterProcessMutex)".into();
+        assert_eq!(value_of(&curator), "h (Curator InterProcessMutex)");
         assert!(line(Some(&info(Some("p")))).starts_with("p (host h, pid 9, term 7, for "));
         assert_eq!(line(None), "none");
     }

@@ -167,6 +167,41 @@ impl Store {
         }
     }
 
+    /// Freezes (SIGSTOP, `on`) or thaws (SIGCONT) every server of the store; false, with
+    /// nothing done, for the local store (no server: a lease ends only with its process) and
+    /// a Redis Cluster (six of them).
+    pub fn freeze(&self, on: bool) -> bool {
+        let pids: Vec<Option<u32>> = match self {
+            Store::Local(_) | Store::RedisCluster(_) => return false,
+            Store::Redis(s) => vec![s.pid()],
+            Store::Redlock(v) => v.iter().map(RedisServer::pid).collect(),
+            Store::Etcd(s) => vec![s.pid()],
+            Store::Memcached(s) => vec![s.pid()],
+            Store::MemcachedQuorum(v) => v.iter().map(MemcachedServer::pid).collect(),
+            Store::Zookeeper(s) => vec![s.pid()],
+            Store::Postgres(s) => {
+                if on {
+                    s.pause()
+                } else {
+                    s.resume()
+                }
+                return true;
+            }
+            Store::Mysql(s) => {
+                if on {
+                    s.pause()
+                } else {
+                    s.resume()
+                }
+                return true;
+            }
+        };
+        for pid in pids.into_iter().flatten() {
+            super::send_signal(pid, if on { "STOP" } else { "CONT" });
+        }
+        true
+    }
+
     /// The Redis server, for fault injection.
     pub fn server(&mut self) -> &mut RedisServer {
         match self {

@@ -1,8 +1,9 @@
-//! The eight sections. Each one measures and returns a [`Section`](crate::report::Section):
+//! The nine sections. Each one measures and returns a [`Section`](crate::report::Section):
 //! its tables, JSON and targets, which the report prints and writes.
 
 pub mod applock;
 pub mod contention;
+pub mod elect;
 pub mod exec;
 pub mod handoff;
 pub mod rss;

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::proto::{Event, EventType, KeyValue};
-use super::recipe::{self, Entry};
+use super::recipe;
 use super::store::{EtcdStore, EtcdWaiter};
 use crate::backend::store::Attempt;
 use crate::backend::{AcquireRequest, Acquired};
@@ -91,7 +91,8 @@ impl EtcdStore {
     ) -> Option<Attempt> {
         let kv = w.handed.take().filter(|kv| kv.create_revision == rev)?;
         let g = w.lease.as_ref()?;
-        let lease = self.lease_of(&Entry::read(kv), &req.key, g.ttl, g.refreshed);
+        let ours = super::proclaim::own(kv, self.meta_of(req));
+        let lease = self.lease_of(&ours, &req.key, g.ttl, g.refreshed);
         self.took(req, id, w.runs, rev);
         Some(Attempt::Granted(Acquired { lease, guard: None }))
     }

@@ -10,6 +10,7 @@
 //! * [`holders`]: who of a lock's contenders holds when some share it (`--shared`,
 //!   `--limit N`), and their transactions, as pure functions.
 //! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
+//! * [`proclaim`]: an election's keys: the bare proclamation, dlock's record beside it.
 //! * [`runs`]: the last run and last success of each lock name.
 //! * [`store`]: the acquisition built from them.
 //! * [`seam`]: the [`LockStore`](crate::backend::store::LockStore), and the wording of its errors.
@@ -26,6 +27,7 @@ pub mod deletion;
 pub mod failure;
 pub mod holders;
 pub mod linger;
+pub mod proclaim;
 pub mod proto;
 pub mod recipe;
 pub mod runs;

@@ -212,10 +212,15 @@ fn run_lease_range(runs: &[u8]) -> RequestOp {
     }))
 }
 
-/// The lease of the run records, from an [`enter`] or [`take_turn`] answer (0: none yet).
+/// The lease of the run records, from an [`enter`] or [`take_turn`] answer (0: none yet):
+/// its last range (an election's sibling write may follow it).
 pub fn run_lease(resp: &TxnResponse) -> i64 {
-    let last = resp.responses.len().saturating_sub(1);
-    range_kvs(resp, last).first().map_or(0, |kv| kv.lease)
+    let last = resp
+        .responses
+        .iter()
+        .rposition(|r| matches!(r.response, Some(Response::Range(_))));
+    last.and_then(|i| range_kvs(resp, i).first())
+        .map_or(0, |kv| kv.lease)
 }
 
 /// Where a queued waiter stands, read with no write: the answers of an [`enter`] that

@@ -25,8 +25,9 @@ use tokio::task::JoinHandle;
 
 use super::client::{self, Client};
 use super::holders;
+use super::proclaim;
 use super::proto::*;
-use super::recipe::{self, Entry};
+use super::recipe::{self, Entry, Meta};
 use super::streams::KeepAlive;
 use super::url::Target;
 use crate::backend::store::{Attempt, Busy};
@@ -129,7 +130,18 @@ impl EtcdStore {
         let rev = resp.header.map_or(0, |h| h.revision);
         let dir = self.dir(key);
         let line = resp.kvs.into_iter().filter(|kv| recipe::contends(&dir, kv));
-        Ok((line.map(Entry::read).collect(), rev))
+        let mut entries: Vec<Entry> = line.map(Entry::read).collect();
+        if entries.iter().any(proclaim::bare) {
+            let siblings = proclaim::meta_dir(&self.prefix, key);
+            let siblings = self.client.range(recipe::contenders(&siblings, 0)).await?;
+            proclaim::join(&mut entries, &siblings.kvs, &self.prefix, key);
+        }
+        Ok((entries, rev))
+    }
+
+    /// What our key on `lease` holds for `meta`, and its sibling's write (an election's).
+    fn values(&self, key: &str, lease: i64, meta: &Meta) -> (Vec<u8>, Option<RequestOp>) {
+        proclaim::values(&self.prefix, key, lease, meta)
     }
 
     pub(super) fn lease_of(&self, e: &Entry, key: &str, ttl: Duration, sent_at: Instant) -> Lease {
@@ -153,8 +165,9 @@ impl EtcdStore {
         let mut meta = holder.meta.clone();
         meta.depth += 1;
         meta.token = Some(holder.token());
-        let value = meta.encode();
-        let txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
+        let (value, sibling) = self.values(&req.key, holder.kv.lease, &meta);
+        let mut txn = recipe::rewrite(&holder.kv.key, holder.kv.mod_revision, value.clone());
+        txn.success.extend(sibling);
         let done = self.client.txn(txn).await?;
         if recipe::written_at(&done, &value, 0).is_none() {
             return Ok(None); // changed meanwhile: attempt as anyone would
@@ -179,7 +192,9 @@ impl EtcdStore {
         let key = recipe::contender_key(&dir, id);
         let mut meta = self.meta_of(req);
         let runs = super::runs::last_key(&self.prefix, &req.key);
-        let txn = recipe::enter(&dir, &key, meta.encode(), id, &runs);
+        let (value, sibling) = self.values(&req.key, id, &meta);
+        let mut txn = recipe::enter(&dir, &key, value, id, &runs);
+        txn.success.extend(sibling);
         let resp = self.granted_txn(req, w, id, txn).await?;
         w.runs = recipe::run_lease(&resp);
         let (ttl, sent) = w.lease.as_ref().map(|g| (g.ttl, g.refreshed)).unzip();
@@ -216,8 +231,9 @@ impl EtcdStore {
                 // Our predecessors are gone: the token is the revision of this write,
                 // later than any earlier holder's release (`Entry::token` reads it back).
                 meta.holder.acquired_at_ms = now_ms();
-                let value = meta.encode();
-                let txn = recipe::rewrite(&key, rev_of_ours(&resp), value.clone());
+                let (value, sibling) = self.values(&req.key, id, &meta);
+                let mut txn = recipe::rewrite(&key, rev_of_ours(&resp), value.clone());
+                txn.success.extend(sibling);
                 let done = self.client.txn(txn).await?;
                 let Some(written) = recipe::written_at(&done, &value, 0) else {
                     return Err(self.client_gone(&req.key));
@@ -274,12 +290,15 @@ impl EtcdStore {
         if ours.mod_revision > ours.create_revision {
             // Handed over: only the holder before us writes a waiting key, in the write that
             // freed the lock; its revision is our token (`Entry::token`).
-            let lease = self.lease_of(&Entry::read(ours), &req.key, ttl, sent);
+            let ours = proclaim::own(ours, self.meta_of(req));
+            let lease = self.lease_of(&ours, &req.key, ttl, sent);
             self.took(req, id, w.runs, rev);
             return Ok(Attempt::Granted(Acquired { lease, guard: None }));
         }
         let mut meta = self.meta_of(req);
-        let txn = recipe::take_turn(&dir, &key, rev, meta.encode(), &runs);
+        let (value, sibling) = self.values(&req.key, id, &meta);
+        let mut txn = recipe::take_turn(&dir, &key, rev, value, &runs);
+        txn.success.extend(sibling);
         let resp = self.client.txn(txn).await?;
         if resp.succeeded {
             // The token is the revision of this write (`Entry::token` reads it back).

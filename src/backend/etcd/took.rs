@@ -108,7 +108,8 @@ impl EtcdStore {
             runs = super::runs::grant(&self.client).await?;
         }
         let txn = |runs, next: Option<&(KeyValue, Vec<u8>)>| {
-            let records = super::runs::puts(&self.prefix, key, &run, runs);
+            let mut records = super::runs::puts(&self.prefix, key, &run, runs);
+            records.push(super::proclaim::forget(&self.prefix, key, t.lease));
             recipe::release(&ours, records, next.map(|(kv, v)| (kv, v.clone())))
         };
         let refresh = async {
