@@ -1,25 +1,19 @@
 //! Application locks on SQL servers: `postgres://…?lock=advisory`, where dlock and `psql`
 //! (standing for any application) take the same PostgreSQL advisory lock and exclude each
 //! other both ways; a wait cancelled leaves nothing queued on the server; the holder's
-//! session ended by an administrator, or the server paused past the bound, kills CMD.
+//! session ended by an administrator, or the server paused past the bound, kills CMD; 8
+//! mixed loops never overlap. `applock_mysql` has the same for `GET_LOCK`.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    self, loops, pg_bin, send_signal, stderr_of, wait_exit, wait_for, PostgresServer, PG_PASSWORD,
-    PG_USER,
+    self, exec_on, loops, pg_bin, send_signal, stderr_of, wait_exit, wait_for, PostgresServer,
+    PG_PASSWORD, PG_USER,
 };
 
 fn advisory(pg: &PostgresServer) -> String {
     format!("{}?lock=advisory", pg.url())
-}
-
-/// `dlock -u URL exec ARGS…`.
-fn exec(url: &str, args: &[&str]) -> Command {
-    let mut c = support::dlock();
-    c.args(["-u", url, "exec"]).args(args);
-    c
 }
 
 /// A `psql` session running `commands` (each one `-c`), as an application would.
@@ -64,12 +58,12 @@ fn psql_holds_then_dlock_waits_in_the_servers_queue() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let mut holder = psql_holding(&pg, "42", &gate);
-    let st = exec(&url, &["-n", "42", "--", "true"]).output().unwrap();
+    let st = exec_on(&url, &["-n", "42", "--", "true"]).output().unwrap();
     assert_eq!(st.status.code(), Some(75), "{}", support::text(&st.stderr));
     let err = support::text(&st.stderr);
     assert!(err.contains("'42'") && err.contains("foreign"), "{err}");
     let ran = dir.path().join("ran");
-    let mut waiter = exec(&url, &["42", "--", "touch", ran.to_str().unwrap()])
+    let mut waiter = exec_on(&url, &["42", "--", "touch", ran.to_str().unwrap()])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -96,7 +90,7 @@ fn dlock_holds_then_psql_try_fails_and_its_blocking_lock_follows() {
     let gate = dir.path().join("gate");
     std::fs::write(&gate, "").unwrap();
     let wait = format!("while [ -e '{}' ]; do sleep 0.05; done", gate.display());
-    let mut held = exec(&url, &["nightly", "--", "sh", "-c", &wait])
+    let mut held = exec_on(&url, &["nightly", "--", "sh", "-c", &wait])
         .spawn()
         .unwrap();
     let lock = "hashtextextended('nightly', 0)";
@@ -141,7 +135,7 @@ fn a_cancelled_wait_leaves_nothing_queued() {
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("gate");
     let mut holder = psql_holding(&pg, "7,8", &gate);
-    let mut waiter = exec(&url, &["7,8", "--", "true"])
+    let mut waiter = exec_on(&url, &["7,8", "--", "true"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -171,7 +165,7 @@ fn the_holders_session_terminated_kills_cmd_at_once() {
         started.display(),
         ended.display()
     );
-    let mut held = exec(&url, &["--ttl", "30s", "job", "--", "sh", "-c", &cmd])
+    let mut held = exec_on(&url, &["--ttl", "30s", "job", "--", "sh", "-c", &cmd])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -201,7 +195,7 @@ fn the_server_paused_past_the_bound_kills_cmd_first() {
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
     let cmd = format!("touch '{}'; sleep 30", started.display());
-    let mut held = exec(&url, &["--ttl", "3s", "paused", "--", "sh", "-c", &cmd])
+    let mut held = exec_on(&url, &["--ttl", "3s", "paused", "--", "sh", "-c", &cmd])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -243,221 +237,14 @@ fn lock_and_what_the_server_cannot_carry_are_refused() {
 #[test]
 fn eight_mixed_loops_never_overlap() {
     let pg = PostgresServer::start();
-    let url = advisory(&pg);
     let dir = tempfile::tempdir().unwrap();
-    let marks = dir.path().join("marks");
-    // psql's marks carry no token: they are checked for overlap only.
-    let section = loops::section(&marks, "0.02");
-    let app_section = format!(
-        "echo \"start $$ 0\" >> '{m}'; sleep 0.02; echo \"end $$\" >> '{m}'",
-        m = marks.display()
-    );
-    let mut kids = Vec::new();
-    for i in 0..8 {
-        let script = match i % 2 {
-            0 => format!(
-                "for i in 1 2 3 4 5 6; do {} -u {} exec 99 -- sh -c {} || exit 1; done",
-                loops::quoted(support::dlock_bin().to_str().unwrap()),
-                loops::quoted(&url),
-                loops::quoted(&section)
-            ),
-            _ => {
-                let step = format!(
-                    "PGPASSWORD={PG_PASSWORD} {} -h 127.0.0.1 -p {} -U {PG_USER} -d postgres -XAtq \
-                     -c 'SELECT pg_advisory_lock(99)' -c {} -c 'SELECT pg_advisory_unlock(99)' >/dev/null",
-                    pg_bin("psql").display(),
-                    pg.port,
-                    loops::quoted(&format!("\\! sh -c {}", loops::quoted(&app_section)))
-                );
-                format!("for i in 1 2 3 4 5 6; do {step} || exit 1; done")
-            }
-        };
-        kids.push(loops::shell(&support::dlock(), &script).spawn().unwrap());
-    }
-    for mut k in kids {
-        let st = wait_exit(&mut k, Duration::from_secs(120)).expect("the loops end");
-        assert!(st.success());
-    }
-    let log = std::fs::read_to_string(&marks).unwrap();
-    assert_eq!(loops::ended(&marks), 48);
-    // Tokens rise across dlock's holders; an application's take has none of its own.
-    let dlock_only: String = log
-        .lines()
-        .collect::<Vec<_>>()
-        .chunks(2)
-        .filter(|pair| !pair[0].ends_with(" 0"))
-        .flat_map(|pair| pair.iter().map(|l| format!("{l}\n")))
-        .collect();
-    check_overlap(&log);
-    loops::check_marks(&dlock_only, loops::Unended::Overlap);
-}
-
-/// Never two commands inside at once, whoever took the lock.
-fn check_overlap(log: &str) {
-    let mut inside = false;
-    for line in log.lines() {
-        match line.split_whitespace().next() {
-            Some("start") => {
-                assert!(!inside, "two holders at once:\n{log}");
-                inside = true;
-            }
-            Some("end") => inside = false,
-            _ => panic!("bad mark {line:?}"),
-        }
-    }
-}
-
-mod mysql {
-    //! The same with `mysql://…?lock=get_lock` and the `mariadb` client holding `GET_LOCK`.
-
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
-
-    use crate::support::{
-        self, stderr_of, wait_exit, wait_for, MysqlServer, MY_DB, MY_PASSWORD, MY_USER,
-    };
-
-    fn get_lock(my: &MysqlServer) -> String {
-        format!("{}?lock=get_lock", my.url())
-    }
-
-    /// A `mariadb` client session running `sql`, as an application would.
-    fn mariadb(my: &MysqlServer, sql: &str) -> Command {
-        let mut c = Command::new("mariadb");
-        c.arg("--no-defaults")
-            .args(["-h", "127.0.0.1", "-P", &my.port.to_string()])
-            .args(["-u", MY_USER, "-D", MY_DB, "-N", "-B", "-e", sql])
-            .env("MYSQL_PWD", MY_PASSWORD)
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn used(my: &MysqlServer, name: &str) -> bool {
-        my.sql(&format!("SELECT IS_USED_LOCK('{name}') IS NOT NULL")) == "1"
-    }
-
-    /// A `mariadb` session that holds `name` until [`end_sleep`] ends its sleep.
-    fn holding(my: &MysqlServer, name: &str) -> Child {
-        let sql = format!("SELECT GET_LOCK('{name}', 0); SELECT SLEEP(600)");
-        let child = mariadb(my, &sql).stdout(Stdio::null()).spawn().unwrap();
-        assert!(wait_for(Duration::from_secs(10), || used(my, name)));
-        child
-    }
-
-    /// Ends the sleep of the session holding `name`: its client then exits, which
-    /// releases the lock.
-    fn end_sleep(my: &MysqlServer, name: &str) {
-        let id = my.sql(&format!("SELECT IS_USED_LOCK('{name}')"));
-        my.sql(&format!("KILL QUERY {id}"));
-    }
-
-    #[test]
-    fn mariadb_holds_then_dlock_waits_and_runs_after() {
-        let my = MysqlServer::start();
-        let url = get_lock(&my);
-        let dir = tempfile::tempdir().unwrap();
-        let mut holder = holding(&my, "nightly");
-        let st = super::exec(&url, &["-n", "nightly", "--", "true"])
-            .output()
-            .unwrap();
-        let err = support::text(&st.stderr);
-        assert_eq!(st.status.code(), Some(75), "{err}");
-        assert!(
-            err.contains("'nightly'") && err.contains("foreign"),
-            "{err}"
-        );
-        let ran = dir.path().join("ran");
-        let mut waiter = super::exec(&url, &["nightly", "--", "touch", ran.to_str().unwrap()])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        assert!(wait_for(Duration::from_secs(10), || {
-            my.sql("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(%'") == "1"
-        }));
-        assert!(!ran.exists());
-        end_sleep(&my, "nightly");
-        holder.wait().unwrap();
-        let st = wait_exit(&mut waiter, Duration::from_secs(10)).expect("dlock ran after");
-        assert!(st.success(), "{}", stderr_of(waiter));
-        assert!(ran.exists());
-    }
-
-    #[test]
-    fn dlock_holds_then_get_lock_fails_and_its_wait_follows() {
-        let my = MysqlServer::start();
-        let url = get_lock(&my);
-        let dir = tempfile::tempdir().unwrap();
-        let gate = dir.path().join("gate");
-        std::fs::write(&gate, "").unwrap();
-        let wait = format!("while [ -e '{}' ]; do sleep 0.05; done", gate.display());
-        let mut held = super::exec(&url, &["job", "--", "sh", "-c", &wait])
-            .spawn()
-            .unwrap();
-        assert!(wait_for(Duration::from_secs(10), || used(&my, "job")));
-        assert_eq!(my.sql("SELECT GET_LOCK('job', 0)"), "0");
-        let status = support::dlock()
-            .args(["-u", &url, "status", "job"])
-            .output()
-            .unwrap();
-        assert_eq!(status.status.code(), Some(0));
-        let shown = support::text(&status.stdout);
-        assert!(
-            shown.contains("job") && !shown.contains("foreign"),
-            "{shown}"
-        );
-        let app = mariadb(&my, "SELECT GET_LOCK('job', 20)")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::fs::remove_file(&gate).unwrap();
-        assert!(wait_exit(&mut held, Duration::from_secs(10))
-            .unwrap()
-            .success());
-        let out = app.wait_with_output().unwrap();
-        assert_eq!(support::text(&out.stdout).trim(), "1");
-    }
-
-    #[test]
-    fn the_holders_session_killed_kills_cmd_at_once() {
-        let my = MysqlServer::start();
-        let url = get_lock(&my);
-        let dir = tempfile::tempdir().unwrap();
-        let (started, ended) = (dir.path().join("started"), dir.path().join("ended"));
-        let cmd = format!(
-            "echo x >> '{}'; sleep 30; touch '{}'",
-            started.display(),
-            ended.display()
-        );
-        let mut held = super::exec(&url, &["job", "--", "sh", "-c", &cmd])
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        assert!(wait_for(Duration::from_secs(10), || started.exists()));
-        let id = my.sql("SELECT IS_USED_LOCK('job')");
-        let killed = Instant::now();
-        my.sql(&format!("KILL {id}"));
-        let st = wait_exit(&mut held, Duration::from_secs(5)).expect("exec ends at once");
-        assert!(
-            killed.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            killed.elapsed()
-        );
-        assert_eq!(st.code(), Some(79), "{}", stderr_of(held));
-        assert!(!ended.exists());
-        let runs = std::fs::read_to_string(&started).unwrap();
-        assert_eq!(runs.lines().count(), 1, "nothing runs twice");
-    }
-
-    #[test]
-    fn a_name_longer_than_the_server_takes_is_refused() {
-        let my = MysqlServer::start();
-        let long = "k".repeat(65);
-        let out = super::exec(&get_lock(&my), &[&long, "--", "true"])
-            .output()
-            .unwrap();
-        let err = support::text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(err.contains("64"), "{err}");
-    }
+    loops::mixed(&advisory(&pg), "99", &dir.path().join("marks"), |section| {
+        format!(
+            "PGPASSWORD={PG_PASSWORD} {} -h 127.0.0.1 -p {} -U {PG_USER} -d postgres -XAtq \
+             -c 'SELECT pg_advisory_lock(99)' -c {} -c 'SELECT pg_advisory_unlock(99)' >/dev/null",
+            pg_bin("psql").display(),
+            pg.port,
+            loops::quoted(&format!("\\! sh -c {}", loops::quoted(section)))
+        )
+    });
 }

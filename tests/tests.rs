@@ -49,8 +49,9 @@
 //!   passwords, an account without DDL, tables made on first use, TLS.
 //! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
-//! - `applock_sql`: `?lock=advisory` with `psql`, `?lock=get_lock` with the `mariadb`
-//!   client, holding the same lock both ways; cancelled waits, killed sessions, a paused server.
+//! - `applock_sql`: `?lock=advisory` with `psql`, `applock_mysql`: `?lock=get_lock` with the
+//!   `mariadb` client, holding the same lock both ways; cancelled waits, killed sessions, a
+//!   paused server, 8 mixed contending loops.
 //!
 //! The repository and the harness:
 //! - `docs`: the manual's `console` examples run, its links resolve, its store pages share
@@ -92,10 +93,11 @@ mod queue;
 mod scripts;
 mod sharing;
 
+#[cfg(feature = "mysql")]
+mod applock_mysql;
 #[cfg(feature = "redis")]
 mod applock_redis;
-#[cfg(feature = "redis")]
-#[cfg(all(feature = "postgres", feature = "mysql"))]
+#[cfg(feature = "postgres")]
 mod applock_sql;
 #[cfg(feature = "redis")]
 mod connections;

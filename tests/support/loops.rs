@@ -96,6 +96,63 @@ pub fn check_marks(log: &str, unended: Unended) {
     }
 }
 
+/// Eight loops of six turns on one lock, alternately `dlock exec KEY` on `url` and an
+/// application's turn: `app_step(section)` is a shell command that takes the same lock the
+/// application's way, runs the shell script `section` under it and releases it. Asserts that
+/// all 48 commands ran, never two at once, and that dlock's tokens rise (an application's
+/// take has none: its marks carry token 0 and are checked for overlap only).
+pub fn mixed(url: &str, key: &str, marks: &Path, app_step: impl Fn(&str) -> String) {
+    let section = section(marks, "0.02");
+    let app_section = format!(
+        "echo \"start $$ 0\" >> '{m}'; sleep 0.02; echo \"end $$\" >> '{m}'",
+        m = marks.display()
+    );
+    let dlock = super::dlock();
+    let kids: Vec<_> = (0..8)
+        .map(|i| {
+            let step = match i % 2 {
+                0 => format!(
+                    "{} -u {} exec {} -- sh -c {}",
+                    quoted(super::dlock_bin().to_str().unwrap()),
+                    quoted(url),
+                    quoted(key),
+                    quoted(&section)
+                ),
+                _ => app_step(&app_section),
+            };
+            let script = format!("for i in 1 2 3 4 5 6; do {step} || exit 1; done");
+            let mut sh = shell(&dlock, &script);
+            sh.stderr(std::process::Stdio::piped()).spawn().unwrap()
+        })
+        .collect();
+    for mut k in kids {
+        let st = super::wait_exit(&mut k, std::time::Duration::from_secs(120));
+        let st = st.expect("the loops end");
+        assert!(st.success(), "{st}: {}", super::stderr_of(k));
+    }
+    let log = read(marks);
+    assert_eq!(ended(marks), 48, "{log}");
+    let mut inside = false;
+    for line in log.lines() {
+        match line.split_whitespace().next() {
+            Some("start") => {
+                assert!(!inside, "two holders at once:\n{log}");
+                inside = true;
+            }
+            Some("end") => inside = false,
+            _ => panic!("bad mark {line:?}"),
+        }
+    }
+    let dlock_only: String = log
+        .lines()
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .filter(|pair| !pair[0].ends_with(" 0"))
+        .flat_map(|pair| pair.iter().map(|l| format!("{l}\n")))
+        .collect();
+    check_marks(&dlock_only, Unended::Overlap);
+}
+
 #[test]
 fn marks_one_at_a_time_with_rising_tokens_pass() {
     let log = "start 1 5\nend 1\nstart 2 6\nend 2\n";

@@ -19,6 +19,13 @@ pub fn dlock() -> Command {
     c
 }
 
+/// `dlock -u URL exec ARGS…`.
+pub fn exec_on(url: &str, args: &[&str]) -> Command {
+    let mut c = dlock();
+    c.args(["-u", url, "exec"]).args(args);
+    c
+}
+
 /// `dlock exec k -u URL -- true`: whether a store at `url` can be used at all.
 pub fn exec_true(url: &str) -> Command {
     let mut c = dlock();

@@ -119,9 +119,15 @@ impl AdvisoryStore {
              key text NOT NULL, owner text NOT NULL, pid integer NOT NULL, holder text)",
             store.counters
         );
-        store
-            .on_inner("cannot set up the counter table", &sql, &[])
-            .await?;
+        // The rule of `schema::ensure_tables`: two first users racing on `CREATE TABLE IF
+        // NOT EXISTS` can collide in the catalog, and the loser's next try sees the table.
+        let what = "cannot set up the counter table";
+        for _ in 0..2 {
+            if store.on_inner(what, &sql, &[]).await.is_ok() {
+                return Ok(store);
+            }
+        }
+        store.on_inner(what, &sql, &[]).await?;
         Ok(store)
     }
 
