@@ -1,6 +1,7 @@
 //! Application locks on MySQL/MariaDB: `mysql://…?lock=get_lock`, where dlock and the
 //! `mariadb` client (standing for any application) take the same `GET_LOCK` name and exclude
-//! each other both ways; the holder's session killed by an administrator kills CMD.
+//! each other both ways; the holder's session killed by an administrator, or the server
+//! paused past the bound, kills CMD; 8 mixed loops never overlap.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -182,4 +183,10 @@ fn eight_mixed_loops_never_overlap() {
             )
         },
     );
+}
+
+#[test]
+fn the_server_paused_past_the_bound_kills_cmd_first() {
+    let my = MysqlServer::start();
+    loops::paused_past_the_bound(&get_lock(&my), || my.pause(), || my.resume());
 }

@@ -191,25 +191,7 @@ fn the_holders_session_terminated_kills_cmd_at_once() {
 #[test]
 fn the_server_paused_past_the_bound_kills_cmd_first() {
     let pg = PostgresServer::start();
-    let url = advisory(&pg);
-    let dir = tempfile::tempdir().unwrap();
-    let started = dir.path().join("started");
-    let cmd = format!("touch '{}'; sleep 30", started.display());
-    let mut held = exec_on(&url, &["--ttl", "3s", "paused", "--", "sh", "-c", &cmd])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || started.exists()));
-    let paused = Instant::now();
-    pg.pause();
-    let st = wait_exit(&mut held, Duration::from_secs(6));
-    let took = paused.elapsed();
-    pg.resume();
-    let st = st.expect("CMD killed while the server is paused");
-    assert_eq!(st.code(), Some(79), "{}", stderr_of(held));
-    // The last check answered before the pause: the server could not end the session
-    // sooner than the TTL (3s) after it.
-    assert!(took < Duration::from_secs(3), "{took:?}");
+    loops::paused_past_the_bound(&advisory(&pg), || pg.pause(), || pg.resume());
 }
 
 #[test]

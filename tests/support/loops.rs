@@ -177,3 +177,47 @@ fn an_overlap_mark_is_two_holders() {
 fn a_token_that_does_not_rise_fails() {
     check_marks("start 1 6\nend 1\nstart 2 5\nend 2\n", Unended::Overlap);
 }
+
+/// A session lock (`?lock=advisory`, `?lock=get_lock`) held with `--ttl 3s` while its
+/// server is paused (SIGSTOP): CMD must be dead before the server could end the session and
+/// let another client take the lock, that is within the TTL of the last check the server
+/// answered, which came before the pause. CMD's own death is timed, not dlock's exit that
+/// follows it: CMD writes its pid, then is gone or a zombie.
+pub fn paused_past_the_bound(url: &str, pause: impl FnOnce(), resume: impl FnOnce()) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let cmd = format!(
+        "echo $$ > '{p}.new' && mv '{p}.new' '{p}' && exec sleep 30",
+        p = pid_file.display()
+    );
+    let mut held = super::exec_on(url, &["--ttl", "3s", "paused", "--", "sh", "-c", &cmd])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(super::wait_for(Duration::from_secs(10), || pid_file.exists()));
+    let pid = read(&pid_file).trim().to_string();
+    let paused = Instant::now();
+    pause();
+    let dead = super::wait_for(Duration::from_secs(6), || !running(&pid));
+    let took = paused.elapsed();
+    let status = super::wait_exit(&mut held, Duration::from_secs(6));
+    resume();
+    assert!(dead, "CMD still ran 6 s into the pause");
+    let status = status.expect("dlock exits once CMD is dead");
+    assert_eq!(status.code(), Some(79), "{}", super::stderr_of(held));
+    assert!(
+        took < Duration::from_secs(3),
+        "CMD died {took:?} into the pause"
+    );
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie.
+fn running(pid: &str) -> bool {
+    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
+    match stat.rsplit_once(')') {
+        Some((_, rest)) => !rest.trim_start().starts_with('Z'),
+        None => false,
+    }
+}
