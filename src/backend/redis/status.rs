@@ -339,3 +339,21 @@ fn held_status(key: &str, lock: Option<LockInfo>, group: Option<Group>) -> KeySt
         servers: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::priority_of;
+
+    /// The scores `join` in common.lua writes: `arrival - priority * 2^32`.
+    #[test]
+    fn a_waiter_s_priority_is_read_back_from_its_score() {
+        for (priority, arrival) in [(0i64, 1i64), (10, 7), (-1, 3), (1_000_000, 4_294_967_295)] {
+            let score = (arrival - priority * 4_294_967_296) as f64;
+            assert_eq!(i64::from(priority_of(score)), priority, "{score}");
+        }
+        assert_eq!(
+            priority_of((1 + 1_000_000 * 4_294_967_296i64) as f64),
+            -1_000_000
+        );
+    }
+}
