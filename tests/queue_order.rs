@@ -124,8 +124,21 @@ fn the_highest_priority_goes_first_then_arrival_order(store: Store) {
     assert_eq!(ran(dir.path()), ["holder", "p10", "p5a", "p5b", "p0"]);
 }
 
-/// The superseded waiter's one line, after it ended with exit 80 within `within`.
-fn superseded(w: &mut Reaped, by: &Child, within: Duration) -> String {
+/// The superseded waiter's one line, after it ended with exit 80 within `within` of `by`
+/// showing in the queue.
+fn superseded(store: &Store, w: &mut Reaped, by: &Child, within: Duration) -> String {
+    let listed = support::wait_for(Duration::from_secs(10), || {
+        let out = store
+            .dlock()
+            .args(["status", "--json", "qs"])
+            .output()
+            .unwrap();
+        let st: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let pids = st["waiters"].as_array().cloned().unwrap_or_default();
+        pids.iter()
+            .any(|w| w["pid"].as_u64() == Some(u64::from(by.id())))
+    });
+    assert!(listed, "the newer waiter never queued");
     let since = Instant::now();
     let code = support::wait_exit(w, Duration::from_secs(20)).and_then(|s| s.code());
     let took = since.elapsed();
@@ -159,10 +172,10 @@ fn a_newer_supersede_waiter_replaces_the_older_at_once(store: Store) {
     waiters(&store, "qs", 2);
     let mut second = waiter(&store, "qs", &sup, "s2", dir.path());
     // Well within the waiter's one-second heartbeat: it was told, not polling.
-    superseded(&mut first, &second, Duration::from_millis(900));
+    superseded(&store, &mut first, &second, Duration::from_millis(900));
     waiters(&store, "qs", 2);
     let third = waiter(&store, "qs", &sup, "s3", dir.path());
-    superseded(&mut second, &third, Duration::from_millis(900));
+    superseded(&store, &mut second, &third, Duration::from_millis(900));
     let mut third = third;
     let listed = waiters(&store, "qs", 2);
     assert_eq!(listed[0]["position"], 1, "{listed:?}");
