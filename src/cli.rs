@@ -307,9 +307,10 @@ pub struct AcquireOpts {
     pub sharing: SharingOpts,
 
     /// Queue priority, -1000000 to 1000000: a freed key goes to the highest-priority waiter,
-    /// arrival order among equals. Kept by Redis; refused (exit 2) on etcd and ZooKeeper
-    /// (queue order shared with etcdctl lock and Curator), Redlock and Memcached (no queue),
-    /// and for now the local store, PostgreSQL and MySQL.
+    /// arrival order among equals. Kept by Redis and PostgreSQL; refused (exit 2) on etcd and
+    /// ZooKeeper (queue order shared with etcdctl lock and Curator), Redlock and Memcached (no
+    /// queue), by elect (a campaign is not a queue of jobs), and for now the local store and
+    /// MySQL.
     #[arg(
         long,
         value_name = "N",
@@ -320,8 +321,8 @@ pub struct AcquireOpts {
     pub priority: i32,
 
     /// At most one pending --supersede waiter per key: a newer one makes the older give up
-    /// at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2)
-    /// where --priority is.
+    /// at once (exit 80); the holder and plain waiters are never touched. Kept by Redis;
+    /// refused (exit 2) elsewhere for now.
     #[arg(long)]
     pub supersede: bool,
 }

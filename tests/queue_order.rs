@@ -30,6 +30,16 @@ on_ordered_stores!(
     a_newer_supersede_waiter_replaces_the_older_at_once,
 );
 
+/// PostgreSQL orders its queue by priority; `--supersede` is refused there for now
+/// (`queue::postgres::priority_*`).
+#[cfg(feature = "postgres")]
+mod postgres {
+    #[test]
+    fn the_highest_priority_goes_first_then_arrival_order() {
+        super::the_highest_priority_goes_first_then_arrival_order(crate::support::Store::postgres());
+    }
+}
+
 /// The key's waiters as `status --json` lists them, once there are `n`.
 fn waiters(store: &Store, key: &str, n: usize) -> Vec<Value> {
     let mut last = Value::Null;

@@ -499,8 +499,9 @@ pub(super) async fn refused(
     let key = &req.key;
     if req.fair && ask.enqueue {
         let json = queued_json(req);
-        tx.execute(&st.enqueue, &[key, &w.id, &ms(ask.liveness), &json])
-            .await?;
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
+            [key, &w.id, &ms(ask.liveness), &json, &req.queue.priority];
+        tx.execute(&st.enqueue, &args).await?;
     }
     if !blocked.live && queue.pruned > 0 {
         // Free, and the head is a waiter that took over from dead ones: it may be asleep.
