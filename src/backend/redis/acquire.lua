@@ -105,7 +105,7 @@ end
 local position = 0
 if fair and enqueue then
   if not redis.call('ZSCORE', queue, waiter) then
-    join(queue, waiter, priority)
+    join(queue, info, waiter, priority)
     redis.call('HSET', info, waiter, holder)
     -- The waiter that gave way may have been the head of a free key: the next one goes.
     if superseding and supersede(queue, alive, info, wake_prefix, waiter, holder)

@@ -5,7 +5,8 @@
 --   fence  STRING  fencing counter (INCR), never deleted nor expired
 --   queue  ZSET  waiter id -> its place: -priority * 2^32 + arrival ticket (see join)
 --   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)
---   info   HASH  waiter id -> holder JSON, for `status`; '!' -> the pending --supersede waiter
+--   info   HASH  waiter id -> holder JSON, for `status`; '!' -> the pending --supersede waiter,
+--          '#' -> the last arrival ticket (see join)
 --   wake:<waiter id>  LIST  a pending wake-up for that waiter (see wake)
 --   group  HASH  shared (--shared) or semaphore (--limit N) holders: owner ->
 --          "token|depth|acquired_ms|held_until|holder JSON", and '=' -> how they hold it
@@ -184,14 +185,12 @@ end
 -- The queue's order, written once: higher --priority first, arrival order among equals.
 -- One score holds both, -priority * 2^32 + arrival ticket (the CLI keeps |priority| at
 -- most 10^6, so the score stays exact in a double); ZRANGE, ZRANK and the head follow it.
-local ARRIVALS = 4294967296
-local function join(queue, waiter, priority)
-  local scores = redis.call('ZRANGE', queue, 0, -1, 'WITHSCORES')
-  local last = 0
-  for i = 2, #scores, 2 do
-    last = math.max(last, tonumber(scores[i]) % ARRIVALS)
-  end
-  redis.call('ZADD', queue, last + 1 - priority * ARRIVALS, waiter)
+-- The ticket counts in the info hash under its own field, so joining costs the same however
+-- many wait; it starts again from 1 when the queue keys expire, with nobody left to pass.
+local ARRIVALS, TICKETS = 4294967296, '#'
+local function join(queue, info, waiter, priority)
+  local ticket = redis.call('HINCRBY', info, TICKETS, 1) % ARRIVALS
+  redis.call('ZADD', queue, ticket - priority * ARRIVALS, waiter)
 end
 
 -- --supersede: the info hash names the pending superseding waiter under this field. A newer

@@ -9,7 +9,7 @@
 //! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
 //! | `dlock:{K}:queue` | ZSET | waiter id → `-priority * 2^32 + arrival ticket` (`join` in `common.lua`): highest priority first, then first come first served |
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
-//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status`; prefixed `s\|` or `N\|` when the waiter asks for `--shared` or `--limit N`, so that admission knows what each waiter ahead needs; field `!` → the pending `--supersede` waiter |
+//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status`; prefixed `s\|` or `N\|` when the waiter asks for `--shared` or `--limit N`, so that admission knows what each waiter ahead needs; field `!` → the pending `--supersede` waiter, field `#` → the last arrival ticket (`HINCRBY`) |
 //! | `dlock:{K}:group` | HASH | shared (`--shared`) or semaphore (`--limit N`) holders: owner → `token\|depth\|acquired_ms\|held_until\|holder JSON`, and `=` → how they hold the key (`s`, or N); `PEXPIRE` = the latest holder's end. Never beside a lease: an exclusive holder always has the lease |
 //! | `dlock:{K}:ends` | ZSET | group holder owner → end of its lease (server ms): a dead holder's place is dropped there by the next script that looks |
 //! | `dlock:{K}:lastrun` | STRING | the last run's [`RunRecord`](crate::backend::RunRecord) as JSON; `PX` = `RUN_RECORD_TTL` from its write |

@@ -127,7 +127,7 @@ if holders == 0 and dropped > 0 then
 end
 if fair and enqueue then
   if not redis.call('ZSCORE', queue, waiter) then
-    join(queue, waiter, priority)
+    join(queue, info, waiter, priority)
     redis.call('HSET', info, waiter, me == 'x' and holder or (me .. '|' .. holder))
     if superseding and supersede(queue, alive, info, wake_prefix, waiter, holder) then
       wake_if_fits(queue, alive, info, lease, group, ends, now, wake_prefix)
