@@ -321,8 +321,8 @@ pub struct AcquireOpts {
     pub priority: i32,
 
     /// At most one pending --supersede waiter per key: a newer one makes the older give up
-    /// at once (exit 80); the holder and plain waiters are never touched. Kept by Redis;
-    /// refused (exit 2) elsewhere for now.
+    /// at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2)
+    /// where --priority is.
     #[arg(long)]
     pub supersede: bool,
 }

@@ -129,19 +129,17 @@ fn the_estimate_comes_from_the_history_and_turns_overdue(store: Store) {
 }
 
 fn priority_and_supersede_are_refused_in_one_line(store: Store) {
-    if matches!(store, Store::Redis(_) | Store::RedisCluster(_)) {
+    if matches!(
+        store,
+        Store::Redis(_) | Store::RedisCluster(_) | Store::Postgres(_)
+    ) {
         return kept_where_the_queue_is_ordered(&store);
     }
-    // PostgreSQL keeps priorities (`queue_order::postgres`), not yet a superseding waiter.
-    let refused: &[&[&str]] = match store {
-        Store::Postgres(_) => &[&["--supersede"], &["--priority", "3", "--supersede"]],
-        _ => &[
-            &["--priority", "10"],
-            &["--supersede"],
-            &["--priority", "-1"],
-        ],
-    };
-    for &extra in refused {
+    for extra in [
+        &["--priority", "10"][..],
+        &["--supersede"],
+        &["--priority", "-1"],
+    ] {
         let out = store
             .dlock()
             .args(["exec", "qr"])
@@ -156,7 +154,7 @@ fn priority_and_supersede_are_refused_in_one_line(store: Store) {
             err.contains("lock 'qr'") && err.contains("is not supported on "),
             "{err}"
         );
-        assert!(err.contains(extra[extra.len() - 1]), "{err}");
+        assert!(err.contains(extra[0]), "{err}");
     }
     let out = store
         .dlock()
@@ -173,7 +171,7 @@ fn priority_and_supersede_are_refused_in_one_line(store: Store) {
     assert!(st["last_run"].is_null(), "nothing ran: {st}");
 }
 
-/// Redis orders its queue (see `queue_order`): both are taken, and a priority out of range
+/// Redis and PostgreSQL order their queue (see `queue_order`): both are taken, and a priority out of range
 /// is refused by the command line, on every store alike.
 fn kept_where_the_queue_is_ordered(store: &Store) {
     let args = [

@@ -30,13 +30,17 @@ on_ordered_stores!(
     a_newer_supersede_waiter_replaces_the_older_at_once,
 );
 
-/// PostgreSQL orders its queue by priority; `--supersede` is refused there for now
-/// (`queue::postgres::priority_*`).
+/// PostgreSQL (its tables mode; `?lock=advisory` refuses both).
 #[cfg(feature = "postgres")]
 mod postgres {
+    use crate::support::Store;
     #[test]
     fn the_highest_priority_goes_first_then_arrival_order() {
-        super::the_highest_priority_goes_first_then_arrival_order(crate::support::Store::postgres());
+        super::the_highest_priority_goes_first_then_arrival_order(Store::postgres());
+    }
+    #[test]
+    fn a_newer_supersede_waiter_replaces_the_older_at_once() {
+        super::a_newer_supersede_waiter_replaces_the_older_at_once(Store::postgres());
     }
 }
 

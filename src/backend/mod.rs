@@ -157,9 +157,6 @@ pub const ORDER_ZOOKEEPER: &str =
 pub const ORDER_NONE: &str = "it keeps no queue: waiters poll, and any of them may win";
 /// Why a store with a queue dlock could order refuses them for now.
 pub const ORDER_NOT_YET: &str = "dlock does not order this store's queue yet";
-/// Why a store that keeps priorities refuses `--supersede` for now.
-pub const SUPERSEDE_NOT_YET: &str =
-    "dlock keeps priorities in this store's queue, but no superseding waiter yet";
 
 /// A callback told of a waiter's progress.
 pub type ProgressFn = Arc<dyn Fn(&WaitInfo) + Send + Sync>;

@@ -85,6 +85,8 @@ CREATE TABLE IF NOT EXISTS {w} (
   alive_until timestamptz NOT NULL,
   holder text NOT NULL,
   priority integer NOT NULL DEFAULT 0,
+  superseding boolean NOT NULL DEFAULT false,
+  superseded_by text,
   PRIMARY KEY (key, id)
 );
 {upgrade}"
@@ -92,11 +94,13 @@ CREATE TABLE IF NOT EXISTS {w} (
     }
 
     /// What a waiters table made by an older dlock lacks: the column `--priority` orders
-    /// by, defaulting to plain arrival order for the rows already there.
+    /// by (plain arrival order for the rows already there), and the two of `--supersede`.
     pub fn upgrade(&self) -> String {
+        let w = &self.waiters;
         format!(
-            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0;",
-            self.waiters
+            "ALTER TABLE {w} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS superseding boolean NOT NULL DEFAULT false,
+  ADD COLUMN IF NOT EXISTS superseded_by text;"
         )
     }
 }
@@ -126,8 +130,13 @@ pub struct Prepared {
     pub grant: Statement,
     /// $1 key, $2 ttl_ms, $3 waiter, $4 deeper (bool) → token, depth, left_ms.
     pub extend: Statement,
-    /// $1 key, $2 waiter, $3 liveness_ms, $4 holder, $5 priority.
+    /// $1 key, $2 waiter, $3 liveness_ms, $4 holder, $5 priority, $6 superseding.
     pub enqueue: Statement,
+    /// $1 key, $2 waiter, $3 holder: the key's other pending superseding waiter gives way,
+    /// woken on its channel → how many did.
+    pub supersede: Statement,
+    /// $1 key, $2 waiter → the holder of the waiter that superseded it, its row gone.
+    pub superseded: Statement,
     /// $1 channel, $2 payload, $3 key: wakes the key's head, tells the table's channel.
     pub notify: Statement,
     /// $1 key, $2 waiter → its 1-based place in the live queue (NULL: not in it), how
@@ -188,6 +197,8 @@ impl Prepared {
             grant: next(),
             extend: next(),
             enqueue: next(),
+            supersede: next(),
+            superseded: next(),
             notify: next(),
             place: next(),
             wake_free: next(),
@@ -217,7 +228,7 @@ pub const NEXT: &str = "priority DESC, ticket, id";
 
 /// The live waiters of the key in parameter `$k`, in no order (add `ORDER BY` [`NEXT`]).
 fn line(w: &str, k: u8) -> String {
-    format!("SELECT id, priority, ticket, alive_until, holder FROM {w} WHERE key = ${k} AND alive_until >= clock_timestamp()")
+    format!("SELECT id, priority, ticket, alive_until, holder FROM {w} WHERE key = ${k} AND alive_until >= clock_timestamp() AND superseded_by IS NULL")
 }
 
 /// The prefix of a waiter's own notification channel; the rest is its id.
@@ -275,9 +286,19 @@ fn acquiring(n: &Names) -> Vec<String> {
             later(2)
         ),
         format!(
-            "INSERT INTO {w} (key, id, alive_until, holder, priority) VALUES ($1, $2, {}, $4, $5)
+            "INSERT INTO {w} (key, id, alive_until, holder, priority, superseding)
+             VALUES ($1, $2, {}, $4, $5, $6)
              ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
             later(3)
+        ),
+        format!(
+            "WITH s AS (UPDATE {w} SET superseded_by = $3 WHERE key = $1 AND id <> $2 AND superseding
+                          AND superseded_by IS NULL AND alive_until >= clock_timestamp() RETURNING id)
+             SELECT count(pg_notify('{WAITER_CHANNEL}' || id, 'W:' || id)) FROM s"
+        ),
+        format!(
+            "DELETE FROM {w} WHERE key = $1 AND id = $2 AND superseded_by IS NOT NULL
+             RETURNING superseded_by"
         ),
         format!("SELECT {}, pg_notify($1, $2)::text", wake(w, 3)),
         format!(
@@ -346,7 +367,7 @@ fn reading(n: &Names) -> Vec<String> {
     vec![
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
-        format!("SELECT key, id, holder, priority FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, {NEXT}"),
+        format!("SELECT key, id, holder, priority FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() AND superseded_by IS NULL ORDER BY key, {NEXT}"),
         format!(
             "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
              ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
@@ -409,8 +430,9 @@ pub async fn ensure_tables(
         let row = client
             .query_one(
                 "SELECT to_regclass($1)::text, to_regclass($2)::text,
-                        EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2)
-                                AND attname = 'priority' AND NOT attisdropped)",
+                        (SELECT count(*) = 3 FROM pg_attribute WHERE attrelid = to_regclass($2)
+                         AND attname IN ('priority', 'superseding', 'superseded_by')
+                         AND NOT attisdropped)",
                 &[&n.locks_plain, &n.waiters_plain],
             )
             .await?;
