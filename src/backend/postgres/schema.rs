@@ -132,8 +132,9 @@ pub struct Prepared {
     pub extend: Statement,
     /// $1 key, $2 waiter, $3 liveness_ms, $4 holder, $5 priority, $6 superseding.
     pub enqueue: Statement,
-    /// $1 key, $2 waiter, $3 holder: the key's other pending superseding waiter gives way,
-    /// woken on its channel → how many did.
+    /// $1 key, $2 waiter, $3 holder: the key's older pending superseding waiter gives way,
+    /// woken on its channel → how many did. Only an older one: a waiter that looks again
+    /// after a newer one marked it (both waited on the row lock) cannot turn the tables.
     pub supersede: Statement,
     /// $1 key, $2 waiter → the holder of the waiter that superseded it, its row gone.
     pub superseded: Statement,
@@ -293,7 +294,9 @@ fn acquiring(n: &Names) -> Vec<String> {
         ),
         format!(
             "WITH s AS (UPDATE {w} SET superseded_by = $3 WHERE key = $1 AND id <> $2 AND superseding
-                          AND superseded_by IS NULL AND alive_until >= clock_timestamp() RETURNING id)
+                          AND superseded_by IS NULL AND alive_until >= clock_timestamp()
+                          AND ticket < (SELECT ticket FROM {w} WHERE key = $1 AND id = $2)
+                        RETURNING id)
              SELECT count(pg_notify('{WAITER_CHANNEL}' || id, 'W:' || id)) FROM s"
         ),
         format!(
