@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::backend::MAX_PRIORITY;
 use crate::config::parse_duration;
 use crate::error::Error;
 use crate::events::LogFormat;
@@ -306,20 +307,23 @@ pub struct AcquireOpts {
     #[command(flatten)]
     pub sharing: SharingOpts,
 
-    /// Queue priority: a freed key goes to the highest-priority waiter, arrival order among
-    /// equals. No store orders its queue by it yet: refused (exit 2) everywhere for now, and
-    /// by design on etcd and ZooKeeper (queue order shared with etcdctl lock and Curator),
-    /// Redlock and Memcached (no queue).
+    /// Queue priority, -1000000 to 1000000: a freed key goes to the highest-priority waiter,
+    /// arrival order among equals. Kept by Redis and PostgreSQL; refused (exit 2) on etcd and
+    /// ZooKeeper (queue order shared with etcdctl lock and Curator), Redlock and Memcached (no
+    /// queue), by elect (a campaign is not a queue of jobs), and for now the local store and
+    /// MySQL.
     #[arg(
         long,
         value_name = "N",
         default_value_t = 0,
-        allow_hyphen_values = true
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(i32).range(-i64::from(MAX_PRIORITY)..=i64::from(MAX_PRIORITY))
     )]
     pub priority: i32,
 
     /// At most one pending --supersede waiter per key: a newer one makes the older give up
-    /// (exit 80); the holder is never touched. Refused (exit 2) where --priority is.
+    /// at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2)
+    /// where --priority is.
     #[arg(long)]
     pub supersede: bool,
 }

@@ -39,6 +39,9 @@ pub enum Error {
     /// A wait was cancelled by signal N: exit 128+N.
     #[error("{0}")]
     Cancelled(String, i32),
+    /// A newer `--supersede` waiter took this one's place in the queue: exit 80.
+    #[error("{0}")]
+    Superseded(String),
 }
 
 impl Error {
@@ -52,6 +55,7 @@ impl Error {
             Error::NotOwner(_) => exit::NOT_OWNER,
             Error::LeaseLost(_) => exit::LEASE_LOST,
             Error::Cancelled(_, signo) => exit::for_signal(*signo),
+            Error::Superseded(_) => exit::SUPERSEDED,
         }
     }
 
@@ -78,6 +82,7 @@ impl Error {
             Error::NotOwner(m) => Error::NotOwner(f(m)),
             Error::LeaseLost(m) => Error::LeaseLost(f(m)),
             Error::Cancelled(m, n) => Error::Cancelled(f(m), n),
+            Error::Superseded(m) => Error::Superseded(f(m)),
         }
     }
 
@@ -161,6 +166,15 @@ impl Error {
     pub fn built_without(url: &str, store: &str, feature: &str) -> Error {
         Error::Usage(format!(
             "{url}: this dlock was built without the {store} store (cargo feature `{feature}`)"
+        ))
+    }
+
+    /// A `--supersede` waiter for `key` gave way to a newer one, from `host` pid `pid`:
+    /// nothing was run, nothing is left queued.
+    pub fn superseded(key: &str, backend: &str, host: &str, pid: u32) -> Error {
+        Error::Superseded(format!(
+            "gave up waiting for lock '{key}' on {backend}: superseded by a newer waiter \
+             from {host} pid {pid}"
         ))
     }
 

@@ -322,3 +322,29 @@ fn rejoin_runs_the_command_again_after_a_lost_term(store: Store) {
         "{said}"
     );
 }
+
+/// `--priority` and `--supersede` order jobs waiting their turn; candidates of an election
+/// are not jobs: refused in one line (exit 2), even on Redis, which keeps both for `exec`.
+#[test]
+fn a_campaign_refuses_priority_and_supersede() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let ran = dir.path().join("ran");
+    for extra in [&["--priority", "10"][..], &["--supersede"]] {
+        let mut c = support::dlock();
+        c.env("DLOCK_URL", server.url())
+            .args(["elect", "camp"])
+            .args(extra)
+            .args(["--", "touch"])
+            .arg(&ran);
+        let out = c.output().unwrap();
+        let err = support::text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("camp") && err.contains(extra[0]) && err.contains("not a queue"),
+            "{err}"
+        );
+        assert!(!ran.exists(), "CMD ran with {extra:?}");
+    }
+}

@@ -240,6 +240,38 @@ fn a_role_without_ddl_works_on_tables_made_ahead_of_time() {
     assert_eq!(out.status.code(), Some(69), "{out:?}");
 }
 
+/// A waiters table made by a dlock before `--priority` gains the columns on first use, its
+/// queued rows in plain arrival order; a role without DDL rights uses it once upgraded
+/// with `Names::upgrade` (what docs/stores/postgres.md gives).
+#[test]
+fn tables_from_before_priorities_are_upgraded() {
+    let mut store = Store::postgres();
+    let names = dlock::backend::postgres::schema::Names::new(None, "old");
+    let pg = store.pg();
+    let mut before = names.ddl().replace(&names.upgrade(), "");
+    for added in [
+        "priority integer NOT NULL DEFAULT 0",
+        "superseding boolean NOT NULL DEFAULT false",
+        "superseded_by text",
+    ] {
+        before = before.replace(&format!("  {added},\n"), "");
+    }
+    assert!(
+        !before.contains("priority") && !before.contains("supersed"),
+        "{before}"
+    );
+    pg.psql(&before);
+    let url = format!("{}?table=old", pg.url());
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &url, "--priority", "7", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let column = "SELECT count(*) FROM pg_attribute WHERE attrelid = 'old_waiters'::regclass \
+                  AND attname IN ('priority', 'superseding', 'superseded_by')";
+    assert_eq!(pg.psql(column), "3");
+}
+
 /// 32 processes contend for one key: each holds one connection (the harness's server
 /// allows 60), and none fails with exit 69.
 #[test]

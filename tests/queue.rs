@@ -1,7 +1,7 @@
 //! The queue people can plan around (issue 36), on every backend: the expected wait made
 //! from the run history (`status`, `status --json`, the metrics file), a holder past the
 //! usual time shown overdue, and `--priority`/`--supersede` refused in one line where the
-//! store's queue is not ordered by dlock (see docs/queue.md).
+//! store's queue is not ordered by dlock (see docs/queue.md; `queue_order` where it is).
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -129,6 +129,12 @@ fn the_estimate_comes_from_the_history_and_turns_overdue(store: Store) {
 }
 
 fn priority_and_supersede_are_refused_in_one_line(store: Store) {
+    if matches!(
+        store,
+        Store::Redis(_) | Store::RedisCluster(_) | Store::Postgres(_)
+    ) {
+        return kept_where_the_queue_is_ordered(&store);
+    }
     for extra in [
         &["--priority", "10"][..],
         &["--supersede"],
@@ -163,4 +169,31 @@ fn priority_and_supersede_are_refused_in_one_line(store: Store) {
         "{st}"
     );
     assert!(st["last_run"].is_null(), "nothing ran: {st}");
+}
+
+/// Redis and PostgreSQL order their queue (see `queue_order`): both are taken, and a priority out of range
+/// is refused by the command line, on every store alike.
+fn kept_where_the_queue_is_ordered(store: &Store) {
+    let args = [
+        "exec",
+        "qr",
+        "--priority",
+        "10",
+        "--supersede",
+        "--",
+        "true",
+    ];
+    let out = store.dlock().args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = store
+        .dlock()
+        .args(["exec", "qr", "--priority", "1000001", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        err.contains("1000001") && err.contains("--priority"),
+        "{err}"
+    );
 }

@@ -22,7 +22,8 @@
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
 //!   `one_line` (a holder's newlines and escape sequences shown escaped, on one line).
 //! - `queue`: the expected wait (run history, overdue, `status --json` per waiter) and the
-//!   refusal of `--priority`/`--supersede` where dlock does not order the queue.
+//!   refusal of `--priority`/`--supersede` where dlock does not order the queue;
+//!   `queue_order`: priorities and `--supersede` where it does (Redis, Redis Cluster).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`,
@@ -90,6 +91,7 @@ mod lease_clock;
 mod one_line;
 mod options;
 mod queue;
+mod queue_order;
 mod scripts;
 mod sharing;
 

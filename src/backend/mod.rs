@@ -144,6 +144,10 @@ impl Queueing {
     }
 }
 
+/// The largest `--priority` either way: a store may keep priority and arrival in one
+/// number (Redis: one double, exact up to 2^53).
+pub const MAX_PRIORITY: i32 = 1_000_000;
+
 /// Why etcd refuses `--priority` and `--supersede`.
 pub const ORDER_ETCD: &str = "its queue order is the create revision, shared with `etcdctl lock`";
 /// Why ZooKeeper refuses them.

@@ -26,6 +26,12 @@ pub async fn run(global: &Global, args: ElectArgs) -> Result<u8> {
             args.name
         )));
     }
+    if let Some(asked) = args.acquire.queueing().asked() {
+        return Err(Error::Usage(format!(
+            "election '{}': {asked} does not apply, a campaign is not a queue of jobs",
+            args.name
+        )));
+    }
     let mut signals = Signals::catch()?;
     let argv = args.argv();
     let value = match &args.value {

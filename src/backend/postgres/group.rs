@@ -19,7 +19,7 @@ use super::schema::{payload, Prepared};
 use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
 use crate::backend::sharing::Admission;
 use crate::backend::sql::{holder_json, info, Outcome};
-use crate::backend::{Holder, Released, Sharing};
+use crate::backend::{AcquireRequest, Holder, Released, Sharing};
 
 type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
 
@@ -30,6 +30,8 @@ type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
 pub(super) enum Step {
     Done(Outcome),
     Conflict(Sharing),
+    /// A newer `--supersede` waiter took our place: its holder JSON.
+    Superseded(String),
 }
 
 /// The key's row locked, as a group sees it.
@@ -349,6 +351,26 @@ pub(super) async fn change(
     write(&tx, st, channel, put).await?;
     tx.commit().await?;
     Ok(Some(changed))
+}
+
+/// A waiter's holder as the queue keeps it: with the sharing it asks for, unless
+/// exclusive (then as before groups existed).
+pub(super) fn queued_json(req: &AcquireRequest) -> String {
+    let holder = holder_json(&req.holder);
+    if req.sharing.is_exclusive() {
+        return holder;
+    }
+    Queued {
+        sharing: req.sharing,
+        holder: serde_json::from_str(&holder).unwrap_or_default(),
+    }
+    .encode()
+}
+
+/// The owners of a group's members, first granted first.
+pub(super) fn members(group: &Group) -> String {
+    let owners: Vec<&str> = group.members.iter().map(|m| m.owner.as_str()).collect();
+    owners.join(", ")
 }
 
 #[cfg(test)]

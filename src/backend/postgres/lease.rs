@@ -17,7 +17,7 @@ use tokio_postgres::{Row, Transaction};
 use super::backend::{ms, Conn, PostgresStore};
 use super::group::{self, Change, Changed, Step};
 use super::schema::{payload, Names, Prepared};
-use crate::backend::group::{Queued, GROUP_OWNER};
+use crate::backend::group::GROUP_OWNER;
 use crate::backend::sql::{self, holder_json, info, live_group, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, ReleaseMode, Released};
@@ -129,6 +129,11 @@ impl PostgresStore {
             Step::Conflict(held) => {
                 let name = &self.server.target.name;
                 Err(req.sharing.conflict(&req.key, name, held))
+            }
+            Step::Superseded(by) => {
+                let by = sql::holder_of(Some(&by));
+                let name = &self.server.target.name;
+                Err(Error::superseded(&req.key, name, &by.host, by.pid))
             }
         }
     }
@@ -374,6 +379,14 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
     let st = ask.st;
     let req = ask.req;
     let tx = client.transaction().await?;
+    if req.queue.supersede {
+        // Given way to a newer superseding waiter: its row goes, and it gives up.
+        let gone = tx.query_opt(&st.superseded, &[&req.key, &ask.w.id]).await?;
+        if let Some(row) = gone {
+            tx.commit().await?;
+            return Ok(Step::Superseded(row.get(0)));
+        }
+    }
     if !req.sharing.is_exclusive() {
         let step = group::attempt(&tx, ask).await?;
         tx.commit().await?;
@@ -498,11 +511,27 @@ pub(super) async fn refused(
     let (st, req, w) = (ask.st, ask.req, ask.w);
     let key = &req.key;
     if req.fair && ask.enqueue {
-        let json = queued_json(req);
-        tx.execute(&st.enqueue, &[key, &w.id, &ms(ask.liveness), &json])
-            .await?;
+        let json = group::queued_json(req);
+        let (priority, superseding) = (req.queue.priority, req.queue.supersede);
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            key,
+            &w.id,
+            &ms(ask.liveness),
+            &json,
+            &priority,
+            &superseding,
+        ];
+        tx.execute(&st.enqueue, &args).await?;
     }
-    if !blocked.live && queue.pruned > 0 {
+    let gave_way = match req.fair && ask.enqueue && req.queue.supersede {
+        true => {
+            let json = holder_json(&req.holder);
+            let row = tx.query_one(&st.supersede, &[key, &w.id, &json]).await?;
+            row.get::<_, i64>(0) > 0
+        }
+        false => false,
+    };
+    if !blocked.live && (queue.pruned > 0 || gave_way) {
         // Free, and the head is a waiter that took over from dead ones: it may be asleep.
         tx.query(&st.notify, &[&ask.names.channel, &payload('R', key), key])
             .await?;
@@ -520,20 +549,6 @@ pub(super) async fn refused(
         waiters: waiters.map(|n| n as u64),
         retry: Some(Duration::from_millis(blocked.retry_ms.max(0) as u64 + 1)),
     })
-}
-
-/// A waiter's holder as the queue keeps it: with the sharing it asks for, unless
-/// exclusive (then as before groups existed).
-fn queued_json(req: &AcquireRequest) -> String {
-    let holder = holder_json(&req.holder);
-    if req.sharing.is_exclusive() {
-        return holder;
-    }
-    Queued {
-        sharing: req.sharing,
-        holder: serde_json::from_str(&holder).unwrap_or_default(),
-    }
-    .encode()
 }
 
 pub(super) fn read_queue(row: &Row) -> Queue {
@@ -561,7 +576,7 @@ async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Release
                 .as_deref()
                 .and_then(|o| live_group(o, current.holder.as_deref(), current.left_ms));
             match group {
-                Some((g, _)) => Some(members(&g)),
+                Some((g, _)) => Some(group::members(&g)),
                 None => owner,
             }
         }
@@ -572,10 +587,4 @@ async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Release
         previous_owner,
         still_held: false,
     })
-}
-
-/// The owners of a group's members, first granted first.
-fn members(group: &crate::backend::group::Group) -> String {
-    let owners: Vec<&str> = group.members.iter().map(|m| m.owner.as_str()).collect();
-    owners.join(", ")
 }

@@ -3,9 +3,10 @@
 //! * `<table>`: one row per key, kept forever once created so that its fencing counter
 //!   (`token`) is never reset: owner, depth, expiry on the server's clock, holder (JSON),
 //!   and the last-run record. A free key has `owner` NULL; an expired lease is free.
-//! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
-//!   `ticket` (ordering only: a repeated or skipped ticket costs no safety), each with a
-//!   liveness deadline that the waiter refreshes as it looks again.
+//! * `<table>_waiters`: the queue, one row per waiting acquisition, ordered by [`NEXT`]:
+//!   `priority` (`--priority`, highest first), then `ticket` (arrival; ordering only: a
+//!   repeated or skipped ticket costs no safety), each with a liveness deadline that the
+//!   waiter refreshes as it looks again.
 //!
 //! Every change to a key's lease or queue first locks its row (`FOR UPDATE`, or the
 //! `UPDATE` itself): the row lock serializes acquirers, renewals and releases of one key.
@@ -64,6 +65,7 @@ impl Names {
     /// who create them ahead of time.
     pub fn ddl(&self) -> String {
         let (l, w) = (&self.locks, &self.waiters);
+        let upgrade = self.upgrade();
         format!(
             "CREATE TABLE IF NOT EXISTS {l} (
   key text PRIMARY KEY,
@@ -82,8 +84,23 @@ CREATE TABLE IF NOT EXISTS {w} (
   ticket bigint GENERATED ALWAYS AS IDENTITY,
   alive_until timestamptz NOT NULL,
   holder text NOT NULL,
+  priority integer NOT NULL DEFAULT 0,
+  superseding boolean NOT NULL DEFAULT false,
+  superseded_by text,
   PRIMARY KEY (key, id)
-);"
+);
+{upgrade}"
+        )
+    }
+
+    /// What a waiters table made by an older dlock lacks: the column `--priority` orders
+    /// by (plain arrival order for the rows already there), and the two of `--supersede`.
+    pub fn upgrade(&self) -> String {
+        let w = &self.waiters;
+        format!(
+            "ALTER TABLE {w} ADD COLUMN IF NOT EXISTS priority integer NOT NULL DEFAULT 0,
+  ADD COLUMN IF NOT EXISTS superseding boolean NOT NULL DEFAULT false,
+  ADD COLUMN IF NOT EXISTS superseded_by text;"
         )
     }
 }
@@ -113,8 +130,14 @@ pub struct Prepared {
     pub grant: Statement,
     /// $1 key, $2 ttl_ms, $3 waiter, $4 deeper (bool) → token, depth, left_ms.
     pub extend: Statement,
-    /// $1 key, $2 waiter, $3 liveness_ms, $4 holder.
+    /// $1 key, $2 waiter, $3 liveness_ms, $4 holder, $5 priority, $6 superseding.
     pub enqueue: Statement,
+    /// $1 key, $2 waiter, $3 holder: the key's older pending superseding waiter gives way,
+    /// woken on its channel → how many did. Only an older one: a waiter that looks again
+    /// after a newer one marked it (both waited on the row lock) cannot turn the tables.
+    pub supersede: Statement,
+    /// $1 key, $2 waiter → the holder of the waiter that superseded it, its row gone.
+    pub superseded: Statement,
     /// $1 channel, $2 payload, $3 key: wakes the key's head, tells the table's channel.
     pub notify: Statement,
     /// $1 key, $2 waiter → its 1-based place in the live queue (NULL: not in it), how
@@ -138,7 +161,7 @@ pub struct Prepared {
     pub held: Statement,
     /// → the same for every live lease, by key.
     pub held_all: Statement,
-    /// $1 keys → key, id, holder of live waiters in order.
+    /// $1 keys → key, id, holder, priority of live waiters in order.
     pub waiting: Statement,
     /// $1 key, $2 last run, $3 last success (or NULL), $4 keep_ms.
     pub record_run: Statement,
@@ -175,6 +198,8 @@ impl Prepared {
             grant: next(),
             extend: next(),
             enqueue: next(),
+            supersede: next(),
+            superseded: next(),
             notify: next(),
             place: next(),
             wake_free: next(),
@@ -200,11 +225,11 @@ impl Prepared {
 const LIVE: &str = "(owner IS NOT NULL AND expires_at > clock_timestamp())";
 
 /// The order of the queue: the first live waiter in it is the next to be admitted.
-pub const NEXT: &str = "ticket, id";
+pub const NEXT: &str = "priority DESC, ticket, id";
 
 /// The live waiters of the key in parameter `$k`, in no order (add `ORDER BY` [`NEXT`]).
 fn line(w: &str, k: u8) -> String {
-    format!("SELECT id, ticket, alive_until, holder FROM {w} WHERE key = ${k} AND alive_until >= clock_timestamp()")
+    format!("SELECT id, priority, ticket, alive_until, holder FROM {w} WHERE key = ${k} AND alive_until >= clock_timestamp() AND superseded_by IS NULL")
 }
 
 /// The prefix of a waiter's own notification channel; the rest is its id.
@@ -262,9 +287,21 @@ fn acquiring(n: &Names) -> Vec<String> {
             later(2)
         ),
         format!(
-            "INSERT INTO {w} (key, id, alive_until, holder) VALUES ($1, $2, {}, $4)
+            "INSERT INTO {w} (key, id, alive_until, holder, priority, superseding)
+             VALUES ($1, $2, {}, $4, $5, $6)
              ON CONFLICT (key, id) DO UPDATE SET alive_until = EXCLUDED.alive_until",
             later(3)
+        ),
+        format!(
+            "WITH s AS (UPDATE {w} SET superseded_by = $3 WHERE key = $1 AND id <> $2 AND superseding
+                          AND superseded_by IS NULL AND alive_until >= clock_timestamp()
+                          AND ticket < (SELECT ticket FROM {w} WHERE key = $1 AND id = $2)
+                        RETURNING id)
+             SELECT count(pg_notify('{WAITER_CHANNEL}' || id, 'W:' || id)) FROM s"
+        ),
+        format!(
+            "DELETE FROM {w} WHERE key = $1 AND id = $2 AND superseded_by IS NOT NULL
+             RETURNING superseded_by"
         ),
         format!("SELECT {}, pg_notify($1, $2)::text", wake(w, 3)),
         format!(
@@ -333,7 +370,7 @@ fn reading(n: &Names) -> Vec<String> {
     vec![
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE key = ANY($1) AND {live}"),
         format!("SELECT key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live} ORDER BY key"),
-        format!("SELECT key, id, holder FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() ORDER BY key, {NEXT}"),
+        format!("SELECT key, id, holder, priority FROM {w} WHERE key = ANY($1) AND alive_until >= clock_timestamp() AND superseded_by IS NULL ORDER BY key, {NEXT}"),
         format!(
             "INSERT INTO {l} (key, last_run, last_success, runs_until) VALUES ($1, $2, $3, {})
              ON CONFLICT (key) DO UPDATE SET last_run = EXCLUDED.last_run,
@@ -383,8 +420,9 @@ fn grouping(n: &Names) -> Vec<String> {
     ]
 }
 
-/// Creates the tables unless both exist: a role that may not run DDL works with tables
-/// created ahead of time. Two first users racing on `CREATE TABLE IF NOT EXISTS` can
+/// Creates the tables unless both exist with every column (a waiters table from an older
+/// dlock gains `priority`): a role that may not run DDL works with tables created or
+/// upgraded ahead of time. Two first users racing on `CREATE TABLE IF NOT EXISTS` can
 /// collide in the catalog; the loser looks again.
 pub async fn ensure_tables(
     client: &Client,
@@ -394,12 +432,15 @@ pub async fn ensure_tables(
     for _ in 0..3 {
         let row = client
             .query_one(
-                "SELECT to_regclass($1)::text, to_regclass($2)::text",
+                "SELECT to_regclass($1)::text, to_regclass($2)::text,
+                        (SELECT count(*) = 3 FROM pg_attribute WHERE attrelid = to_regclass($2)
+                         AND attname IN ('priority', 'superseding', 'superseded_by')
+                         AND NOT attisdropped)",
                 &[&n.locks_plain, &n.waiters_plain],
             )
             .await?;
         let (a, b): (Option<String>, Option<String>) = (row.get(0), row.get(1));
-        if a.is_some() && b.is_some() {
+        if a.is_some() && b.is_some() && row.get::<_, bool>(2) {
             return Ok(());
         }
         match client.batch_execute(&n.ddl()).await {

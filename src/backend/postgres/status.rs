@@ -33,11 +33,19 @@ impl PostgresStore {
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
             .collect();
-        let waiting: Vec<WaitingRow> = waiting
+        let rows: Vec<WaitingRow> = waiting
             .iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
             .collect();
-        Ok(statuses(names, &held, &waiting))
+        // The shared reading knows no priority (MySQL keeps none): set here, in the same order.
+        let mut statuses = statuses(names, &held, &rows);
+        for s in &mut statuses {
+            let priorities = waiting.iter().filter(|r| r.get::<_, String>(0) == s.key);
+            for (w, r) in s.waiters.iter_mut().flatten().zip(priorities) {
+                w.priority = r.get(3);
+            }
+        }
+        Ok(statuses)
     }
 
     /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].

@@ -69,6 +69,12 @@ impl LockStore for PostgresStore {
         true
     }
 
+    /// The queue is ordered by priority, then arrival (`NEXT` in `schema.rs`), and keeps
+    /// one pending superseding waiter (`supersede` there).
+    fn queue_order(&self) -> Option<&'static str> {
+        None
+    }
+
     async fn begin(&self, _req: &AcquireRequest) -> Result<PgWaiter> {
         let id = crate::ids::new_owner_id();
         // Not listening (the server is failing), a waiter still looks again every heartbeat.

@@ -1,7 +1,8 @@
 -- Acquire, re-enter, or join the queue, in one round trip.
 -- KEYS: lease, fence, queue, alive, info, unfair, group
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1/2), liveness_ms, wake_prefix,
---       holder (JSON: host, pid, user, command), floor, client_ms, reenter owners...
+--       holder (JSON: host, pid, user, command), floor, client_ms, priority,
+--       supersede (0/1), reenter owners...
 -- client_ms: the caller's wall clock, stored as the time of acquisition (shown by status
 -- only). The server's TIME is read only when the queue is involved, where every client
 -- must use one clock; a free key costs one call less.
@@ -12,7 +13,8 @@
 -- Returns {1, owner, token, depth, reentered, client_ms, pttl} when granted, else
 -- {0, position, waiters, retry_ms, pttl, owner, token, depth, holder, acquired_ms, held_until}
 -- (lease fields nil when the lock is free but reserved for the queue head), or {3} when
--- the key has shared or semaphore holders: share.lua decides (nothing changed here).
+-- the key has shared or semaphore holders: share.lua decides (nothing changed here), or
+-- {-4, holder JSON} when a newer --supersede waiter took the caller's place (see supersede).
 local lease, fence, queue, alive, info, unfair, group =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -20,7 +22,12 @@ local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6]
 local wake_prefix, holder = ARGV[7], ARGV[8]
 local floor = tonumber(ARGV[9]) or 0
 local client_ms = tonumber(ARGV[10])
-local FIRST_REENTER = 11
+local priority, superseding = tonumber(ARGV[11]), ARGV[12] == '1'
+local FIRST_REENTER = 13
+local by = superseded_by(wake_prefix, waiter)
+if by then
+  return {-4, by}
+end
 if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
   return {2}
 end
@@ -98,13 +105,13 @@ end
 local position = 0
 if fair and enqueue then
   if not redis.call('ZSCORE', queue, waiter) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    local ticket = 1
-    if last[2] then
-      ticket = tonumber(last[2]) + 1
-    end
-    redis.call('ZADD', queue, ticket, waiter)
+    join(queue, info, waiter, priority)
     redis.call('HSET', info, waiter, holder)
+    -- The waiter that gave way may have been the head of a free key: the next one goes.
+    if superseding and supersede(queue, alive, info, wake_prefix, waiter, holder)
+        and not current then
+      wake(wake_prefix, redis.call('ZRANGE', queue, 0, 0)[1])
+    end
   end
   redis.call('ZADD', alive, now + liveness, waiter)
   -- The queue keys outlive their last waiter by a little, then vanish on their own. They

@@ -3,9 +3,10 @@
 -- A lock K owns these keys, all with the hash tag {K} so that they share one cluster slot:
 --   lease  HASH  owner, token, depth, holder (JSON), acquired_ms (PEXPIRE ttl)
 --   fence  STRING  fencing counter (INCR), never deleted nor expired
---   queue  ZSET  waiter id -> arrival ticket (FIFO order)
+--   queue  ZSET  waiter id -> its place: -priority * 2^32 + arrival ticket (see join)
 --   alive  ZSET  waiter id -> liveness deadline, server ms (a waiter refreshes it as it polls)
---   info   HASH  waiter id -> holder JSON, for `status`
+--   info   HASH  waiter id -> holder JSON, for `status`; '!' -> the pending --supersede waiter,
+--          '#' -> the last arrival ticket (see join)
 --   wake:<waiter id>  LIST  a pending wake-up for that waiter (see wake)
 --   group  HASH  shared (--shared) or semaphore (--limit N) holders: owner ->
 --          "token|depth|acquired_ms|held_until|holder JSON", and '=' -> how they hold it
@@ -179,4 +180,39 @@ local function wake_if_fits(queue, alive, info, lease, group, ends, now, wake_pr
   if admit(wants(redis.call('HGET', info, head)), held, n, {}) ~= 'wait' then
     wake(wake_prefix, head)
   end
+end
+
+-- The queue's order, written once: higher --priority first, arrival order among equals.
+-- One score holds both, -priority * 2^32 + arrival ticket (the CLI keeps |priority| at
+-- most 10^6, so the score stays exact in a double); ZRANGE, ZRANK and the head follow it.
+-- The ticket counts in the info hash under its own field, so joining costs the same however
+-- many wait; it starts again from 1 when the queue keys expire, with nobody left to pass.
+local ARRIVALS, TICKETS = 4294967296, '#'
+local function join(queue, info, waiter, priority)
+  local ticket = redis.call('HINCRBY', info, TICKETS, 1) % ARRIVALS
+  redis.call('ZADD', queue, ticket - priority * ARRIVALS, waiter)
+end
+
+-- --supersede: the info hash names the pending superseding waiter under this field. A newer
+-- one takes it off the queue and leaves it a note beside its wake list, then wakes it: it
+-- gives up at once, however it sleeps. Returns true when an older waiter gave way.
+local SUPERSEDER, NOTE = '!', '!'
+local function supersede(queue, alive, info, wake_prefix, waiter, holder)
+  local older = redis.call('HGET', info, SUPERSEDER)
+  redis.call('HSET', info, SUPERSEDER, waiter)
+  if not older or older == waiter or not redis.call('ZSCORE', queue, older) then
+    return false
+  end
+  dequeue(queue, alive, info, wake_prefix, older)
+  redis.call('SET', wake_prefix .. older .. NOTE, holder, 'PX', WAKE_TTL_MS)
+  wake(wake_prefix, older)
+  return true
+end
+
+-- The holder JSON of the waiter that superseded `waiter`, or nil. The note stays until it
+-- expires: an answer lost on the way is given again by the next attempt.
+local function superseded_by(wake_prefix, waiter)
+  if waiter == '' then return nil end
+  local by = redis.call('GET', wake_prefix .. waiter .. NOTE)
+  return by or nil
 end

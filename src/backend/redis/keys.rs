@@ -7,15 +7,16 @@
 //! |---|---|---|
 //! | `dlock:{K}:lease` | HASH | owner, token, depth, holder (JSON `[host, pid, user, command, requested_ms]`), acquired_ms, and held_until (server ms) once `exec --hold-at-least` leaves it held after its run; `PEXPIRE` = TTL |
 //! | `dlock:{K}:fence` | STRING | fencing counter, `INCR`ed on every fresh grant; never deleted, never expires |
-//! | `dlock:{K}:queue` | ZSET | waiter id → arrival ticket (last ticket + 1): the FIFO line |
+//! | `dlock:{K}:queue` | ZSET | waiter id → `-priority * 2^32 + arrival ticket` (`join` in `common.lua`): highest priority first, then first come first served |
 //! | `dlock:{K}:alive` | ZSET | waiter id → liveness deadline (server ms), refreshed by each poll |
-//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status`; prefixed `s\|` or `N\|` when the waiter asks for `--shared` or `--limit N`, so that admission knows what each waiter ahead needs |
+//! | `dlock:{K}:info` | HASH | waiter id → the waiter's [`Holder`](crate::backend::Holder) as the same JSON array, for `status`; prefixed `s\|` or `N\|` when the waiter asks for `--shared` or `--limit N`, so that admission knows what each waiter ahead needs; field `!` → the pending `--supersede` waiter, field `#` → the last arrival ticket (`HINCRBY`) |
 //! | `dlock:{K}:group` | HASH | shared (`--shared`) or semaphore (`--limit N`) holders: owner → `token\|depth\|acquired_ms\|held_until\|holder JSON`, and `=` → how they hold the key (`s`, or N); `PEXPIRE` = the latest holder's end. Never beside a lease: an exclusive holder always has the lease |
 //! | `dlock:{K}:ends` | ZSET | group holder owner → end of its lease (server ms): a dead holder's place is dropped there by the next script that looks |
 //! | `dlock:{K}:lastrun` | STRING | the last run's [`RunRecord`](crate::backend::RunRecord) as JSON; `PX` = `RUN_RECORD_TTL` from its write |
 //! | `dlock:{K}:lastok` | STRING | the last successful run's, the same way |
 //!
 //! | `dlock:{K}:wake:<waiter id>` | LIST | a pending wake-up of that fair waiter (expires after 60 s) |
+//! | `dlock:{K}:wake:<waiter id>!` | STRING | the holder JSON of the newer `--supersede` waiter that replaced that waiter (expires after 60 s) |
 //! | `dlock:{K}:unfair` | STRING | set (for twice the liveness window) by every refused unfair attempt, and by `dlock wait` (for at least a minute): a release publishes on the released channel only while it exists |
 //!
 //! The three queue keys get a TTL of twice the liveness window on every refresh, so they

@@ -20,7 +20,7 @@ use redis::{Cmd, Value};
 use super::backend::KeptRun;
 use super::backend::RedisBackend;
 use super::keys::{run_keys, Keys};
-use super::reply::{holder_json, lock_info, parse_sharing, Reply};
+use super::reply::{holder_json, lock_info, parse_holder, parse_sharing, Reply};
 use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
@@ -187,7 +187,7 @@ impl RedisBackend {
         ninth: impl redis::ToRedisArgs,
     ) -> Cmd {
         let flag = |b: bool| if b { "1" } else { "0" };
-        let mut cmd = evalsha(script, keys, 10 + req.reenter.len());
+        let mut cmd = evalsha(script, keys, 12 + req.reenter.len());
         cmd.arg(&req.owner)
             .arg(millis(req.ttl))
             .arg(queue.waiter)
@@ -197,7 +197,9 @@ impl RedisBackend {
             .arg(&k.wake_prefix)
             .arg(queue.json)
             .arg(ninth)
-            .arg(crate::backend::now_ms());
+            .arg(crate::backend::now_ms())
+            .arg(req.queue.priority)
+            .arg(flag(req.queue.supersede));
         for owner in &req.reenter {
             cmd.arg(owner);
         }
@@ -212,6 +214,15 @@ impl RedisBackend {
     ) -> Result<Tried> {
         let mut r = Reply::new(reply, &self.server.url)?;
         let code = r.next::<i64>()?;
+        if code == -4 {
+            let by = parse_holder(&r.next::<String>()?).unwrap_or_default();
+            return Err(Error::superseded(
+                &req.key,
+                &self.server.url,
+                &by.host,
+                by.pid,
+            ));
+        }
         if code == -3 {
             let held = parse_sharing(&r.next::<String>()?);
             return Err(req.sharing.conflict(&req.key, &self.server.url, held));

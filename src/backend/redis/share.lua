@@ -3,7 +3,8 @@
 -- admission where several may hold one key, by the rule of src/backend/sharing.rs.
 -- KEYS: lease, fence, queue, alive, info, unfair, group, ends
 -- ARGV: owner, ttl_ms, waiter, fair (0/1), enqueue (0/1/2), liveness_ms, wake_prefix,
---       holder (JSON), sharing ('x', 's' or N), client_ms, reenter owners...
+--       holder (JSON), sharing ('x', 's' or N), client_ms, priority, supersede (0/1),
+--       reenter owners...
 -- Returns what acquire.lua returns, or {-3, mode} when the key is held in a way this
 -- caller must not join nor wait for (a semaphore of another N, or rw beside a semaphore).
 local lease, fence, queue, alive, info, unfair, group, ends =
@@ -11,7 +12,12 @@ local lease, fence, queue, alive, info, unfair, group, ends =
 local owner, ttl, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6])
 local wake_prefix, holder, me, client_ms = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
-local FIRST_REENTER = 11
+local priority, superseding = tonumber(ARGV[11]), ARGV[12] == '1'
+local FIRST_REENTER = 13
+local by = superseded_by(wake_prefix, waiter)
+if by then
+  return {-4, by}
+end
 if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
   return {2}
 end
@@ -121,13 +127,11 @@ if holders == 0 and dropped > 0 then
 end
 if fair and enqueue then
   if not redis.call('ZSCORE', queue, waiter) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
-    local ticket = 1
-    if last[2] then
-      ticket = tonumber(last[2]) + 1
-    end
-    redis.call('ZADD', queue, ticket, waiter)
+    join(queue, info, waiter, priority)
     redis.call('HSET', info, waiter, me == 'x' and holder or (me .. '|' .. holder))
+    if superseding and supersede(queue, alive, info, wake_prefix, waiter, holder) then
+      wake_if_fits(queue, alive, info, lease, group, ends, now, wake_prefix)
+    end
   end
   redis.call('ZADD', alive, now + liveness, waiter)
   if redis.call('PTTL', alive) < liveness then

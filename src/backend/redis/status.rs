@@ -155,7 +155,11 @@ impl RedisBackend {
         pipe.cmd("TIME");
         for key in keys {
             let k = Keys::new(key);
-            pipe.cmd("ZRANGE").arg(&k.queue).arg(0).arg(-1);
+            pipe.cmd("ZRANGE")
+                .arg(&k.queue)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
             pipe.cmd("ZRANGE")
                 .arg(&k.alive)
                 .arg(0)
@@ -171,21 +175,24 @@ impl RedisBackend {
         let now_ms = (secs * 1000 + micros / 1000) as f64;
         let mut all = Vec::with_capacity(keys.len());
         for _ in keys {
-            let order: Vec<String> = r.next()?;
+            let order: Vec<(String, f64)> = r.next()?;
             let alive: HashMap<String, f64> = r.next()?;
             let mut info: HashMap<String, String> = r.next()?;
             let live = |id: &String| alive.get(id).is_some_and(|deadline| *deadline > now_ms);
-            let waiters = order.into_iter().filter(live).map(|id| {
-                let json = info.remove(&id).unwrap_or_default();
-                let (sharing, holder) = parse_waiter(&json);
-                let holder = holder.unwrap_or_default();
-                WaiterInfo {
-                    id,
-                    holder,
-                    sharing,
-                    priority: 0,
-                }
-            });
+            let waiters = order
+                .into_iter()
+                .filter(|(id, _)| live(id))
+                .map(|(id, place)| {
+                    let json = info.remove(&id).unwrap_or_default();
+                    let (sharing, holder) = parse_waiter(&json);
+                    let holder = holder.unwrap_or_default();
+                    WaiterInfo {
+                        id,
+                        holder,
+                        sharing,
+                        priority: priority_of(place),
+                    }
+                });
             all.push(waiters.collect());
         }
         Ok(all)
@@ -299,6 +306,13 @@ impl RedisBackend {
     }
 }
 
+/// The `--priority` of a waiter whose queue score is `place` (see `join` in common.lua).
+fn priority_of(place: f64) -> i32 {
+    const ARRIVALS: f64 = 4294967296.0;
+    let arrival = place.rem_euclid(ARRIVALS);
+    (-(place - arrival) / ARRIVALS) as i32
+}
+
 /// What one SCAN step found: locks with a lease, with a queue, with shared holders.
 #[derive(Default)]
 struct Found {
@@ -323,5 +337,23 @@ fn held_status(key: &str, lock: Option<LockInfo>, group: Option<Group>) -> KeySt
         sharing,
         waiters: None,
         servers: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::priority_of;
+
+    /// The scores `join` in common.lua writes: `arrival - priority * 2^32`.
+    #[test]
+    fn a_waiter_s_priority_is_read_back_from_its_score() {
+        for (priority, arrival) in [(0i64, 1i64), (10, 7), (-1, 3), (1_000_000, 4_294_967_295)] {
+            let score = (arrival - priority * 4_294_967_296) as f64;
+            assert_eq!(i64::from(priority_of(score)), priority, "{score}");
+        }
+        assert_eq!(
+            priority_of((1 + 1_000_000 * 4_294_967_296i64) as f64),
+            -1_000_000
+        );
     }
 }

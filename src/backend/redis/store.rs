@@ -24,6 +24,12 @@ impl LockStore for RedisBackend {
         true
     }
 
+    /// The scripts order the queue by priority and arrival, and keep one pending
+    /// superseding waiter (see `join` and `supersede` in `redis/common.lua`).
+    fn queue_order(&self) -> Option<&'static str> {
+        None
+    }
+
     async fn begin(&self, req: &AcquireRequest) -> Result<Waiter> {
         let conn = self.conn().await?;
         Ok(self.waiter(req, conn))

@@ -331,6 +331,12 @@ impl RedisBackend {
         }
         let attempt = match self.parse_attempt(req, sent_at, reply) {
             Ok(attempt) => attempt,
+            // Superseded: the waiter is off the queue already, and gives up now.
+            Err(e @ crate::error::Error::Superseded(_)) => {
+                waiter.queued = false;
+                waiter.blocking = blocked.answered();
+                return Err(e);
+            }
             Err(_) => return Ok(Woken::Again),
         };
         waiter.blocking = blocked.answered();
