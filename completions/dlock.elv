@@ -186,7 +186,7 @@ set edit:completion:arg-completer[dlock] = {|@words|
             cand -s 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
             cand --shared 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
             cand --supersede 'At most one pending --supersede waiter per key: a newer one makes the older give up at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2) where --priority is'
-            cand --rejoin 'When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run CMD again once elected again, instead of exiting. Each lost term is one `term_lost` event (-v) and counts in --metrics-file'
+            cand --rejoin 'When leadership is lost (CMD terminated, exit 79 otherwise), go back in line and run CMD again once elected again, instead of exiting (a store still out of reach then is tried again every second). Each lost term is one `term_lost` event (-v) and counts in --metrics-file'
             cand --json 'Machine-readable output on stdout (one JSON object, or one per line for lists)'
             cand -q 'Say less on stderr (no waiting line, no notes)'
             cand --quiet 'Say less on stderr (no waiting line, no notes)'

@@ -326,8 +326,9 @@ fn rejoin_runs_the_command_again_after_a_lost_term(store: Store) {
 /// `--priority` and `--supersede` order jobs waiting their turn; candidates of an election
 /// are not jobs: refused in one line (exit 2), even on Redis, which keeps both for `exec`.
 #[test]
+#[cfg(feature = "redis")]
 fn a_campaign_refuses_priority_and_supersede() {
-    let server = RedisServer::start();
+    let server = support::RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     for extra in [&["--priority", "10"][..], &["--supersede"]] {
