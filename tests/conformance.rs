@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use dlock::backend::{Backend, ReleaseMode};
 
-use crate::support::{self, backends::factory::Guard, backends::Caps};
+use crate::macros::Caps;
+use crate::support::{self, backends::factory::Guard};
 
 /// The bound on an event-driven wake-up (hand-off, cancellation, no-wait refusal): far
 /// above what any backend needs on an idle machine, but loaded two-core CI boxes can delay
@@ -50,7 +51,7 @@ tokio::task_local! {
     /// serves backends with millisecond TTLs and etcd, whose leases are whole seconds.
     pub static TTL_UNIT: Duration;
 
-    /// The capabilities the backend under test declares (`support::backends::caps`), set
+    /// The capabilities the backend under test declares (`macros::caps`), set
     /// by `conformance_tests!` beside [`TTL_UNIT`]: the `*_as_declared` tests check them.
     pub static CAPS: Caps;
 }

@@ -9,7 +9,7 @@
 //!
 //! Library API:
 //! - `conformance`: the behaviour every backend shares, run on every backend;
-//!   `capabilities`: what a backend declares it does beyond that (`support::backends::caps`),
+//!   `capabilities`: what a backend declares it does beyond that (`macros::caps`),
 //!   checked both ways, in the same suite.
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
@@ -25,6 +25,8 @@
 //!   refusal of `--priority`/`--supersede` where dlock does not order the queue.
 //!
 //! The `dlock` binary against particular servers and failures:
+//! - `faults`: the fault matrix (a server killed, paused or restarted while clients wait
+//!   or hold), run on every store with servers through the one `Server` trait.
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`,
 //!   `url_secrets` (no piece of a URL's password in any error, on every scheme).
 //! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
@@ -90,6 +92,8 @@ mod options;
 mod queue;
 mod scripts;
 mod sharing;
+
+mod faults;
 
 #[cfg(feature = "redis")]
 mod applock_redis;
