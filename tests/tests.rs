@@ -16,7 +16,8 @@
 //!
 //! The `dlock` binary on every CLI backend:
 //! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on a paused Redis),
-//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
+//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `wait_command`
+//!   (`dlock wait`), `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
@@ -92,6 +93,7 @@ mod options;
 mod queue;
 mod scripts;
 mod sharing;
+mod wait_command;
 
 mod faults;
 
