@@ -11,7 +11,8 @@
 //! - `conformance`: the behaviour every backend shares, run on every backend;
 //!   `capabilities`: what a backend declares it does beyond that (`macros::caps`),
 //!   checked both ways, in the same suite.
-//! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
+//! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked;
+//!   `redlock_cli`: Redlock through the binary (pauses, contention, passwords).
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
@@ -80,6 +81,8 @@ mod redis_backend;
 mod redis_sharing;
 #[cfg(feature = "redis")]
 mod redlock;
+#[cfg(feature = "redis")]
+mod redlock_cli;
 
 mod cli_edges;
 mod elect;
