@@ -8,7 +8,8 @@
 //!   the conformance factories and the library helpers (`req`, `no_wait`, …).
 //!
 //! Library API:
-//! - `conformance`: the behaviour every backend shares, run on every backend;
+//! - `conformance`: the behaviour every backend shares, run on every backend (its waiting
+//!   tests in `conformance_waiting`);
 //!   `capabilities`: what a backend declares it does beyond that (`macros::caps`),
 //!   checked both ways, in the same suite.
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked;
@@ -74,6 +75,7 @@ mod support;
 
 mod capabilities;
 mod conformance;
+mod conformance_waiting;
 mod local_backend;
 #[cfg(feature = "redis")]
 mod redis_backend;
