@@ -13,7 +13,8 @@
 //!   `capabilities`: what a backend declares it does beyond that (`macros::caps`),
 //!   checked both ways, in the same suite.
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked;
-//!   `redlock_cli`: Redlock through the binary (pauses, contention, passwords).
+//!   `redlock_cli`: Redlock through the binary (pauses, contention, passwords);
+//!   `local_processes`: local holders and waiters in other processes, killed or stopped.
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
@@ -77,6 +78,7 @@ mod capabilities;
 mod conformance;
 mod conformance_waiting;
 mod local_backend;
+mod local_processes;
 #[cfg(feature = "redis")]
 mod redis_backend;
 #[cfg(feature = "redis")]
