@@ -123,7 +123,6 @@ async fn holder_killed_by_sigkill_frees_the_key_at_once() {
     assert!(got.lease.fencing_token > token);
 }
 
-
 #[tokio::test]
 async fn a_stopped_waiter_does_not_hold_up_the_queue() {
     let (dir, b) = store();

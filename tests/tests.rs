@@ -15,6 +15,8 @@
 //! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked;
 //!   `redlock_cli`: Redlock through the binary (pauses, contention, passwords);
 //!   `local_processes`: local holders and waiters in other processes, killed or stopped.
+//! - `redis_waiters` (the queue, dead and unfair waiters), `redis_connect` (passwords, TLS,
+//!   a paused or restarted server).
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
@@ -82,7 +84,11 @@ mod local_processes;
 #[cfg(feature = "redis")]
 mod redis_backend;
 #[cfg(feature = "redis")]
+mod redis_connect;
+#[cfg(feature = "redis")]
 mod redis_sharing;
+#[cfg(feature = "redis")]
+mod redis_waiters;
 #[cfg(feature = "redis")]
 mod redlock;
 #[cfg(feature = "redis")]
