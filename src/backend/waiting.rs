@@ -99,7 +99,11 @@ pub async fn acquire<S: LockStore + ?Sized>(
     req.queue
         .check(&req.key, &store.describe(), store.queue_order())?;
     let started = Instant::from_std(wait.since);
-    let mut faltering = Faltering::default();
+    // A try of `--no-wait` has no wait to end: the store's own request timeout bounds it.
+    let mut faltering = Faltering {
+        late: deadline(wait).filter(|_| !wait.expired()).map(|d| d + LATE),
+        ..Faltering::default()
+    };
     let mut waiter = loop {
         let began = match in_time(store, req, wait, &faltering, store.begin(req)).await {
             Ok(began) => began,
@@ -144,14 +148,14 @@ fn deadline(wait: &WaitOptions) -> Option<Instant> {
     wait.deadline.map(Instant::from_std)
 }
 
-/// How long past the deadline a try of the store may go on. The deadline is the caller's:
+/// How long past the deadline a try of a wait may go on. The deadline is the caller's:
 /// a store whose client would go on trying (reconnecting, failing over, waiting for a
 /// session) has not answered for the whole time allowed, and the wait ends (exit 69) as
 /// soon after the deadline as on any other store.
 pub const LATE: Duration = Duration::from_secs(2);
 
 /// Runs `step`, one try of the store, unless the wait is cancelled or the try goes on past
-/// [`LATE`] after the deadline.
+/// [`LATE`] after the deadline (`faltering.late`).
 async fn in_time<S: LockStore + ?Sized, T>(
     store: &S,
     req: &AcquireRequest,
@@ -160,8 +164,8 @@ async fn in_time<S: LockStore + ?Sized, T>(
     step: impl std::future::Future<Output = T>,
 ) -> std::result::Result<T, Stop> {
     let late = async {
-        match deadline(wait) {
-            Some(d) => tokio::time::sleep_until(d + LATE).await,
+        match faltering.late {
+            Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
         }
     };
@@ -247,6 +251,9 @@ struct Faltering {
     failures: u32,
     /// What the last failure said.
     last: Option<String>,
+    /// When a try that has not answered is given up on: [`LATE`] after the deadline of a
+    /// wait; never for `--no-wait` or a wait without a deadline.
+    late: Option<Instant>,
 }
 
 impl Faltering {
