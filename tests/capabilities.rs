@@ -1,4 +1,4 @@
-//! The capabilities each backend declares (`support::backends::caps`, beside the backend
+//! The capabilities each backend declares (`macros::caps`, beside the backend
 //! list of `macros.rs`), checked both ways on every backend as part of the conformance
 //! suite: a backend declared to do a thing does it, and one declared not to does not, so
 //! that the declarations the other tests decide from cannot go stale.

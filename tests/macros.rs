@@ -3,9 +3,9 @@
 //! [`with_backends!`] holds the one list of backends; the CLI matrix
 //! ([`on_every_backend!`]) and the conformance suite ([`conformance_suite!`]) both expand
 //! from it. Adding a backend is one name in that list, plus what the name stands for in
-//! `support/backends.rs` (a `Store` constructor for a CLI backend; a conformance factory, a
-//! TTL unit and the declaration of its capabilities, `caps`, for every backend) and its
-//! server in `support/`.
+//! `support/backends.rs` (a `Store` constructor for a CLI backend; a conformance factory and
+//! a TTL unit for every backend), the declaration of its capabilities here ([`caps`], checked
+//! by `capabilities.rs` and the fault matrix), and its server in `support/`.
 
 /// Calls `$then! { cli: [...], library: [...]; ARGS }` with every backend the tests know.
 ///
@@ -32,6 +32,120 @@ macro_rules! with_backends {
             $($args)*
         }
     };
+}
+
+/// What a backend does beyond what every backend does, declared once per backend of the
+/// list above ([`caps`]). Tests decide from it which checks apply, and
+/// `conformance::suite::*_as_declared` check each claim both ways, so that a declaration
+/// that goes stale fails a test.
+#[derive(Clone, Copy, Debug)]
+pub struct Caps {
+    /// `linger` leaves an `exec` lease held after this process is gone, to expire by itself
+    /// (not a ZooKeeper session, which ends with its process).
+    pub lingering: bool,
+    /// `watch` sleeps until the store tells of a change; the others poll.
+    pub notified: bool,
+    /// [`Caps::notified`] also for a lease whose holder has exited (`dlock lock`): not on
+    /// MySQL, whose holders wake watchers with a named lock that ends with their session.
+    pub notified_after_exit: bool,
+    /// Waiters line up first come first served and `status` lists them; elsewhere `status`
+    /// cannot tell (no `waiters`) and a waiter retries on its own.
+    pub queue: bool,
+    /// `--shared` and `--limit N`; elsewhere they are refused.
+    pub sharing: bool,
+    /// A lease outlives a restart of its server (which keeps it on disk, or keeps the
+    /// session), and its holder renews on; elsewhere the restart loses it (exit 79).
+    /// Checked both ways by `faults::restarted_while_holding_is_what_the_store_declares`.
+    pub durable: bool,
+}
+
+/// One declaration per backend of [`with_backends!`]: the same names as
+/// `support::backends::ttl_unit` and `support::backends::factory`.
+pub mod caps {
+    use super::Caps;
+
+    /// Every capability.
+    const ALL: Caps = Caps {
+        lingering: true,
+        notified: true,
+        notified_after_exit: true,
+        queue: true,
+        sharing: true,
+        durable: true,
+    };
+
+    /// No queue, no notifications: a waiter retries, a watcher polls; kept in memory only.
+    const POLLED: Caps = Caps {
+        notified: false,
+        notified_after_exit: false,
+        queue: false,
+        durable: false,
+        ..ALL
+    };
+
+    /// Redis as the tests start it: no persistence.
+    const IN_MEMORY: Caps = Caps {
+        durable: false,
+        ..ALL
+    };
+
+    pub fn local() -> Caps {
+        ALL
+    }
+
+    pub fn redis() -> Caps {
+        IN_MEMORY
+    }
+
+    pub fn redis_cluster() -> Caps {
+        IN_MEMORY
+    }
+
+    pub fn redlock() -> Caps {
+        POLLED
+    }
+
+    pub fn etcd() -> Caps {
+        ALL
+    }
+
+    pub fn memcached() -> Caps {
+        POLLED
+    }
+
+    pub fn memcached_quorum() -> Caps {
+        POLLED
+    }
+
+    /// An `exec` lease is a session, which ends with its process.
+    pub fn zookeeper() -> Caps {
+        Caps {
+            lingering: false,
+            ..ALL
+        }
+    }
+
+    /// LISTEN/NOTIFY.
+    pub fn postgres() -> Caps {
+        ALL
+    }
+
+    /// Named locks (`GET_LOCK`) held by the holder's session: a watcher of a `dlock lock`
+    /// lease, whose process has exited, polls.
+    pub fn mysql() -> Caps {
+        Caps {
+            notified_after_exit: false,
+            ..ALL
+        }
+    }
+
+    /// The in-memory reference store keeps exclusive leases only.
+    pub fn memory() -> Caps {
+        Caps {
+            sharing: false,
+            ..ALL
+        }
+    }
 }
 
 /// Runs each test body `fn name(store: Store)` once per CLI backend, as `local::name`,
@@ -61,10 +175,34 @@ macro_rules! cli_tests {
     };
 }
 
+/// Runs each test body `fn name(store: Store)` once per CLI backend that has servers to
+/// fail ([`Store::servers`](crate::support::Store::servers)): the fault matrix of `faults.rs`.
+macro_rules! on_every_server {
+    ($($name:ident),* $(,)?) => {
+        with_backends!(server_matrix! { [$($name),*] });
+    };
+}
+
+/// [`on_every_server!`] for the backends [`with_backends!`] passes.
+macro_rules! server_matrix {
+    (cli: [$($backend:ident($($cfg:tt)*)),*], library: [$($_library:ident),*]; $names:tt) => {
+        $( server_tests!($backend($($cfg)*) $names); )*
+    };
+}
+
+/// The tests of one backend in [`server_matrix!`]: none where no server can fail (the
+/// local store) or where a fault is one node's (a Redis Cluster, in `redis_cluster.rs`).
+macro_rules! server_tests {
+    (local($($cfg:tt)*) $names:tt) => {};
+    (redis_cluster($($cfg:tt)*) $names:tt) => {};
+    ($backend:ident($($cfg:tt)*) $names:tt) => {
+        #[cfg($($cfg)*)] mod $backend { cli_tests!($backend $names); }
+    };
+}
+
 /// Instantiates each named test of `conformance::suite` for every backend, as
 /// `conformance::BACKEND::TEST`, with the backend's factory from `support::backends::factory`,
-/// its TTL unit from `support::backends::ttl_unit` and its capabilities from
-/// `support::backends::caps`.
+/// its TTL unit from `support::backends::ttl_unit` and its capabilities from [`caps`].
 macro_rules! conformance_suite {
     ($($test:ident),* $(,)?) => {
         with_backends!(conformance_matrix! { [$($test),*] });
@@ -86,7 +224,7 @@ macro_rules! conformance_tests {
             #[tokio::test]
             async fn $test() {
                 let unit = crate::support::backends::ttl_unit::$backend();
-                let caps = crate::support::backends::caps::$backend();
+                let caps = crate::macros::caps::$backend();
                 let test = crate::conformance::suite::$test(crate::support::backends::factory::$backend);
                 let test = crate::conformance::CAPS.scope(caps, test);
                 crate::conformance::TTL_UNIT.scope(unit, test).await

@@ -1,16 +1,18 @@
-//! The Redis backend against real redis-server processes (one per test, free ports).
+//! The Redis backend against real redis-server processes (one per test, free ports): what
+//! the conformance suite cannot ask of every store (the keys, TTLs and scripts on the
+//! server). Its waiters are `redis_waiters.rs`, its connections `redis_connect.rs`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, forever, no_wait, refused, req, self_signed, RedisServer};
-use dlock::backend::redis::{connection_info, RedisBackend, Tuning};
-use dlock::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitInfo, WaitOptions};
+use crate::support::{forever, no_wait, refused, req, RedisServer};
+use dlock::backend::redis::{RedisBackend, Tuning};
+use dlock::backend::{Acquired, Backend, ReleaseMode, WaitOptions};
 use dlock::error::Error;
 use tokio_util::sync::CancellationToken;
 
 /// Short heartbeat and liveness so that dead-waiter tests finish quickly.
-fn fast() -> Tuning {
+pub(crate) fn fast() -> Tuning {
     Tuning {
         connect_timeout: Duration::from_secs(2),
         op_timeout: Duration::from_millis(500),
@@ -20,21 +22,21 @@ fn fast() -> Tuning {
     }
 }
 
-async fn connect(server: &RedisServer) -> Arc<RedisBackend> {
+pub(crate) async fn connect(server: &RedisServer) -> Arc<RedisBackend> {
     Arc::new(RedisBackend::connect(&server.url()).await.expect("connect"))
 }
 
-async fn connect_fast(server: &RedisServer) -> Arc<RedisBackend> {
+pub(crate) async fn connect_fast(server: &RedisServer) -> Arc<RedisBackend> {
     let backend = RedisBackend::connect_with(&server.url(), fast()).await;
     Arc::new(backend.expect("connect"))
 }
 
-async fn take(b: &RedisBackend, key: &str, owner: &str) -> Acquired {
+pub(crate) async fn take(b: &RedisBackend, key: &str, owner: &str) -> Acquired {
     b.acquire(&req(key, owner), &no_wait()).await.expect("free")
 }
 
 /// Polls `cond` (which may run redis-cli) until it holds or `limit` passes.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     loop {
         if cond() {
@@ -47,7 +49,7 @@ async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-fn queue_len(server: &RedisServer, key: &str) -> usize {
+pub(crate) fn queue_len(server: &RedisServer, key: &str) -> usize {
     server
         .cli(&["ZCARD", &format!("dlock:{{{key}}}:queue")])
         .parse()
@@ -55,13 +57,13 @@ fn queue_len(server: &RedisServer, key: &str) -> usize {
 }
 
 /// Number of waiters subscribed to their wake-up channel for `key`.
-fn subscribed(server: &RedisServer, key: &str) -> usize {
+pub(crate) fn subscribed(server: &RedisServer, key: &str) -> usize {
     let out = server.cli(&["PUBSUB", "CHANNELS", &format!("dlock:{{{key}}}:*")]);
     out.lines().filter(|l| !l.is_empty()).count()
 }
 
 /// Clients blocked in `BLPOP` (fair waiters asleep) on this test's own server.
-fn blocked(server: &RedisServer) -> usize {
+pub(crate) fn blocked(server: &RedisServer) -> usize {
     let info = server.cli(&["INFO", "clients"]);
     info.lines()
         .find_map(|l| l.strip_prefix("blocked_clients:"))
@@ -70,11 +72,11 @@ fn blocked(server: &RedisServer) -> usize {
 }
 
 /// Waiters asleep on `key`: fair ones block in `BLPOP`, unfair ones subscribe.
-fn sleeping(server: &RedisServer, key: &str) -> usize {
+pub(crate) fn sleeping(server: &RedisServer, key: &str) -> usize {
     subscribed(server, key) + blocked(server)
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     dlock::backend::now_ms()
 }
 
@@ -175,35 +177,6 @@ async fn wrong_owner_is_refused_and_nothing_changes() {
 }
 
 #[tokio::test]
-async fn lease_expires_after_its_ttl() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    let mut short = req("brief", "o1");
-    short.ttl = Duration::from_millis(200);
-    let t0 = Instant::now();
-    b.acquire(&short, &no_wait()).await.unwrap();
-    let freed = eventually(Duration::from_secs(2), || {
-        server.cli(&["EXISTS", "dlock:{brief}:lease"]) == "0"
-    })
-    .await;
-    let elapsed = t0.elapsed();
-    assert!(freed, "the lease never expired");
-    assert!(
-        elapsed >= Duration::from_millis(180),
-        "expired early: {elapsed:?}"
-    );
-    let e = b
-        .renew("brief", "o1", Duration::from_secs(1))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::NotOwner(m) if m.contains("gone")),
-        "{e}"
-    );
-    assert_eq!(take(&b, "brief", "o2").await.lease.owner, "o2");
-}
-
-#[tokio::test]
 async fn reentry_counts_depth_and_keeps_the_token() {
     let server = RedisServer::start();
     let b = connect(&server).await;
@@ -245,25 +218,6 @@ async fn reentry_counts_depth_and_keeps_the_token() {
             .unwrap()
             .still_held
     );
-}
-
-#[tokio::test]
-async fn force_release_takes_it_from_whoever_holds_it() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "stuck", "gone-away").await;
-    let r = b
-        .release("stuck", "admin", ReleaseMode::Force)
-        .await
-        .unwrap();
-    assert_eq!(r.previous_owner.as_deref(), Some("gone-away"));
-    assert!(!r.still_held);
-    let r = b
-        .release("stuck", "admin", ReleaseMode::Force)
-        .await
-        .unwrap();
-    assert_eq!(r.previous_owner, None);
-    take(&b, "stuck", "next").await;
 }
 
 #[tokio::test]
@@ -343,293 +297,6 @@ async fn cancelling_a_wait_leaves_nothing_queued_or_held() {
     assert_eq!(server.cli(&["EXISTS", "dlock:{sig}:lease"]), "0");
 }
 
-/// The CLI's tuning: one connection, on which a fair waiter blocks; a heartbeat longer
-/// than the request timeout, so a request queued behind a forgotten `BLPOP` would fail.
-fn exclusive() -> Tuning {
-    Tuning {
-        heartbeat: Duration::from_secs(5),
-        exclusive: true,
-        ..Tuning::default()
-    }
-}
-
-#[tokio::test]
-async fn an_exclusive_backend_answers_at_once_after_a_cancelled_blpop() {
-    let server = RedisServer::start();
-    let b = RedisBackend::connect_with(&server.url(), exclusive()).await;
-    let b = Arc::new(b.expect("connect"));
-    take(&b, "one", "alice").await;
-    let mut wait = forever();
-    let cancel = CancellationToken::new();
-    wait.cancel = cancel.clone();
-    let task = {
-        let b = b.clone();
-        tokio::spawn(async move { b.acquire(&req("one", "bob"), &wait).await })
-    };
-    assert!(eventually(Duration::from_secs(2), || blocked(&server) == 1).await);
-    cancel.cancel();
-    let e = refused(task.await.unwrap());
-    assert!(matches!(e, Error::Cancelled(..)), "{e}");
-    // The shared connection the BLPOP blocked is not used again.
-    let t0 = Instant::now();
-    let st = b.status(&["one".to_string()]).await.expect("status");
-    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
-    assert_eq!(st[0].lock.as_ref().map(|l| l.owner.as_str()), Some("alice"));
-    assert_eq!(st[0].waiters.as_ref().map(Vec::len), Some(0));
-    assert_eq!(queue_len(&server, "one"), 0);
-}
-
-/// Starts a waiter for `key` that reports when it got the lock.
-fn spawn_waiter(
-    b: &Arc<RedisBackend>,
-    request: AcquireRequest,
-) -> tokio::task::JoinHandle<(dlock::error::Result<Acquired>, Instant)> {
-    let b = b.clone();
-    tokio::spawn(async move {
-        let got = b.acquire(&request, &forever()).await;
-        (got, Instant::now())
-    })
-}
-
-#[tokio::test]
-async fn a_waiter_picks_up_a_release_within_milliseconds() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    let other = connect(&server).await;
-    let mut worst = Duration::ZERO;
-    for round in 0..5 {
-        let holder = format!("h{round}");
-        take(&b, "relay", &holder).await;
-        let waiter = spawn_waiter(&other, req("relay", &format!("w{round}")));
-        assert!(eventually(Duration::from_secs(2), || sleeping(&server, "relay") == 1).await);
-        let t0 = Instant::now();
-        b.release("relay", &holder, ReleaseMode::All).await.unwrap();
-        let (got, at) = waiter.await.unwrap();
-        let lease = got.unwrap().lease;
-        worst = worst.max(at - t0);
-        b.release("relay", &lease.owner, ReleaseMode::All)
-            .await
-            .unwrap();
-    }
-    println!("hand-off latency (worst of 5): {worst:?}");
-    assert!(worst < Duration::from_millis(50), "hand-off took {worst:?}");
-}
-
-#[tokio::test]
-async fn waiters_are_served_in_arrival_order() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "line", "first").await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..12 {
-        let (b, tx) = (b.clone(), tx.clone());
-        tasks.push(tokio::spawn(async move {
-            let got = b.acquire(&req("line", &format!("w{i}")), &forever()).await;
-            tx.send((i, got.unwrap().lease.owner)).unwrap();
-        }));
-        // Each waiter is queued before the next one starts: a known arrival order.
-        assert!(
-            eventually(Duration::from_secs(2), || queue_len(&server, "line")
-                == i + 1)
-            .await
-        );
-    }
-    let status = b.status(&["line".into()]).await.unwrap();
-    let queued: Vec<u32> = status[0]
-        .waiters
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|w| w.holder.pid)
-        .collect();
-    assert_eq!(queued, vec![std::process::id(); 12]);
-    b.release("line", "first", ReleaseMode::All).await.unwrap();
-    let mut order = Vec::new();
-    for _ in 0..12 {
-        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("the next waiter got the lock")
-            .unwrap();
-        order.push(i);
-        b.release("line", &owner, ReleaseMode::All).await.unwrap();
-    }
-    assert_eq!(order, (0..12).collect::<Vec<_>>());
-    assert_eq!(queue_len(&server, "line"), 0);
-}
-
-#[tokio::test]
-async fn a_dropped_waiter_leaves_the_queue() {
-    let server = RedisServer::start();
-    let b = connect(&server).await; // default liveness: only the drop can explain a fast exit
-    take(&b, "drop", "alice").await;
-    let first = spawn_waiter(&b, req("drop", "w1"));
-    assert!(eventually(Duration::from_secs(2), || queue_len(&server, "drop") == 1).await);
-    let second = spawn_waiter(&b, req("drop", "w2"));
-    assert!(eventually(Duration::from_secs(2), || queue_len(&server, "drop") == 2).await);
-    first.abort();
-    assert!(first.await.err().unwrap().is_cancelled());
-    assert!(eventually(Duration::from_secs(1), || queue_len(&server, "drop") == 1).await);
-    let t0 = Instant::now();
-    b.release("drop", "alice", ReleaseMode::All).await.unwrap();
-    let (got, at) = tokio::time::timeout(Duration::from_secs(1), second)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got.unwrap().lease.owner, "w2");
-    assert!(at - t0 < Duration::from_millis(100), "{:?}", at - t0);
-}
-
-#[tokio::test]
-async fn a_dead_waiter_does_not_stall_the_queue() {
-    let server = RedisServer::start();
-    let b = connect_fast(&server).await;
-    take(&b, "ghost", "alice").await;
-    // A waiter that was killed: first in line, last heard of now, never again.
-    let injected = Instant::now();
-    let dead_at = now_ms() + 300;
-    server.cli(&["ZADD", "dlock:{ghost}:queue", "0", "dead"]);
-    server.cli(&["ZADD", "dlock:{ghost}:alive", &dead_at.to_string(), "dead"]);
-    server.cli(&["HSET", "dlock:{ghost}:info", "dead", "{}"]);
-    // The release woke it while it was dead: its wake list goes when it is dropped.
-    server.cli(&["RPUSH", "dlock:{ghost}:wake:dead", "1"]);
-    let live = spawn_waiter(&b, req("ghost", "live"));
-    assert!(eventually(Duration::from_secs(2), || queue_len(&server, "ghost") == 2).await);
-    b.release("ghost", "alice", ReleaseMode::All).await.unwrap();
-    let (got, at) = tokio::time::timeout(Duration::from_secs(3), live)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(got.unwrap().lease.owner, "live");
-    let waited = at - injected;
-    assert!(
-        waited >= Duration::from_millis(290),
-        "the dead head was skipped while alive: {waited:?}"
-    );
-    assert!(
-        waited < Duration::from_millis(700),
-        "the dead head stalled the queue: {waited:?}"
-    );
-    assert_eq!(queue_len(&server, "ghost"), 0);
-    assert_eq!(server.cli(&["EXISTS", "dlock:{ghost}:wake:dead"]), "0");
-}
-
-#[tokio::test]
-async fn no_wait_does_not_jump_a_live_queue_but_unfair_may() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    let alive_until = (now_ms() + 60_000).to_string();
-    server.cli(&["ZADD", "dlock:{fifo}:queue", "1", "early"]);
-    server.cli(&["ZADD", "dlock:{fifo}:alive", &alive_until, "early"]);
-    let e = refused(b.acquire(&req("fifo", "late"), &no_wait()).await);
-    assert!(
-        matches!(&e, Error::NotObtained(m) if m.contains("promised to")),
-        "{e}"
-    );
-    assert_eq!(queue_len(&server, "fifo"), 1);
-    let mut unfair = req("fifo", "rude");
-    unfair.fair = false;
-    assert_eq!(
-        b.acquire(&unfair, &no_wait()).await.unwrap().lease.owner,
-        "rude"
-    );
-}
-
-#[tokio::test]
-async fn unfair_waiters_are_woken_by_a_release() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "free-for-all", "alice").await;
-    let mut unfair = req("free-for-all", "bob");
-    unfair.fair = false;
-    let waiter = spawn_waiter(&b, unfair);
-    assert!(
-        eventually(Duration::from_secs(2), || subscribed(
-            &server,
-            "free-for-all"
-        ) == 1)
-        .await
-    );
-    assert_eq!(queue_len(&server, "free-for-all"), 0);
-    let t0 = Instant::now();
-    b.release("free-for-all", "alice", ReleaseMode::All)
-        .await
-        .unwrap();
-    let (got, at) = waiter.await.unwrap();
-    assert_eq!(got.unwrap().lease.owner, "bob");
-    assert!(at - t0 < Duration::from_millis(50), "{:?}", at - t0);
-}
-
-#[tokio::test]
-async fn a_waiter_notices_an_expired_lease_without_a_message() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    let mut short = req("lapse", "crashed");
-    short.ttl = Duration::from_millis(300);
-    let t0 = Instant::now();
-    b.acquire(&short, &no_wait()).await.unwrap();
-    let (got, at) = spawn_waiter(&b, req("lapse", "next")).await.unwrap();
-    assert_eq!(got.unwrap().lease.owner, "next");
-    let waited = at - t0;
-    assert!(waited >= Duration::from_millis(290), "{waited:?}");
-    assert!(
-        waited < Duration::from_millis(500),
-        "woke at the expiry, not a poll: {waited:?}"
-    );
-}
-
-#[tokio::test]
-async fn progress_reports_the_holder_and_position() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "seen", "alice").await;
-    let seen: Arc<Mutex<Vec<WaitInfo>>> = Arc::default();
-    let mut wait = WaitOptions::until(Some(Instant::now() + Duration::from_millis(200)));
-    let sink = seen.clone();
-    wait.progress = Some(Arc::new(move |info: &WaitInfo| {
-        sink.lock().unwrap().push(info.clone())
-    }));
-    refused(b.acquire(&req("seen", "bob"), &wait).await);
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 1, "reported once, not on every poll: {seen:?}");
-    assert_eq!(seen[0].holder.as_ref().unwrap().owner, "alice");
-    assert_eq!((seen[0].position, seen[0].waiters), (Some(1), Some(1)));
-}
-
-#[tokio::test]
-async fn status_of_named_keys_and_of_all_keys() {
-    let server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "b-key", "ob").await;
-    take(&b, "a-key", "oa").await;
-    take(&b, "c-key", "oc").await;
-    b.release("c-key", "oc", ReleaseMode::All).await.unwrap();
-    let mut waiting = req("a-key", "w");
-    waiting.holder.pid = 777;
-    let waiter = spawn_waiter(&b, waiting);
-    assert!(eventually(Duration::from_secs(2), || queue_len(&server, "a-key") == 1).await);
-
-    let named = b.status(&["c-key".into(), "a-key".into()]).await.unwrap();
-    assert_eq!(named.len(), 2);
-    assert_eq!(named[0].key, "c-key");
-    assert!(named[0].lock.is_none());
-    let a = named[1].lock.as_ref().unwrap();
-    let pid = std::process::id();
-    assert_eq!((a.owner.as_str(), a.depth, a.holder.pid), ("oa", 1, pid));
-    assert_eq!(a.holder.command, "test oa");
-    assert!(a.ttl_left_ms.unwrap() > 9_000);
-    let waiters = named[1].waiters.as_ref().unwrap();
-    assert_eq!(waiters.len(), 1);
-    assert_eq!(waiters[0].holder.pid, 777);
-
-    let all = b.status(&[]).await.unwrap();
-    let keys: Vec<&str> = all.iter().map(|s| s.key.as_str()).collect();
-    assert_eq!(keys, ["a-key", "b-key"]);
-    assert_eq!(all[0].waiters.as_ref().unwrap().len(), 1);
-    assert_eq!(all[1].waiters.as_ref().unwrap().len(), 0);
-    waiter.abort();
-}
-
 #[tokio::test]
 async fn listing_a_hundred_thousand_locks_reads_them_all() {
     let server = RedisServer::start();
@@ -652,163 +319,6 @@ async fn listing_a_hundred_thousand_locks_reads_them_all() {
         42,
         "holder JSON read"
     );
-}
-
-#[tokio::test]
-async fn refused_connection_is_unavailable_in_one_line() {
-    let port = support::free_port();
-    let url = format!("redis://:topsecret@127.0.0.1:{port}");
-    let t0 = Instant::now();
-    let e = RedisBackend::connect(&url)
-        .await
-        .err()
-        .expect("nobody listens");
-    assert!(t0.elapsed() < Duration::from_secs(3));
-    assert_eq!(e.exit_code(), 69);
-    let msg = e.to_string();
-    assert!(msg.contains(&format!("127.0.0.1:{port}")), "{msg}");
-    assert!(!msg.contains("topsecret") && !msg.contains('\n'), "{msg}");
-}
-
-#[tokio::test]
-async fn wrong_or_missing_password_is_unavailable() {
-    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
-    let bad = format!("redis://:hunter2pw@127.0.0.1:{}", server.port);
-    let e = RedisBackend::connect(&bad)
-        .await
-        .err()
-        .expect("wrong password");
-    let msg = e.to_string();
-    assert_eq!(e.exit_code(), 69, "{msg}");
-    assert!(!msg.contains("hunter2pw") && !msg.contains('\n'), "{msg}");
-    assert!(msg.contains(&format!("127.0.0.1:{}", server.port)), "{msg}");
-
-    // Without a password the handshake sends nothing, so the refusal comes with the first
-    // request (NOAUTH) rather than at connect: either way, exit 69.
-    let e = match RedisBackend::connect(&server.url()).await {
-        Err(e) => e,
-        Ok(b) => b
-            .acquire(&req("auth", "o"), &no_wait())
-            .await
-            .expect_err("no password"),
-    };
-    assert_eq!(e.exit_code(), 69, "{e}");
-    assert!(!e.to_string().contains('\n'), "{e}");
-
-    let good = format!("redis://:s3cret@127.0.0.1:{}", server.port);
-    let b = RedisBackend::connect(&good).await.unwrap();
-    assert!(!b.describe().contains("s3cret"));
-    b.acquire(&req("auth", "o"), &no_wait()).await.unwrap();
-}
-
-#[test]
-fn rediscli_auth_fills_in_a_missing_password() {
-    let info = connection_info("redis://127.0.0.1:6390/2", Some("fromenv".into())).unwrap();
-    assert_eq!(info.redis_settings().password(), Some("fromenv"));
-    assert_eq!(info.redis_settings().db(), 2);
-    let info = connection_info("redis://u:inurl@h:1", Some("fromenv".into())).unwrap();
-    assert_eq!(info.redis_settings().password(), Some("inurl"));
-    assert_eq!(info.redis_settings().username(), Some("u"));
-    let info = connection_info("redis://h", None).unwrap();
-    assert_eq!(info.redis_settings().password(), None);
-    let e = connection_info("redis://:pw@h:notaport", None).unwrap_err();
-    assert_eq!(e.exit_code(), 2);
-    assert!(!e.to_string().contains(":pw@"), "{e}");
-}
-
-#[tokio::test]
-async fn env_password_authenticates() {
-    // Through the URL builder, not the process environment (tests run in parallel).
-    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
-    let info = connection_info(&server.url(), Some("s3cret".into())).unwrap();
-    let client = redis::Client::open(info).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let pong: String = redis::cmd("PING").query_async(&mut conn).await.unwrap();
-    assert_eq!(pong, "PONG");
-}
-
-#[tokio::test]
-async fn tls_urls_attempt_a_handshake() {
-    // A plain server cannot speak TLS: the handshake fails, fast, as Unavailable (and the
-    // crypto provider is in place, or rustls would panic).
-    let server = RedisServer::start();
-    let url = format!("rediss://:pw@127.0.0.1:{}", server.port);
-    let t0 = Instant::now();
-    let e = RedisBackend::connect(&url)
-        .await
-        .err()
-        .expect("no TLS there");
-    assert!(t0.elapsed() < Duration::from_secs(3));
-    assert_eq!(e.exit_code(), 69, "{e}");
-    assert!(!e.to_string().contains(":pw@"), "{e}");
-}
-
-#[tokio::test]
-async fn a_paused_server_times_out_instead_of_hanging() {
-    let server = RedisServer::start();
-    let b = connect_fast(&server).await;
-    take(&b, "frozen", "o").await;
-    server.pause();
-    let t0 = Instant::now();
-    let e = b
-        .renew("frozen", "o", Duration::from_secs(10))
-        .await
-        .unwrap_err();
-    let elapsed = t0.elapsed();
-    let e2 = b.acquire(&req("other", "o"), &forever()).await.err();
-    server.resume();
-    assert_eq!(e.exit_code(), 69);
-    assert!(e.to_string().contains("timed out"), "{e}");
-    assert!(elapsed < Duration::from_millis(1_500), "{elapsed:?}");
-    assert!(matches!(e2, Some(Error::Unavailable(_))));
-    b.renew("frozen", "o", Duration::from_secs(10))
-        .await
-        .unwrap();
-}
-
-#[tokio::test]
-async fn reconnects_after_a_server_restart() {
-    let mut server = RedisServer::start();
-    let b = connect(&server).await;
-    take(&b, "phoenix", "o1").await;
-    server.restart();
-    // The first call may find the old connection broken; a later one must work.
-    let mut last = None;
-    for _ in 0..3 {
-        match b.acquire(&req("phoenix", "o2"), &no_wait()).await {
-            Ok(got) => {
-                last = Some(got.lease.owner);
-                break;
-            }
-            Err(e) => assert_eq!(e.exit_code(), 69, "{e}"),
-        }
-    }
-    assert_eq!(last.as_deref(), Some("o2"));
-}
-
-#[tokio::test]
-async fn locks_work_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some((cert, key)) = self_signed(dir.path()) else {
-        panic!("openssl is needed to make the test certificates (apt-get install openssl)");
-    };
-    let tls_port = support::free_port().to_string();
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    // `#insecure`: the certificate is self-signed; the connection is still TLS.
-    let url = format!("rediss://127.0.0.1:{tls_port}/#insecure");
-    let b = RedisBackend::connect(&url).await.expect("TLS connect");
-    assert_eq!(take(&b, "secure", "o").await.lease.owner, "o");
-    assert_eq!(server.cli(&["HGET", "dlock:{secure}:lease", "owner"]), "o");
-    b.release("secure", "o", ReleaseMode::All).await.unwrap();
 }
 
 /// A grant whose reply a waiter never read (it gave up while the attempt was on its way)

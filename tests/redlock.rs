@@ -1,31 +1,31 @@
 //! Redlock over three real redis-server processes when things fail: dead, restarted and
-//! paused servers, many contending processes. Through the CLI where users would see it,
-//! through the library where timing or internal state is checked.
+//! paused servers. Through the CLI where users would see it, through the library where
+//! timing or internal state is checked; the rest through the CLI is `redlock_cli.rs`. (The
+//! cycles per second against one server are a row of `benches/suite`, `throughput`.)
 
-use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::support::{self, alive, no_wait, refused, req_ttl, text, wait_exit, RedisServer};
+use crate::support::{self, no_wait, refused, req_ttl, text, RedisServer};
 use dlock::backend::redis::Tuning;
 use dlock::backend::redlock::{RedlockBackend, RedlockTuning};
 use dlock::backend::{Backend, ReleaseMode, WaitOptions};
 use dlock::error::Error;
 use serde_json::Value;
 
-fn three() -> Vec<RedisServer> {
+pub(crate) fn three() -> Vec<RedisServer> {
     (0..3).map(|_| RedisServer::start()).collect()
 }
 
-fn urls(servers: &[RedisServer]) -> Vec<String> {
+pub(crate) fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
 }
 
 /// `DLOCK_URL` for the quorum, comma-separated as users write it.
-fn dlock_url(servers: &[RedisServer]) -> String {
+pub(crate) fn dlock_url(servers: &[RedisServer]) -> String {
     urls(servers).join(",")
 }
 
-fn dlock(servers: &[RedisServer]) -> std::process::Command {
+pub(crate) fn dlock(servers: &[RedisServer]) -> std::process::Command {
     let mut c = support::dlock();
     c.env("DLOCK_URL", dlock_url(servers));
     c
@@ -404,214 +404,6 @@ async fn renew_says_not_owner_only_when_a_majority_says_so() {
     assert!(took < Duration::from_millis(1_500), "{took:?}");
 }
 
-/// Starts `dlock exec renewed --ttl TTL -- sh -c SCRIPT`; returns dlock and the command's pid.
-fn hold(servers: &[RedisServer], ttl: &str, script: &str, dir: &std::path::Path) -> (Child, u32) {
-    support::hold_with(dlock(servers), "renewed", &["--ttl", ttl], script, dir)
-}
-
-#[test]
-fn exec_keeps_running_while_a_majority_renews() {
-    let servers = three();
-    let dir = tempfile::tempdir().unwrap();
-    // Four TTLs: the lease must be renewed several times with one server paused.
-    let (child, _) = hold(&servers, "400ms", "sleep 1.6; echo done", dir.path());
-    servers[0].pause();
-    let out = child.wait_with_output().unwrap();
-    servers[0].resume();
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(text(&out.stdout), "done");
-}
-
-#[test]
-fn exec_kills_the_command_before_the_lease_expires_when_two_are_paused() {
-    let servers = three();
-    let dir = tempfile::tempdir().unwrap();
-    let ttl = Duration::from_millis(900);
-    let (mut dlock, pid) = hold(&servers, "900ms", "exec sleep 60", dir.path());
-    // Each server's expiry right after a renewal: a majority may grant the key again once
-    // two of the three have let it expire, at the second expiry in time (renewals that
-    // reach the server left running only move its own later).
-    let lease = "dlock:{renewed}:lease";
-    support::just_renewed(ttl * 2, || servers[0].expiry_ms(lease));
-    let mut expiries: Vec<u64> = servers.iter().map(|s| s.expiry_ms(lease)).collect();
-    servers[0].pause();
-    servers[2].pause();
-    expiries.sort_unstable();
-    let expires_ms = expiries[1];
-    let paused_at = Instant::now();
-    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock must give up");
-    let (dead_ms, took) = (support::now_ms(), paused_at.elapsed());
-    servers[0].resume();
-    servers[2].resume();
-    assert_eq!(status.code(), Some(79));
-    assert!(!alive(pid), "the command must be dead");
-    assert!(
-        dead_ms < expires_ms,
-        "killed {}ms after a majority's lease could expire ({took:?} after the pause)",
-        dead_ms - expires_ms
-    );
-    let err = text(&dlock.wait_with_output().unwrap().stderr);
-    assert!(err.contains("lost the lease"), "{err}");
-    assert!(
-        err.contains(&servers[0].url()) && err.contains(&servers[2].url()),
-        "names the servers: {err}"
-    );
-}
-
-#[test]
-fn many_contending_processes_never_overlap_and_tokens_increase() {
-    let servers = three();
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("log");
-    let bin = support::dlock_bin();
-    let script = format!(
-        "for i in 1 2 3 4 5; do '{}' exec -q contended --ttl 5s -- sh -c \
-         'echo start $DLOCK_FENCING_TOKEN >> {log}; sleep 0.01; echo end $DLOCK_FENCING_TOKEN >> {log}' \
-         || exit 1; done",
-        bin.display(),
-        log = log.display()
-    );
-    let started = Instant::now();
-    let workers: Vec<Child> = (0..6)
-        .map(|_| {
-            std::process::Command::new("sh")
-                .args(["-c", &script])
-                .env("DLOCK_URL", dlock_url(&servers))
-                .env_remove("DLOCK_OWNER")
-                .env_remove("DLOCK_OWNERS")
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut w in workers {
-        let status = wait_exit(&mut w, Duration::from_secs(30)).expect("worker finishes");
-        assert!(status.success());
-    }
-    let took = started.elapsed();
-    let lines: Vec<String> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect();
-    assert_eq!(lines.len(), 60, "30 runs, a start and an end each");
-    let mut last = 0u64;
-    for pair in lines.chunks(2) {
-        let start = pair[0].strip_prefix("start ").expect("a start");
-        let end = pair[1]
-            .strip_prefix("end ")
-            .expect("then its own end: no overlap");
-        assert_eq!(start, end, "{pair:?}");
-        let token: u64 = start.parse().unwrap();
-        assert!(token > last, "token {token} after {last}");
-        last = token;
-    }
-    for s in &servers {
-        // Nothing held, and nothing queued: waiters never write queue entries, so only
-        // the fencing counter (never deleted) remains, and the marker of unfair waiters,
-        // which expires on its own.
-        let mut keys: Vec<String> = s
-            .cli(&["KEYS", "dlock:*"])
-            .lines()
-            .map(String::from)
-            .collect();
-        keys.sort();
-        keys.retain(|k| k != "dlock:{contended}:unfair");
-        // The run records stay too, until their TTL.
-        for record in ["dlock:{contended}:lastok", "dlock:{contended}:lastrun"] {
-            let pttl: i64 = s.cli(&["PTTL", record]).parse().unwrap();
-            assert!(pttl > 0, "{record} expires: {pttl}");
-        }
-        keys.retain(|k| !k.ends_with(":lastrun") && !k.ends_with(":lastok"));
-        assert_eq!(keys, ["dlock:{contended}:fence"]);
-        let pttl: i64 = s
-            .cli(&["PTTL", "dlock:{contended}:unfair"])
-            .parse()
-            .unwrap();
-        assert!(pttl == -2 || pttl > 0, "the marker expires: {pttl}");
-    }
-    println!("30 contended exec runs in {took:?}");
-}
-
-/// Acquire+release cycles per second, one client in a sequential loop: Redlock over three
-/// servers against one server, 2,000 cycles each, in interleaved batches of 200 so that
-/// changes in machine load hit both alike. Run with
-/// `cargo test --release --test integration -- --ignored --nocapture redlock::bench`.
-#[tokio::test]
-#[ignore = "benchmark; run in release with --ignored --nocapture"]
-async fn bench_redlock_against_one_server() {
-    const BATCH: u32 = 200;
-    const BATCHES: u32 = 10;
-    let servers = three();
-    let single = dlock::backend::redis::RedisBackend::connect(&servers[0].url())
-        .await
-        .unwrap();
-    let quorum = RedlockBackend::connect(&urls(&servers)).await.unwrap();
-    async fn cycles(b: &dyn Backend, key: &str, n: u32) -> Duration {
-        let r = req_ttl(key, "bench", Duration::from_secs(10));
-        let mut last = 0;
-        let t0 = Instant::now();
-        for _ in 0..n {
-            let got = b.acquire(&r, &no_wait()).await.expect("free");
-            assert!(got.lease.fencing_token > last);
-            last = got.lease.fencing_token;
-            b.release(key, "bench", ReleaseMode::All).await.unwrap();
-        }
-        t0.elapsed()
-    }
-    cycles(&single, "warm-1", BATCH).await;
-    cycles(&quorum, "warm-3", BATCH).await;
-    let (mut one, mut three) = (Duration::ZERO, Duration::ZERO);
-    for i in 0..BATCHES {
-        one += cycles(&single, &format!("bench-1-{i}"), BATCH).await;
-        three += cycles(&quorum, &format!("bench-3-{i}"), BATCH).await;
-    }
-    let rate = |d: Duration| f64::from(BATCH * BATCHES) / d.as_secs_f64();
-    let (one, three) = (rate(one), rate(three));
-    println!(
-        "acquire+release cycles/s: one server {one:.0}, Redlock over 3 servers {three:.0} ({:.2}x)",
-        three / one
-    );
-    assert!(three > 0.0 && one > 0.0);
-}
-
-#[test]
-fn errors_and_status_name_servers_but_never_their_passwords() {
-    let secret = "redlock-s3cret";
-    let mut servers: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
-        .collect();
-    let url = |s: &RedisServer| format!("redis://:{secret}@127.0.0.1:{}", s.port);
-    let dlock_url = servers.iter().map(url).collect::<Vec<_>>().join(",");
-    let run = |args: &[&str]| {
-        let out = support::dlock()
-            .env("DLOCK_URL", &dlock_url)
-            .args(args)
-            .output()
-            .unwrap();
-        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-        assert!(!all.contains(secret), "{args:?} leaks the password: {all}");
-        (out.status.code(), all)
-    };
-    assert_eq!(run(&["lock", "k", "--ttl", "1m"]).0, Some(0));
-    servers[2].kill();
-    let dead = format!("127.0.0.1:{}", servers[2].port);
-    for args in [&["status"][..], &["status", "--json"], &["status", "k"]] {
-        let (code, all) = run(args);
-        assert_eq!(code, Some(0), "{all}");
-        assert!(
-            all.contains(&dead) && all.contains("***@"),
-            "{args:?}: {all}"
-        );
-    }
-    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
-    assert_eq!(code, Some(75), "{all}");
-    assert!(all.contains(&dead), "names the server not answering: {all}");
-    servers[1].kill();
-    let (code, all) = run(&["exec", "-n", "k", "--", "true"]);
-    assert_eq!(code, Some(69), "{all}");
-    assert!(all.contains(&dead), "{all}");
-}
-
 /// Servers that are busy (paused here) for longer than the operation timeout, but answer
 /// again: a waiter keeps waiting and gets the lock. Servers that stay frozen make it fail
 /// with `Unavailable` once no majority answered for the stall limit.
@@ -662,142 +454,6 @@ async fn a_waiter_outlasts_busy_servers_and_gives_up_on_frozen_ones() {
     assert!(msg.contains("no majority answered for"), "{msg}");
     assert!(took >= Duration::from_secs(3), "{took:?}");
     assert!(took < Duration::from_secs(6), "{took:?}");
-}
-
-/// A herd of `dlock exec` waiters on one key, with two of the three servers too busy to
-/// answer for a while in the middle: every waiter gets the lock in turn, none while
-/// another holds it, and none takes the busy servers for dead ones (exit 69).
-#[test]
-fn a_herd_of_waiters_all_get_the_lock_in_turn() {
-    const WAITERS: usize = 300;
-    let servers = three();
-    let dir = tempfile::tempdir().unwrap();
-    let (count, inside, overlaps) = (
-        dir.path().join("count"),
-        dir.path().join("inside"),
-        dir.path().join("overlaps"),
-    );
-    std::fs::write(&count, "0\n").unwrap();
-    // mkdir fails when another command is inside: that is an overlap.
-    let script = format!(
-        "mkdir '{inside}' || echo overlap >> '{overlaps}'; c=$(cat '{count}'); \
-         echo $((c+1)) > '{count}'; rmdir '{inside}'",
-        inside = inside.display(),
-        overlaps = overlaps.display(),
-        count = count.display()
-    );
-    let started = Instant::now();
-    let mut waiters: Vec<Child> = (0..WAITERS)
-        .map(|_| {
-            dlock(&servers)
-                .args(["exec", "-q", "herd", "--ttl", "2s", "--timeout", "120s"])
-                .args(["--", "sh", "-c", &script])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let done = || {
-        std::fs::read_to_string(&count)
-            .ok()
-            .and_then(|c| c.trim().parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    assert!(
-        support::wait_for(Duration::from_secs(60), || done() >= WAITERS / 4),
-        "the herd makes progress"
-    );
-    // Longer than a waiter's operation timeout (1 s) and heartbeat (1 s) together.
-    servers[0].pause();
-    servers[1].pause();
-    std::thread::sleep(Duration::from_millis(2_500));
-    servers[0].resume();
-    servers[1].resume();
-    let mut failures = Vec::new();
-    for w in &mut waiters {
-        let status = wait_exit(w, Duration::from_secs(120)).expect("every waiter finishes");
-        if !status.success() {
-            let mut err = String::new();
-            std::io::Read::read_to_string(w.stderr.as_mut().unwrap(), &mut err).unwrap();
-            failures.push(format!("{:?}: {}", status.code(), err.trim()));
-        }
-    }
-    let took = started.elapsed();
-    assert!(
-        failures.is_empty(),
-        "{} of {WAITERS} failed, e.g. {:?}",
-        failures.len(),
-        &failures[..failures.len().min(3)]
-    );
-    assert!(!overlaps.exists(), "two commands ran at once");
-    assert_eq!(done(), WAITERS, "every command ran once");
-    println!("{WAITERS} waiters served in {took:?}");
-}
-
-/// One server under two names would vote twice: refused with one line naming both URLs
-/// (passwords redacted), exit 2, before anything is locked.
-#[test]
-fn the_same_server_under_two_names_is_refused() {
-    let secret = "twice-s3cret";
-    let servers: Vec<RedisServer> = (0..2)
-        .map(|_| RedisServer::start_with(&["--requirepass", secret]))
-        .collect();
-    let (a, b) = (servers[0].port, servers[1].port);
-    let cases = [
-        vec![
-            format!("redis://:{secret}@127.0.0.1:{a}"),
-            format!("redis://:{secret}@localhost:{a}"),
-        ],
-        vec![
-            format!("redis://:{secret}@127.0.0.1:{a}"),
-            format!("redis://:{secret}@127.0.0.1:{b}"),
-            format!("redis://:{secret}@127.0.0.1:{a}/0"),
-        ],
-    ];
-    for urls in &cases {
-        let mut cmd = support::dlock();
-        for url in urls {
-            cmd.args(["-u", url]);
-        }
-        let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{urls:?}: {err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(!err.contains(secret), "leaks the password: {err}");
-        let (first, again) = (&urls[0], urls.last().unwrap());
-        // The credentials are hidden whole, the user's name with the password.
-        let shown = |u: &str| u.replace(&format!(":{secret}@"), "***@");
-        assert!(
-            err.contains(&shown(first)) && err.contains(&shown(again)),
-            "names both: {err}"
-        );
-        assert!(err.contains("same Redis server"), "{err}");
-    }
-    for s in &servers {
-        let keys = s.cli(&["-a", secret, "--no-auth-warning", "KEYS", "dlock:*"]);
-        assert_eq!(keys, "", "nothing was locked");
-    }
-
-    // An ACL user without INFO cannot tell: distinct servers still work.
-    let acl = [
-        "--user",
-        "alice",
-        "on",
-        ">pw",
-        "~dlock:*",
-        "&dlock:*",
-        "+@all",
-        "-@dangerous",
-    ];
-    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start_with(&acl)).collect();
-    let mut cmd = support::dlock();
-    for s in &servers {
-        cmd.args(["-u", &format!("redis://alice:pw@127.0.0.1:{}", s.port)]);
-    }
-    let out = cmd.args(["exec", "k", "--", "true"]).output().unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 /// A semaphore of 2 on three servers needs all three (a majority would let three holders

@@ -8,24 +8,33 @@
 //!   the conformance factories and the library helpers (`req`, `no_wait`, …).
 //!
 //! Library API:
-//! - `conformance`: the behaviour every backend shares, run on every backend;
-//!   `capabilities`: what a backend declares it does beyond that (`support::backends::caps`),
+//! - `conformance`: the behaviour every backend shares, run on every backend (its waiting
+//!   tests in `conformance_waiting`);
+//!   `capabilities`: what a backend declares it does beyond that (`macros::caps`),
 //!   checked both ways, in the same suite.
-//! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked.
+//! - `local_backend`, `redis_backend`, `redlock`: what only one backend can be asked;
+//!   `redlock_cli`: Redlock through the binary (pauses, contention, passwords);
+//!   `local_processes`: local holders and waiters in other processes, killed or stopped.
+//! - `redis_waiters` (the queue, dead and unfair waiters), `redis_connect` (passwords, TLS,
+//!   a paused or restarted server).
 //! - `redis_sharing`: `--shared` and `--limit N` on Redis (group keys, TTLs, wake-ups).
 //!
 //! The `dlock` binary on every CLI backend:
 //! - `elect` (`dlock elect`, `dlock leader`; `--rejoin` on frozen servers),
-//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `events`,
+//!   `exec`, `scripts` (`lock`, `unlock`, `renew`, `status`), `job_control`, `wait_command`
+//!   (`dlock wait`), `events`,
 //!   `last_run` (the run record, `status --watch`), `lease_clock`, `cli_edges`, `sharing`
 //!   (`--limit N`, `--shared`), `options` (`wait --json`/`-q`, `lock --if-unavailable skip`,
 //!   detached `lock --shared`/`--limit`, `--no-fair`, `--kill-after`, `DLOCK_URL_FD`),
 //!   `one_line` (a holder's newlines and escape sequences shown escaped, on one line).
 //! - `queue`: the expected wait (run history, overdue, `status --json` per waiter) and the
 //!   refusal of `--priority`/`--supersede` where dlock does not order the queue;
-//!   `queue_order`: priorities and `--supersede` where it does (Redis, Redis Cluster).
+//!   `queue_order`: priorities and `--supersede` where it does (Redis, Redis Cluster,
+//!   PostgreSQL).
 //!
 //! The `dlock` binary against particular servers and failures:
+//! - `faults`: the fault matrix (a server killed, paused or restarted while clients wait
+//!   or hold), run on every store with servers through the one `Server` trait.
 //! - `connections` (ACL, TLS, Sentinel, sockets, passwords), `redis_faults`, `unanswered`,
 //!   `url_secrets` (no piece of a URL's password in any error, on every scheme).
 //! - `redis_cluster`: a slot migrated while a lock is held, a master lost (killed, or its
@@ -73,13 +82,21 @@ mod support;
 
 mod capabilities;
 mod conformance;
+mod conformance_waiting;
 mod local_backend;
+mod local_processes;
 #[cfg(feature = "redis")]
 mod redis_backend;
 #[cfg(feature = "redis")]
+mod redis_connect;
+#[cfg(feature = "redis")]
 mod redis_sharing;
 #[cfg(feature = "redis")]
+mod redis_waiters;
+#[cfg(feature = "redis")]
 mod redlock;
+#[cfg(feature = "redis")]
+mod redlock_cli;
 
 mod cli_edges;
 mod elect;
@@ -94,6 +111,9 @@ mod queue;
 mod queue_order;
 mod scripts;
 mod sharing;
+mod wait_command;
+
+mod faults;
 
 #[cfg(feature = "mysql")]
 mod applock_mysql;

@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::store::{Attempt, Busy, LockStore, Woken};
-use super::{unless_cancelled, WaitOptions, CANCEL_GRACE};
 use super::{AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released};
 use super::{LastRuns, RunRecord};
+use super::{WaitOptions, CANCEL_GRACE};
 use crate::error::{Error, Result};
 
 mod holds;
@@ -71,6 +71,9 @@ impl<S: LockStore> Backend for S {
 enum Stop {
     Cancelled,
     Failed(Error),
+    /// The store had not answered a try by [`LATE`] past the deadline: the try was dropped
+    /// halfway, as a cancel drops it.
+    Late(Error),
 }
 
 impl From<Error> for Stop {
@@ -96,18 +99,23 @@ pub async fn acquire<S: LockStore + ?Sized>(
     req.queue
         .check(&req.key, &store.describe(), store.queue_order())?;
     let started = Instant::from_std(wait.since);
-    let mut faltering = Faltering::default();
+    // A try of `--no-wait` has no wait to end: the store's own request timeout bounds it.
+    let mut faltering = Faltering {
+        late: deadline(wait).filter(|_| !wait.expired()).map(|d| d + LATE),
+        ..Faltering::default()
+    };
     let mut waiter = loop {
-        let began = match unless_cancelled(&wait.cancel, store.begin(req)).await {
-            Some(began) => began,
-            None => return Err(cancelled(store, req)),
+        let began = match in_time(store, req, wait, &faltering, store.begin(req)).await {
+            Ok(began) => began,
+            Err(Stop::Late(e)) => return Err(e),
+            Err(_) => return Err(cancelled(store, req)),
         };
         match began {
             Ok(w) => break w,
             Err(e) => match faltering.ride_out(store, req, wait, e).await {
                 Ok(()) => {}
                 Err(Stop::Cancelled) => return Err(cancelled(store, req)),
-                Err(Stop::Failed(e)) => return Err(e),
+                Err(Stop::Failed(e) | Stop::Late(e)) => return Err(e),
             },
         }
     };
@@ -123,8 +131,14 @@ pub async fn acquire<S: LockStore + ?Sized>(
             let _ = tokio::time::timeout(CANCEL_GRACE, leaving).await;
             cancelled(store, req)
         }
+        Stop::Late(e) => {
+            let _ = tokio::time::timeout(CANCEL_GRACE, store.leave_cancelled(req, waiter)).await;
+            e
+        }
         Stop::Failed(e) => {
-            store.leave(req, waiter).await;
+            // Best effort, as the store's leave is: a store that has just failed may not
+            // answer it, and the caller's wait is over.
+            let _ = tokio::time::timeout(LATE, store.leave(req, waiter)).await;
             e
         }
     })
@@ -132,6 +146,35 @@ pub async fn acquire<S: LockStore + ?Sized>(
 
 fn deadline(wait: &WaitOptions) -> Option<Instant> {
     wait.deadline.map(Instant::from_std)
+}
+
+/// How long past the deadline a try of a wait may go on. The deadline is the caller's:
+/// a store whose client would go on trying (reconnecting, failing over, waiting for a
+/// session) has not answered for the whole time allowed, and the wait ends (exit 69) as
+/// soon after the deadline as on any other store.
+pub const LATE: Duration = Duration::from_secs(2);
+
+/// Runs `step`, one try of the store, unless the wait is cancelled or the try goes on past
+/// [`LATE`] after the deadline (`faltering.late`).
+async fn in_time<S: LockStore + ?Sized, T>(
+    store: &S,
+    req: &AcquireRequest,
+    wait: &WaitOptions,
+    faltering: &Faltering,
+    step: impl std::future::Future<Output = T>,
+) -> std::result::Result<T, Stop> {
+    let late = async {
+        match faltering.late {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = wait.cancel.cancelled() => Err(Stop::Cancelled),
+        done = step => Ok(done),
+        _ = late => Err(Stop::Late(faltering.late(store, req))),
+    }
 }
 
 async fn run<S: LockStore + ?Sized>(
@@ -151,10 +194,7 @@ async fn run<S: LockStore + ?Sized>(
             None => {
                 let enqueue = req.fair && !wait.expired();
                 let attempt = store.attempt(req, waiter, enqueue);
-                match unless_cancelled(&wait.cancel, attempt)
-                    .await
-                    .ok_or(Stop::Cancelled)?
-                {
+                match in_time(store, req, wait, &faltering, attempt).await? {
                     Ok(attempt) => attempt,
                     Err(e) => {
                         faltering.ride_out(store, req, wait, e).await?;
@@ -209,6 +249,11 @@ struct Faltering {
     /// When the first failure of the run came; `None` while the store answers.
     since: Option<Instant>,
     failures: u32,
+    /// What the last failure said.
+    last: Option<String>,
+    /// When a try that has not answered is given up on: [`LATE`] after the deadline of a
+    /// wait; never for `--no-wait` or a wait without a deadline.
+    late: Option<Instant>,
 }
 
 impl Faltering {
@@ -229,6 +274,7 @@ impl Faltering {
         if left.is_zero() {
             return Err(Stop::Failed(e));
         }
+        self.last = Some(e.to_string());
         if self.failures == 0 {
             let (key, backend) = (req.key.as_str(), store.describe());
             log::warn!(target: "dlock", event = "store_faltered", key = key, backend = backend.as_str(), error = e.to_string().as_str();
@@ -255,6 +301,20 @@ impl Faltering {
                 "waiting for '{key}': {backend} answers again after {ms}ms");
         }
         self.failures = 0;
+        self.last = None;
+    }
+
+    /// The error of a wait whose store did not answer its last try in time: what the
+    /// store last said, when it was failing.
+    fn late<S: LockStore + ?Sized>(&self, store: &S, req: &AcquireRequest) -> Error {
+        let (key, backend) = (req.key.as_str(), store.describe());
+        let why = match &self.last {
+            Some(last) => format!("; it last said: {last}"),
+            None => String::new(),
+        };
+        Error::Unavailable(format!(
+            "lock '{key}' on {backend}: no answer by the end of the wait allowed{why}"
+        ))
     }
 }
 

@@ -215,7 +215,10 @@ pub async fn acquire_request(
     };
     match acquire(line, &backend, &req, opts, signals).await {
         Ok((acquired, estimate)) => Ok(Acquisition::Held(backend, acquired, estimate)),
-        Err(e) => conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
+        Err(e) => {
+            let e = super::common::naming(Some(key), e);
+            conflict_code(global, opts, key, e).map(Acquisition::NotObtained)
+        }
     }
 }
 

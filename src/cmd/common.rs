@@ -30,8 +30,9 @@ pub(super) async fn open(
 }
 
 /// A store that cannot be reached is named by its own error; the key the command was for
-/// is added, so that the one line says both.
-fn naming(key: Option<&str>, e: Error) -> Error {
+/// is added, so that the one line says both (on connecting, and when the store goes away
+/// during a wait).
+pub(super) fn naming(key: Option<&str>, e: Error) -> Error {
     match (key, e) {
         (Some(k), e @ (Error::Unavailable(_) | Error::Transient(_)))
             if !e.to_string().contains(&format!("'{k}'")) =>

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::backend::sharing::Admission;
+use crate::backend::waiting::LATE;
 use crate::backend::{Backend, KeyStatus, LockInfo, Sharing};
 use crate::cli::{Global, WaitArgs};
 use crate::error::{Error, Result};
@@ -49,8 +50,19 @@ pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
         }
     };
     let name = backend.describe();
+    // A store that keeps not answering past the deadline ends the wait as the waiting loop
+    // ends an `exec`'s (`waiting::LATE`).
+    let late = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until((d + LATE).into()).await,
+            None => std::future::pending().await,
+        }
+    };
     let outcome = tokio::select! {
         held = until_free(&*backend, key, args.sharing.sharing(), deadline) => held.map_err(|e| about(key, e))?,
+        _ = late => {
+            return Err(Error::Unavailable(format!("waiting for '{key}' to be free on {name}: no answer by the end of the wait allowed")));
+        }
         sig = signals.recv() => {
             return Err(Error::Cancelled(format!("waiting for '{key}' to be free on {name} cancelled by {sig}"), sig as i32));
         }

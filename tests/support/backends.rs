@@ -4,9 +4,11 @@
 
 use std::process::Command;
 
+use crate::macros::{caps, Caps};
+
 use super::{
     dlock, EtcdServer, MemcachedServer, MysqlServer, PostgresServer, RedisCluster, RedisServer,
-    ZkServer,
+    Server, ZkServer, MY_PASSWORD, PG_PASSWORD,
 };
 
 /// Where a CLI test keeps its locks: a fresh local store directory, a fresh Redis server,
@@ -81,23 +83,30 @@ impl Store {
         let mut c = dlock();
         match self {
             Store::Local(dir) => c.env("DLOCK_DIR", dir.path()),
-            Store::Redis(server) => c.env("DLOCK_URL", server.url()),
-            Store::RedisCluster(cluster) => c.env("DLOCK_URL", cluster.url()),
-            Store::Redlock(servers) => {
-                let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-                c.env("DLOCK_URL", urls.join(","))
-            }
-            Store::Etcd(server) => c.env("DLOCK_URL", server.url()),
-            Store::Memcached(server) => c.env("DLOCK_URL", server.url()),
-            Store::MemcachedQuorum(servers) => {
-                let urls: Vec<String> = servers.iter().map(MemcachedServer::url).collect();
-                c.env("DLOCK_URL", urls.join(","))
-            }
-            Store::Zookeeper(server) => c.env("DLOCK_URL", server.url()),
-            Store::Postgres(server) => c.env("DLOCK_URL", server.url()),
-            Store::Mysql(server) => c.env("DLOCK_URL", server.url()),
+            _ => c.env("DLOCK_URL", self.dlock_url()),
         };
         c
+    }
+
+    /// What `DLOCK_URL` says for this store (comma-separated for a quorum); the local
+    /// store's directory as a `file://` URL.
+    pub fn dlock_url(&self) -> String {
+        fn joined<S: Server>(servers: &[S]) -> String {
+            let urls: Vec<String> = servers.iter().map(Server::url).collect();
+            urls.join(",")
+        }
+        match self {
+            Store::Local(dir) => format!("file://{}", dir.path().display()),
+            Store::Redis(server) => server.url(),
+            Store::RedisCluster(cluster) => cluster.url(),
+            Store::Redlock(servers) => joined(servers),
+            Store::Etcd(server) => server.url(),
+            Store::Memcached(server) => server.url(),
+            Store::MemcachedQuorum(servers) => joined(servers),
+            Store::Zookeeper(server) => server.url(),
+            Store::Postgres(server) => server.url(),
+            Store::Mysql(server) => server.url(),
+        }
     }
 
     /// `sh -c SCRIPT` with the same environment as [`Store::dlock`], for scripts that call
@@ -119,6 +128,22 @@ impl Store {
             Store::Zookeeper(_) => caps::zookeeper(),
             Store::Postgres(_) => caps::postgres(),
             Store::Mysql(_) => caps::mysql(),
+        }
+    }
+
+    /// The unit this store's TTLs are counted in ([`ttl_unit`]).
+    pub fn ttl_unit(&self) -> std::time::Duration {
+        match self {
+            Store::Local(_) => ttl_unit::local(),
+            Store::Redis(_) => ttl_unit::redis(),
+            Store::RedisCluster(_) => ttl_unit::redis_cluster(),
+            Store::Redlock(_) => ttl_unit::redlock(),
+            Store::Etcd(_) => ttl_unit::etcd(),
+            Store::Memcached(_) => ttl_unit::memcached(),
+            Store::MemcachedQuorum(_) => ttl_unit::memcached_quorum(),
+            Store::Zookeeper(_) => ttl_unit::zookeeper(),
+            Store::Postgres(_) => ttl_unit::postgres(),
+            Store::Mysql(_) => ttl_unit::mysql(),
         }
     }
 
@@ -168,38 +193,63 @@ impl Store {
     }
 
     /// Freezes (SIGSTOP, `on`) or thaws (SIGCONT) every server of the store; false, with
-    /// nothing done, for the local store (no server: a lease ends only with its process) and
-    /// a Redis Cluster (six of them).
-    pub fn freeze(&self, on: bool) -> bool {
-        let pids: Vec<Option<u32>> = match self {
-            Store::Local(_) | Store::RedisCluster(_) => return false,
-            Store::Redis(s) => vec![s.pid()],
-            Store::Redlock(v) => v.iter().map(RedisServer::pid).collect(),
-            Store::Etcd(s) => vec![s.pid()],
-            Store::Memcached(s) => vec![s.pid()],
-            Store::MemcachedQuorum(v) => v.iter().map(MemcachedServer::pid).collect(),
-            Store::Zookeeper(s) => vec![s.pid()],
+    /// nothing done, where [`Store::servers`] has none (the local store, a Redis Cluster).
+    pub fn freeze(&mut self, on: bool) -> bool {
+        let servers = self.servers();
+        for s in &servers {
+            if on {
+                s.pause()
+            } else {
+                s.resume()
+            }
+        }
+        !servers.is_empty()
+    }
+
+    /// Every server this store's locks live on, for the fault matrix (`faults.rs`): a
+    /// quorum's servers all, so that the quorum is lost. None for the local store; a Redis
+    /// Cluster's nodes fail one at a time, in `redis_cluster.rs`.
+    pub fn servers(&mut self) -> Vec<&mut dyn Server> {
+        fn all<S: Server>(servers: &mut [S]) -> Vec<&mut dyn Server> {
+            servers.iter_mut().map(|s| s as &mut dyn Server).collect()
+        }
+        match self {
+            Store::Local(_) | Store::RedisCluster(_) => Vec::new(),
+            Store::Redis(s) => vec![s],
+            Store::Redlock(servers) => all(servers),
+            Store::Etcd(s) => vec![s],
+            Store::Memcached(s) => vec![s],
+            Store::MemcachedQuorum(servers) => all(servers),
+            Store::Zookeeper(s) => vec![s],
+            Store::Postgres(s) => vec![s],
+            Store::Mysql(s) => vec![s],
+        }
+    }
+
+    /// The password in this store's URL, which no output may show.
+    pub fn password(&self) -> Option<&'static str> {
+        match self {
+            Store::Postgres(_) => Some(PG_PASSWORD),
+            Store::Mysql(_) => Some(MY_PASSWORD),
+            _ => None,
+        }
+    }
+
+    /// When `key`'s lease expires as its server keeps it (ms since the Unix epoch), where
+    /// the server says so on our clock: Redis (`PEXPIRETIME`), PostgreSQL and MariaDB.
+    pub fn lease_expiry_ms(&mut self, key: &str) -> Option<u64> {
+        match self {
+            Store::Redis(s) => Some(s.expiry_ms(&format!("dlock:{{{key}}}:lease"))),
             Store::Postgres(s) => {
-                if on {
-                    s.pause()
-                } else {
-                    s.resume()
-                }
-                return true;
+                let q = format!("SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM dlock_locks WHERE key = '{key}'");
+                s.psql(&q).parse().ok()
             }
             Store::Mysql(s) => {
-                if on {
-                    s.pause()
-                } else {
-                    s.resume()
-                }
-                return true;
+                let q = format!("SELECT expires_at FROM dlock_locks WHERE lock_key = '{key}'");
+                s.sql(&q).parse().ok()
             }
-        };
-        for pid in pids.into_iter().flatten() {
-            super::send_signal(pid, if on { "STOP" } else { "CONT" });
+            _ => None,
         }
-        true
     }
 
     /// The Redis server, for fault injection.
@@ -243,107 +293,6 @@ impl Store {
         match self {
             Store::Mysql(s) => s,
             _ => panic!("not a MySQL store"),
-        }
-    }
-}
-
-/// What a backend does beyond what every backend does, declared once per backend of the
-/// list in `macros.rs` ([`caps`]). Tests decide from it which checks apply, and
-/// `conformance::suite::*_as_declared` check each claim both ways, so that a declaration
-/// that goes stale fails a test.
-#[derive(Clone, Copy, Debug)]
-pub struct Caps {
-    /// `linger` leaves an `exec` lease held after this process is gone, to expire by itself
-    /// (not a ZooKeeper session, which ends with its process).
-    pub lingering: bool,
-    /// `watch` sleeps until the store tells of a change; the others poll.
-    pub notified: bool,
-    /// [`Caps::notified`] also for a lease whose holder has exited (`dlock lock`): not on
-    /// MySQL, whose holders wake watchers with a named lock that ends with their session.
-    pub notified_after_exit: bool,
-    /// Waiters line up first come first served and `status` lists them; elsewhere `status`
-    /// cannot tell (no `waiters`) and a waiter retries on its own.
-    pub queue: bool,
-    /// `--shared` and `--limit N`; elsewhere they are refused.
-    pub sharing: bool,
-}
-
-/// One declaration per backend: the same names as [`ttl_unit`] and [`factory`].
-pub mod caps {
-    use super::Caps;
-
-    /// Every capability.
-    const ALL: Caps = Caps {
-        lingering: true,
-        notified: true,
-        notified_after_exit: true,
-        queue: true,
-        sharing: true,
-    };
-
-    /// No queue, no notifications: a waiter retries, a watcher polls.
-    const POLLED: Caps = Caps {
-        notified: false,
-        notified_after_exit: false,
-        queue: false,
-        ..ALL
-    };
-
-    pub fn local() -> Caps {
-        ALL
-    }
-
-    pub fn redis() -> Caps {
-        ALL
-    }
-
-    pub fn redis_cluster() -> Caps {
-        ALL
-    }
-
-    pub fn redlock() -> Caps {
-        POLLED
-    }
-
-    pub fn etcd() -> Caps {
-        ALL
-    }
-
-    pub fn memcached() -> Caps {
-        POLLED
-    }
-
-    pub fn memcached_quorum() -> Caps {
-        POLLED
-    }
-
-    /// An `exec` lease is a session, which ends with its process.
-    pub fn zookeeper() -> Caps {
-        Caps {
-            lingering: false,
-            ..ALL
-        }
-    }
-
-    /// LISTEN/NOTIFY.
-    pub fn postgres() -> Caps {
-        ALL
-    }
-
-    /// Named locks (`GET_LOCK`) held by the holder's session: a watcher of a `dlock lock`
-    /// lease, whose process has exited, polls.
-    pub fn mysql() -> Caps {
-        Caps {
-            notified_after_exit: false,
-            ..ALL
-        }
-    }
-
-    /// The in-memory reference store keeps exclusive leases only.
-    pub fn memory() -> Caps {
-        Caps {
-            sharing: false,
-            ..ALL
         }
     }
 }

@@ -180,6 +180,8 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let redis = ctx.redis();
     let port = ctx.redis_port();
     let local = ctx.local("throughput");
+    // Redlock beside one server, one client: what the quorum costs per cycle.
+    let redlock = ctx.redlock();
     let table = Table::new(&[
         "what",
         "clients",
@@ -202,6 +204,7 @@ pub fn measure(ctx: &mut Ctx) -> Section {
         (redis.clone(), 1, false),
         (redis.clone(), 50, false),
         (redis, 50, true),
+        (redlock, 1, false),
         (Ok(local.clone()), 1, false),
         (Ok(local), 50, false),
     ];

@@ -90,6 +90,16 @@ impl MemcachedServer {
         super::kill(&mut self.child);
     }
 
+    /// Freezes the server (SIGSTOP).
+    pub fn pause(&self) {
+        super::signal(&self.child, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        super::signal(&self.child, nix::sys::signal::Signal::SIGCONT);
+    }
+
     /// Starts the server again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();

@@ -34,6 +34,61 @@ pub use tls::{pki, self_signed, Pki};
 #[allow(unused_imports)] // the bench uses the standalone server only
 pub use zookeeper::{ZkEnsemble, ZkServer, ZOOKEEPER_JAR};
 
+/// What a fault test does to a store's server, the same way on every kind of server, so
+/// that a fault is written once for every store (`tests/faults.rs`).
+pub trait Server {
+    /// The URL a client gives to reach it.
+    fn url(&self) -> String;
+    /// SIGKILL, as a crash: what the server keeps on disk stays, the rest is lost.
+    fn kill(&mut self);
+    /// SIGSTOP: connections stay open but nothing answers.
+    fn pause(&self);
+    /// SIGCONT after [`Server::pause`].
+    fn resume(&self);
+    /// Kills it (if it runs) and starts it again on the same ports with what it kept.
+    fn restart(&mut self);
+}
+
+/// [`Server`] by each server's own methods of the same names.
+macro_rules! server_by_its_methods {
+    ($($server:ty),*) => {$(
+        impl Server for $server {
+            fn url(&self) -> String {
+                <$server>::url(self)
+            }
+            fn kill(&mut self) {
+                <$server>::kill(self)
+            }
+            fn pause(&self) {
+                <$server>::pause(self)
+            }
+            fn resume(&self) {
+                <$server>::resume(self)
+            }
+            fn restart(&mut self) {
+                <$server>::restart(self)
+            }
+        }
+    )*};
+}
+
+server_by_its_methods!(
+    RedisServer,
+    EtcdServer,
+    ZkServer,
+    PostgresServer,
+    MysqlServer,
+    MemcachedServer
+);
+
+/// Sends `sig` to a server's process, if it runs (pause and resume of one-process servers).
+fn signal(child: &Option<Child>, sig: nix::sys::signal::Signal) {
+    if let Some(child) = child {
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, sig);
+    }
+}
+
 /// A port that was free a moment ago (the kernel picks it; we release it at once).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -274,10 +274,7 @@ impl MysqlServer {
     }
 
     fn signal(&self, sig: nix::sys::signal::Signal) {
-        if let Some(child) = &self.child {
-            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, sig);
-        }
+        super::signal(&self.child, sig);
     }
 }
 

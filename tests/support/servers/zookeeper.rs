@@ -210,6 +210,16 @@ impl ZkServer {
         super::kill(&mut self.child);
     }
 
+    /// Freezes the server's JVM (SIGSTOP).
+    pub fn pause(&self) {
+        super::signal(&self.child, nix::sys::signal::Signal::SIGSTOP);
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        super::signal(&self.child, nix::sys::signal::Signal::SIGCONT);
+    }
+
     /// Starts the server again on the same ports with its data, and waits until it serves.
     pub fn restart(&mut self) {
         self.kill();

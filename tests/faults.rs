@@ -1,0 +1,224 @@
+//! The fault matrix: each fault a store's server can suffer, written once and run on every
+//! store it applies to (`on_every_server!`, from the backend list of `macros.rs`), through
+//! the one [`Server`](crate::support::Server) trait. A quorum's servers all suffer it.
+//!
+//! - killed while clients wait: they give up at the end of the wait allowed, exit 69, in
+//!   one line that names the key and never the password;
+//! - killed, or paused past the TTL, while `exec` holds: CMD is dead before the lease can
+//!   expire on the server, exit 79;
+//! - restarted while `exec` holds: what the store declares (`Caps::durable`): the holder
+//!   renews on, or finds the lease gone (exit 79).
+//!
+//! What only one store can be asked under a fault stays in that store's file.
+
+use std::process::{Child, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use crate::support::{self, alive, lines_of, now_ms, stderr_of, wait_exit, Reaped, Store};
+
+on_every_server!(
+    killed_while_waiting_is_69_at_the_end_of_the_wait,
+    killed_while_holding_kills_the_command_in_time,
+    paused_past_the_ttl_while_holding_kills_the_command_in_time,
+    restarted_while_holding_is_what_the_store_declares,
+);
+
+/// How long a waiter of these tests may wait.
+const ALLOWED: Duration = Duration::from_secs(4);
+
+/// A lease these tests hold, at least three of the store's TTL units (whole seconds on
+/// some stores) and at least `shortest`.
+fn lease(store: &Store, shortest: Duration) -> Duration {
+    shortest.max(store.ttl_unit() * 3)
+}
+
+/// A waiter started with `args` and `-v`, once it says it waits for `key`; and its stderr.
+fn waiter(store: &Store, args: &[&str], key: &str) -> (Reaped, Receiver<String>) {
+    let mut child = Reaped(
+        store
+            .dlock()
+            .arg("-v")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = lines_of(child.stderr.take().unwrap());
+    let waiting = format!("waiting for '{key}'");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(&waiting) => break,
+            Ok(_) => {}
+            Err(e) => panic!("{args:?} never said it waits ({e})"),
+        }
+    }
+    (child, lines)
+}
+
+/// What a finished child said on stderr after the lines already read.
+fn rest(lines: Receiver<String>) -> Vec<String> {
+    lines.iter().collect()
+}
+
+/// Exit 69 no later than a little after the wait allowed, timed from `from`; the last line
+/// (the error) names the key and the store's scheme, and no line shows the password.
+fn gave_up(store: &Store, waiter: (Reaped, Receiver<String>), key: &str, from: Instant) {
+    let (mut child, lines) = waiter;
+    let status = wait_exit(&mut child, ALLOWED + Duration::from_secs(10));
+    let took = from.elapsed();
+    let said = rest(lines);
+    let status = status.unwrap_or_else(|| panic!("the waiter never gave up: {said:?}"));
+    assert_eq!(status.code(), Some(69), "{said:?}");
+    assert!(
+        took < ALLOWED + Duration::from_secs(4),
+        "{took:?}: {said:?}"
+    );
+    let last = said.last().map(String::as_str).unwrap_or_default();
+    let url = store.dlock_url();
+    let scheme = &url[..url.find("://").expect("a URL")];
+    assert!(
+        last.contains(&format!("'{key}'")) && last.contains(scheme),
+        "the error names the key and the store: {said:?}"
+    );
+    if let Some(password) = store.password() {
+        assert!(!said.iter().any(|l| l.contains(password)), "{said:?}");
+    }
+}
+
+/// Clients waiting for a held key (`exec` and `wait`) when every server of the store is
+/// killed give up by the end of the wait they were allowed (a store that may come back is
+/// tried again until then), and none reports the key free or itself as the holder.
+fn killed_while_waiting_is_69_at_the_end_of_the_wait(mut store: Store) {
+    store.lock_token("w", "5m");
+    let timeout = format!("{}ms", ALLOWED.as_millis());
+    let exec = ["exec", "w", "--timeout", &timeout, "--", "true"];
+    let exec = waiter(&store, &exec, "w");
+    let wait = waiter(&store, &["wait", "w", "--timeout", &timeout], "w");
+    let killed = Instant::now();
+    for server in store.servers() {
+        server.kill();
+    }
+    // Side by side: each is timed from the kill.
+    std::thread::scope(|s| {
+        let store = &store;
+        s.spawn(move || gave_up(store, exec, "w", killed));
+        s.spawn(move || gave_up(store, wait, "w", killed));
+    });
+}
+
+/// Holds `key` with `ttl` on `store`; dlock, the command's pid and the lease's expiry on
+/// the server right after a renewal it accepted, where the store says it on our clock.
+fn held(
+    store: &mut Store,
+    key: &str,
+    ttl: Duration,
+    dir: &std::path::Path,
+) -> (Child, u32, Option<u64>) {
+    let (dlock, pid) = store.hold(key, &format!("{}ms", ttl.as_millis()), dir);
+    let expires = store
+        .lease_expiry_ms(key)
+        .map(|_| support::just_renewed(ttl * 2, || store.lease_expiry_ms(key).expect("a lease")));
+    (dlock, pid, expires)
+}
+
+/// CMD is dead before `expires_ms` (the lease's expiry on the server) or, where the store
+/// does not say it, within a TTL of the fault; and dlock ends with 79. (CMD's death is
+/// what must come in time: dlock may still be trying to release the lease afterwards.)
+fn lost_in_time(
+    dlock: &mut Child,
+    pid: u32,
+    ttl: Duration,
+    expires_ms: Option<u64>,
+    fault_ms: u64,
+) {
+    let dead = support::wait_for(ttl + Duration::from_secs(10), || !alive(pid));
+    let dead_ms = now_ms();
+    assert!(dead, "the command outlived its lease");
+    let status = wait_exit(dlock, Duration::from_secs(10)).expect("dlock did not give up");
+    assert_eq!(status.code(), Some(79), "{status:?}");
+    let limit = expires_ms.unwrap_or(fault_ms + ttl.as_millis() as u64);
+    assert!(
+        dead_ms < limit,
+        "the command must die before the lease can expire: {}ms late, {}ms after the fault",
+        dead_ms - limit,
+        dead_ms - fault_ms
+    );
+}
+
+/// A holder whose servers are all killed kills its command before the lease can expire
+/// there (a server that comes back with its data must not find CMD still running).
+fn killed_while_holding_kills_the_command_in_time(mut store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = lease(&store, Duration::from_millis(1500));
+    let (mut dlock, pid, expires) = held(&mut store, "dead", ttl, dir.path());
+    let killed_ms = now_ms();
+    for server in store.servers() {
+        server.kill();
+    }
+    lost_in_time(&mut dlock, pid, ttl, expires, killed_ms);
+    let err = stderr_of(dlock);
+    assert!(
+        err.contains("'dead'") && err.contains("lost the lease"),
+        "{err}"
+    );
+}
+
+/// A holder whose servers all freeze (nothing answers, connections stay open) kills its
+/// command before the lease can expire there.
+fn paused_past_the_ttl_while_holding_kills_the_command_in_time(mut store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = lease(&store, Duration::from_millis(1500));
+    let (mut dlock, pid, expires) = held(&mut store, "paused", ttl, dir.path());
+    let paused_ms = now_ms();
+    for server in store.servers() {
+        server.pause();
+    }
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        lost_in_time(&mut dlock, pid, ttl, expires, paused_ms)
+    }));
+    for server in store.servers() {
+        server.resume();
+    }
+    if let Err(panic) = caught {
+        let _ = dlock.kill();
+        eprintln!("dlock said: {}", stderr_of(dlock));
+        std::panic::resume_unwind(panic);
+    }
+    let err = stderr_of(dlock);
+    assert!(
+        err.contains("'paused'") && err.contains("lost the lease"),
+        "{err}"
+    );
+}
+
+/// A holder whose servers all restart: where the store declares its leases durable
+/// (`Caps::durable`), the holder reconnects and renews on past the TTL, and the key stays
+/// held; elsewhere the restart loses the lease and the holder finds out (exit 79).
+fn restarted_while_holding_is_what_the_store_declares(mut store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    // Longer than a restart of the slowest server takes: a durable lease must not expire
+    // while its server is down.
+    let ttl = lease(&store, Duration::from_secs(8));
+    let (mut dlock, pid) = store.hold("kept", &format!("{}ms", ttl.as_millis()), dir.path());
+    for server in store.servers() {
+        server.restart();
+    }
+    let restarted_ms = now_ms();
+    if !store.caps().durable {
+        lost_in_time(&mut dlock, pid, ttl, None, restarted_ms);
+        return;
+    }
+    let ended = wait_exit(&mut dlock, ttl + Duration::from_secs(1));
+    assert!(
+        ended.is_none() && alive(pid),
+        "declared durable, yet the lease was lost across a restart ({ended:?})"
+    );
+    assert!(store.held("kept"), "the key stays held");
+    support::send_signal(pid, "TERM");
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(143), "{}", stderr_of(dlock));
+}
