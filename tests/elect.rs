@@ -236,7 +236,7 @@ fn leader_watch_sees_every_change_in_order(store: Store) {
 /// lost term, counted in the metrics file), and CMD runs again with a later term once
 /// elected again. The local store has no server to freeze (its lease ends only with its
 /// process), nor does this test freeze a Redis Cluster's six.
-fn rejoin_runs_the_command_again_after_a_lost_term(store: Store) {
+fn rejoin_runs_the_command_again_after_a_lost_term(mut store: Store) {
     if matches!(store, Store::Local(_) | Store::RedisCluster(_)) {
         assert!(!store.freeze(true), "nothing to freeze");
         return;
