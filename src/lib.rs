@@ -35,7 +35,8 @@
 //!   No import circle among files, `mod.rs` included (`tests/imports.rs` reads every
 //!   `use` and path): [`ids`] and [`terminal`] import nothing of the crate's logic;
 //!   [`backend`]'s `mod.rs` holds the vocabulary (requests, leases, holders, run records,
-//!   statuses) and the [`backend::Backend`] trait and imports no store;
+//!   statuses) and the [`backend::Backend`] trait and imports no store (where a waiter
+//!   stands in a queue is [`backend::queueing`], below it);
 //!   [`backend::waiting::pace`] (the back-off and the ride-out) sits below both the seam
 //!   and the loop; the store folders come above them and the shared recipes
 //!   ([`backend::sharing`], [`backend::group`], [`backend::sql`], [`backend::quorum`]);
