@@ -25,7 +25,8 @@ MARKS = {
 # The README's rows: (store, the `exec` row of dlock, the store's own tool in the same run).
 STORES = [
     ("local (one host)", "dlock exec (local)", "flock FILE true"),
-    ("Redis", "dlock exec (redis)", None),
+    ("Redis", "dlock exec (redis)", "redis-cli SET NX PX + EVAL delete"),
+    ("Redis `?layout=plain`", "dlock exec (redis, layout=plain)", "redis-cli SET NX PX + EVAL delete"),
     ("Redis Cluster", "dlock exec (redis-cluster)", None),
     ("Redlock, 3 servers", "dlock exec (redlock, 3 servers)", None),
     ("etcd", "dlock exec (etcd)", "etcdctl lock"),

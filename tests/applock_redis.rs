@@ -388,11 +388,13 @@ fn a_server_paused_past_the_ttl_is_a_lost_lease() {
     );
     let expires_ms = support::just_renewed(Duration::from_secs(2), || server.expiry_ms("paused"));
     server.pause();
-    let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock gives up");
+    // CMD's death is timed, not dlock's exit, which follows it.
+    let dead = support::wait_for(Duration::from_secs(10), || !alive(pid));
     let dead_ms = support::now_ms();
+    let status = wait_exit(&mut held, Duration::from_secs(10)).expect("dlock gives up");
     server.resume();
+    assert!(dead, "the command must be dead");
     assert_eq!(status.code(), Some(79));
-    assert!(!alive(pid), "the command must be dead");
     assert!(dead_ms < expires_ms, "{}ms late", dead_ms - expires_ms);
     // Once expired, an application takes it.
     let took = peer(Peer::Py, &server.url(), "paused", true, "true", 1).output();

@@ -197,10 +197,10 @@ pub fn paused_past_the_bound(url: &str, pause: impl FnOnce(), resume: impl FnOnc
         .spawn()
         .unwrap();
     assert!(super::wait_for(Duration::from_secs(10), || pid_file.exists()));
-    let pid = read(&pid_file).trim().to_string();
+    let pid: u32 = read(&pid_file).trim().parse().unwrap();
     let paused = Instant::now();
     pause();
-    let dead = super::wait_for(Duration::from_secs(6), || !running(&pid));
+    let dead = super::wait_for(Duration::from_secs(6), || !super::alive(pid));
     let took = paused.elapsed();
     let status = super::wait_exit(&mut held, Duration::from_secs(6));
     resume();
@@ -211,13 +211,4 @@ pub fn paused_past_the_bound(url: &str, pause: impl FnOnce(), resume: impl FnOnc
         took < Duration::from_secs(3),
         "CMD died {took:?} into the pause"
     );
-}
-
-/// Whether process `pid` runs: it exists and is not a zombie.
-fn running(pid: &str) -> bool {
-    let stat = read(Path::new(&format!("/proc/{pid}/stat")));
-    match stat.rsplit_once(')') {
-        Some((_, rest)) => !rest.trim_start().starts_with('Z'),
-        None => false,
-    }
 }
