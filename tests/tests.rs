@@ -108,6 +108,7 @@ mod lease_clock;
 mod one_line;
 mod options;
 mod queue;
+#[cfg(any(feature = "redis", feature = "postgres"))]
 mod queue_order;
 mod scripts;
 mod sharing;

@@ -527,18 +527,6 @@ pub struct Listing {
 /// (queue entries by liveness, leases by TTL).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(300);
 
-/// Runs `step` unless `cancel` fires first; `None` when it did (`step` is dropped).
-pub(crate) async fn unless_cancelled<T>(
-    cancel: &CancellationToken,
-    step: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    tokio::select! {
-        biased;
-        _ = cancel.cancelled() => None,
-        done = step => Some(done),
-    }
-}
-
 /// Makes ring rustls's process-wide crypto provider, before any TLS connection. Clients
 /// that build their TLS settings without naming a provider (tonic, mysql_async, the
 /// ZooKeeper client) take that one; without it rustls guesses from its features, and

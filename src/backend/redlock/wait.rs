@@ -68,8 +68,7 @@ use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
 use crate::backend::redis::RedisBackend;
 use crate::backend::{
-    unless_cancelled, AcquireRequest, Acquired, Backend, Lease, ReleaseMode, WaitOptions,
-    CANCEL_GRACE,
+    AcquireRequest, Acquired, Backend, Lease, ReleaseMode, WaitOptions, CANCEL_GRACE,
 };
 use crate::error::{Error, Result};
 
@@ -452,4 +451,16 @@ impl RedlockBackend {
 /// `d` to the millisecond, for messages.
 fn whole_ms(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+}
+
+/// Runs `step` unless `cancel` fires first; `None` when it did (`step` is dropped).
+async fn unless_cancelled<T>(
+    cancel: &CancellationToken,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => None,
+        done = step => Some(done),
+    }
 }
