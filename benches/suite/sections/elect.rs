@@ -50,9 +50,11 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let stores = [
         Ok(ctx.local("elect")),
         ctx.redis(),
+        ctx.redis_cluster(),
         ctx.redlock(),
         ctx.etcd_store(),
         ctx.memcached(),
+        ctx.memcached_quorum(),
         ctx.zookeeper(),
         ctx.postgres().map(|(s, _)| s),
         ctx.mysql().map(|(s, _)| s),
@@ -60,9 +62,11 @@ pub fn measure(ctx: &mut Ctx) -> Section {
     let names = [
         "local",
         "redis",
+        "redis-cluster",
         "redlock",
         "etcd",
         "memcached",
+        "memcached quorum",
         "zookeeper",
         "postgres",
         "mysql",
