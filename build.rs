@@ -2,7 +2,7 @@
 //! `common.lua` in front, exactly as `src/backend/redis/scripts.rs` sends it, and
 //! `src/backend/redis/plain/*.lua` alone, as `plain/scripts.rs` sends them) at build time, so
 //! that `dlock` does not hash some 20 KB of Lua on every run only to send `EVALSHA`.
-//! A unit test in `scripts.rs` checks the two agree.
+//! A unit test in `scripts.rs` checks the two agree. It also sets `cfg(servers)` (below).
 
 use std::fs;
 use std::path::Path;
@@ -34,5 +34,22 @@ fn main() {
             "cargo:rustc-env=DLOCK_LUA_SHA_PLAIN_{}={sha}",
             name.to_uppercase()
         );
+    }
+    // `cfg(servers)`: a store that runs on servers is built in (every store's feature but
+    // the local store's), so that the tests name that condition once (the fault matrix).
+    println!("cargo::rustc-check-cfg=cfg(servers)");
+    let stores = [
+        "REDIS",
+        "ETCD",
+        "ZOOKEEPER",
+        "POSTGRES",
+        "MYSQL",
+        "MEMCACHED",
+    ];
+    if stores
+        .iter()
+        .any(|f| std::env::var_os(format!("CARGO_FEATURE_{f}")).is_some())
+    {
+        println!("cargo::rustc-cfg=servers");
     }
 }

@@ -4,7 +4,7 @@
 //! paused past the bound, kills CMD; 8 mixed loops never overlap.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{
     self, exec_on, loops, stderr_of, wait_exit, wait_for, MysqlServer, MY_DB, MY_PASSWORD, MY_USER,
@@ -113,32 +113,10 @@ fn dlock_holds_then_get_lock_fails_and_its_wait_follows() {
 #[test]
 fn the_holders_session_killed_kills_cmd_at_once() {
     let my = MysqlServer::start();
-    let url = get_lock(&my);
-    let dir = tempfile::tempdir().unwrap();
-    let (started, ended) = (dir.path().join("started"), dir.path().join("ended"));
-    let cmd = format!(
-        "echo x >> '{}'; sleep 30; touch '{}'",
-        started.display(),
-        ended.display()
-    );
-    let mut held = exec_on(&url, &["job", "--", "sh", "-c", &cmd])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || started.exists()));
-    let id = my.sql("SELECT IS_USED_LOCK('job')");
-    let killed = Instant::now();
-    my.sql(&format!("KILL {id}"));
-    let st = wait_exit(&mut held, Duration::from_secs(5)).expect("exec ends at once");
-    assert!(
-        killed.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        killed.elapsed()
-    );
-    assert_eq!(st.code(), Some(79), "{}", stderr_of(held));
-    assert!(!ended.exists());
-    let runs = std::fs::read_to_string(&started).unwrap();
-    assert_eq!(runs.lines().count(), 1, "nothing runs twice");
+    loops::session_ended_by_an_administrator(&get_lock(&my), || {
+        let id = my.sql("SELECT IS_USED_LOCK('job')");
+        my.sql(&format!("KILL {id}"));
+    });
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! mixed loops never overlap. `applock_mysql` has the same for `GET_LOCK`.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::{
     self, exec_on, loops, pg_bin, send_signal, stderr_of, wait_exit, wait_for, PostgresServer,
@@ -157,35 +157,13 @@ fn a_cancelled_wait_leaves_nothing_queued() {
 #[test]
 fn the_holders_session_terminated_kills_cmd_at_once() {
     let pg = PostgresServer::start();
-    let url = advisory(&pg);
-    let dir = tempfile::tempdir().unwrap();
-    let (started, ended) = (dir.path().join("started"), dir.path().join("ended"));
-    let cmd = format!(
-        "echo x >> '{}'; sleep 30; touch '{}'",
-        started.display(),
-        ended.display()
-    );
-    let mut held = exec_on(&url, &["--ttl", "30s", "job", "--", "sh", "-c", &cmd])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(wait_for(Duration::from_secs(10), || started.exists()));
-    let killed = Instant::now();
-    let ended_by_admin = pg.psql(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-         WHERE application_name = 'dlock advisory'",
-    );
-    assert_eq!(ended_by_admin, "1");
-    let st = wait_exit(&mut held, Duration::from_secs(5)).expect("exec ends at once");
-    assert!(
-        killed.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        killed.elapsed()
-    );
-    assert_eq!(st.code(), Some(79), "{}", stderr_of(held));
-    assert!(!ended.exists());
-    let runs = std::fs::read_to_string(&started).unwrap();
-    assert_eq!(runs.lines().count(), 1, "nothing runs twice");
+    loops::session_ended_by_an_administrator(&advisory(&pg), || {
+        let ended = pg.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'dlock advisory'",
+        );
+        assert_eq!(ended, "1");
+    });
 }
 
 #[test]

@@ -12,17 +12,7 @@
 //! What only one store can be asked under a fault stays in that store's file.
 
 // A build with no store that has servers (`--no-default-features`) runs none of these.
-#![cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "memcached"
-    )),
-    allow(dead_code, unused_imports)
-)]
+#![cfg_attr(not(servers), allow(dead_code, unused_imports))]
 
 use std::process::{Child, Stdio};
 use std::sync::mpsc::Receiver;

@@ -57,17 +57,7 @@ pub struct Caps {
     /// session), and its holder renews on; elsewhere the restart loses it (exit 79).
     /// Checked both ways by `faults::restarted_while_holding_is_what_the_store_declares`.
     // Read by the fault matrix only, which needs a store with a server.
-    #[cfg_attr(
-        not(any(
-            feature = "redis",
-            feature = "etcd",
-            feature = "zookeeper",
-            feature = "postgres",
-            feature = "mysql",
-            feature = "memcached"
-        )),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(servers), allow(dead_code))]
     pub durable: bool,
 }
 

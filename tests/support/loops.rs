@@ -212,3 +212,31 @@ pub fn paused_past_the_bound(url: &str, pause: impl FnOnce(), resume: impl FnOnc
         "CMD died {took:?} into the pause"
     );
 }
+
+/// A session lock (`?lock=advisory`, `?lock=get_lock`) on key `job` whose holding session
+/// an administrator ends (`end`: `pg_terminate_backend`, `KILL`): CMD is killed at once,
+/// exit 79, and it ran once.
+pub fn session_ended_by_an_administrator(url: &str, end: impl FnOnce()) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let (started, ended) = (dir.path().join("started"), dir.path().join("ended"));
+    let cmd = format!(
+        "echo x >> '{}'; sleep 30; touch '{}'",
+        started.display(),
+        ended.display()
+    );
+    let mut held = super::exec_on(url, &["--ttl", "30s", "job", "--", "sh", "-c", &cmd])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(super::wait_for(Duration::from_secs(10), || started.exists()));
+    let killed = Instant::now();
+    end();
+    let status = super::wait_exit(&mut held, Duration::from_secs(5)).expect("exec ends at once");
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(status.code(), Some(79), "{}", super::stderr_of(held));
+    assert!(!ended.exists());
+    assert_eq!(read(&started).lines().count(), 1, "nothing runs twice");
+}
