@@ -23,11 +23,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Removes one waiter from the queue; returns 1 when it was queued.
+-- Removes one waiter from the queue; returns 1 when it was queued. The info hash keeps no
+-- trace of it: not as the pending --supersede waiter ('!'), and once the line is empty not
+-- the arrival ticket ('#', see join) either, which can start again with nobody to pass.
 local function leave_queue(queue, alive, info, waiter)
   local n = redis.call('ZREM', queue, waiter)
   redis.call('ZREM', alive, waiter)
   redis.call('HDEL', info, waiter)
+  if redis.call('HGET', info, '!') == waiter then
+    redis.call('HDEL', info, '!')
+  end
+  if redis.call('ZCARD', queue) == 0 then
+    redis.call('HDEL', info, '#')
+  end
   return n
 end
 
@@ -62,7 +70,12 @@ local function prune(queue, alive, info, now, wake_prefix)
   end
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head or redis.call('ZSCORE', alive, head) then
+    if not head then
+      -- An empty line keeps no ticket and no pending superseding waiter (see leave_queue).
+      redis.call('HDEL', info, '#', '!')
+      return nil, dropped
+    end
+    if redis.call('ZSCORE', alive, head) then
       return head, dropped
     end
     leave_queue(queue, alive, info, head)
@@ -186,7 +199,7 @@ end
 -- One score holds both, -priority * 2^32 + arrival ticket (the CLI keeps |priority| at
 -- most 10^6, so the score stays exact in a double); ZRANGE, ZRANK and the head follow it.
 -- The ticket counts in the info hash under its own field, so joining costs the same however
--- many wait; it starts again from 1 when the queue keys expire, with nobody left to pass.
+-- many wait; it starts again from 1 when the line is empty (leave_queue), with nobody to pass.
 local ARRIVALS, TICKETS = 4294967296, '#'
 local function join(queue, info, waiter, priority)
   local ticket = redis.call('HINCRBY', info, TICKETS, 1) % ARRIVALS
