@@ -277,9 +277,11 @@ impl Watch {
             return Err(self.fail("no watch open"));
         };
         let broken = match rx.next().await {
+            // etcd cancels a watch with a reason while its member has no leader ("etcdserver:
+            // no leader", during an election) or when the revision was compacted: a watch
+            // opened again, after the back-off, may stand.
             Some(Ok(resp)) if resp.canceled && !resp.cancel_reason.is_empty() => {
-                let why = &resp.cancel_reason;
-                return Err(self.client.fail("watch", why));
+                return Err(self.fail(&resp.cancel_reason));
             }
             Some(Ok(resp)) => return Ok(resp),
             Some(Err(s)) => Failure::answered(s).text(),
