@@ -155,10 +155,15 @@ impl MysqlServer {
     fn spawn(&mut self) {
         let _ = std::fs::remove_file(self.log());
         let d = self.dir.path();
+        // Its own directory for internal temporary tables: servers sharing /tmp have had
+        // one's file gone under the other ("Error on delete of '/tmp/#sql-temptable-…'").
+        let tmp = d.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("the server's tmpdir");
         let child = Command::new(mariadbd())
             .arg("--no-defaults")
             .args(as_user())
             .arg(format!("--datadir={}", d.join("data").display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", d.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", d.join("mysqld.pid").display()))
             .arg(format!("--log-error={}", self.log().display()))
