@@ -1,7 +1,9 @@
 //! Contending `exec` loops, the harness of the fault tests: shell loops of `dlock exec` on
 //! one key whose commands mark their start (with their fencing token) and their end in one
 //! file, the exit codes the loops write down, and the one check of those marks. Each test
-//! keeps its own faults and its own loop condition.
+//! keeps its own faults and its own loop condition. Also the two faults every session lock
+//! (`?lock=advisory`, `?lock=get_lock`) is tested under, written once for both servers:
+//! [`paused_past_the_bound`] and [`session_ended_by_an_administrator`].
 
 use std::path::Path;
 use std::process::Command;
