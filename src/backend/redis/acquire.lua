@@ -24,12 +24,9 @@ local floor = tonumber(ARGV[9]) or 0
 local client_ms = tonumber(ARGV[10])
 local priority, superseding = tonumber(ARGV[11]), ARGV[12] == '1'
 local FIRST_REENTER = 13
-local by = superseded_by(wake_prefix, waiter)
-if by then
-  return {-4, by}
-end
-if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
-  return {2}
+local out = out_of_line(queue, wake_prefix, waiter, ARGV[5])
+if out then
+  return out
 end
 -- The common case, a key nobody holds or waits for, costs one call to find out.
 local found = redis.call('EXISTS', lease, queue, group)

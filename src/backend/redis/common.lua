@@ -229,3 +229,16 @@ local function superseded_by(wake_prefix, waiter)
   local by = redis.call('GET', wake_prefix .. waiter .. NOTE)
   return by or nil
 end
+
+-- Why an attempt of `waiter` ends before it looks at the key, or nil: superseded by a newer
+-- waiter ({-4, its holder}), or asked to stay in line (`stay` = '2') after leaving it ({2}).
+local function out_of_line(queue, wake_prefix, waiter, stay)
+  local by = superseded_by(wake_prefix, waiter)
+  if by then
+    return {-4, by}
+  end
+  if stay == '2' and not redis.call('ZSCORE', queue, waiter) then
+    return {2}
+  end
+  return nil
+end

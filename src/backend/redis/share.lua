@@ -14,12 +14,9 @@ local fair, enqueue, liveness = ARGV[4] == '1', ARGV[5] ~= '0', tonumber(ARGV[6]
 local wake_prefix, holder, me, client_ms = ARGV[7], ARGV[8], ARGV[9], ARGV[10]
 local priority, superseding = tonumber(ARGV[11]), ARGV[12] == '1'
 local FIRST_REENTER = 13
-local by = superseded_by(wake_prefix, waiter)
-if by then
-  return {-4, by}
-end
-if ARGV[5] == '2' and not redis.call('ZSCORE', queue, waiter) then
-  return {2}
+local out = out_of_line(queue, wake_prefix, waiter, ARGV[5])
+if out then
+  return out
 end
 local now = now_ms()
 local members = prune_group(group, ends, now)
