@@ -100,15 +100,19 @@ pub fn check_marks(log: &str, unended: Unended) {
 
 /// Eight loops of six turns on one lock, alternately `dlock exec KEY` on `url` and an
 /// application's turn: `app_step(section)` is a shell command that takes the same lock the
-/// application's way, runs the shell script `section` under it and releases it. Asserts that
-/// all 48 commands ran, never two at once, and that dlock's tokens rise (an application's
-/// take has none: its marks carry token 0 and are checked for overlap only).
-pub fn mixed(url: &str, key: &str, marks: &Path, app_step: impl Fn(&str) -> String) {
+/// application's way, runs the shell script `section` under it and releases it; it is called
+/// once, before the loops start. Asserts that all 48 commands ran, never two at once, and
+/// that dlock's tokens rise (an application's take has none: its marks carry token 0 and
+/// are checked for overlap only).
+pub fn mixed(url: &str, key: &str, marks: &Path, app_step: impl FnOnce(&str) -> String) {
     let section = section(marks, "0.02");
     let app_section = format!(
         "echo \"start $$ 0\" >> '{m}'; sleep 0.02; echo \"end $$\" >> '{m}'",
         m = marks.display()
     );
+    // Built once, before any loop starts: a step that writes a file (MariaDB's script) must
+    // not rewrite it under a loop already reading it.
+    let app = app_step(&app_section);
     let dlock = super::dlock();
     let kids: Vec<_> = (0..8)
         .map(|i| {
@@ -120,7 +124,7 @@ pub fn mixed(url: &str, key: &str, marks: &Path, app_step: impl Fn(&str) -> Stri
                     quoted(key),
                     quoted(&section)
                 ),
-                _ => app_step(&app_section),
+                _ => app.clone(),
             };
             let script = format!("for i in 1 2 3 4 5 6; do {step} || exit 1; done");
             let mut sh = shell(&dlock, &script);
