@@ -53,6 +53,10 @@ pub struct Caps {
     pub queue: bool,
     /// `--shared` and `--limit N`; elsewhere they are refused.
     pub sharing: bool,
+    /// `--priority N` and `--supersede` order the queue (`queue_order.rs`); elsewhere
+    /// they are refused in one line (`queue::*::priority_and_supersede_are_refused_in_one_line`
+    /// checks both ways).
+    pub ordered: bool,
     /// A lease outlives a restart of its server (which keeps it on disk, or keeps the
     /// session), and its holder renews on; elsewhere the restart loses it (exit 79).
     /// Checked both ways by `faults::restarted_while_holding_is_what_the_store_declares`.
@@ -73,6 +77,7 @@ pub mod caps {
         notified_after_exit: true,
         queue: true,
         sharing: true,
+        ordered: true,
         durable: true,
     };
 
@@ -81,6 +86,7 @@ pub mod caps {
         notified: false,
         notified_after_exit: false,
         queue: false,
+        ordered: false,
         durable: false,
         ..ALL
     };
@@ -107,8 +113,12 @@ pub mod caps {
         POLLED
     }
 
+    /// The queue order is the create revision, shared with `etcdctl lock`.
     pub fn etcd() -> Caps {
-        ALL
+        Caps {
+            ordered: false,
+            ..ALL
+        }
     }
 
     pub fn memcached() -> Caps {
@@ -119,10 +129,12 @@ pub mod caps {
         POLLED
     }
 
-    /// An `exec` lease is a session, which ends with its process.
+    /// An `exec` lease is a session, which ends with its process; the queue order is the
+    /// node sequence, shared with Curator.
     pub fn zookeeper() -> Caps {
         Caps {
             lingering: false,
+            ordered: false,
             ..ALL
         }
     }
@@ -133,18 +145,20 @@ pub mod caps {
     }
 
     /// Named locks (`GET_LOCK`) held by the holder's session: a watcher of a `dlock lock`
-    /// lease, whose process has exited, polls.
+    /// lease, whose process has exited, polls. Its queue is in arrival order only.
     pub fn mysql() -> Caps {
         Caps {
             notified_after_exit: false,
+            ordered: false,
             ..ALL
         }
     }
 
-    /// The in-memory reference store keeps exclusive leases only.
+    /// The in-memory reference store keeps exclusive leases in arrival order only.
     pub fn memory() -> Caps {
         Caps {
             sharing: false,
+            ordered: false,
             ..ALL
         }
     }

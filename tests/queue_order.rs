@@ -14,6 +14,9 @@ use crate::support::{self, Reaped, Store};
 /// The stores that order their queue, each with a fresh [`Store`].
 macro_rules! on_ordered_stores {
     ($($name:ident),* $(,)?) => {
+        mod local {
+            $( #[test] fn $name() { super::$name(crate::support::Store::local()); } )*
+        }
         #[cfg(feature = "redis")]
         mod redis {
             $( #[test] fn $name() { super::$name(crate::support::Store::redis()); } )*

@@ -111,7 +111,7 @@ use super::file::{self, io_err, Ctx, KeyFile};
 use super::locks::{self, wait_lock, Kind};
 use super::names;
 use super::store::{self, Ask, Step};
-use super::wait::{self, Abort, Outcome};
+use super::wait::{self, Abort, Outcome, Watch};
 use super::waiter::{HoldGuard, Waiting, Wake};
 use super::{linger, runs, shared, watch};
 use crate::backend::{
@@ -163,7 +163,7 @@ impl LocalBackend {
             |s, step| match step {
                 Step::Granted { lease, hold } => s.undo_grant(&lease, hold),
                 Step::Queued { ticket, .. } => s.leave_queue(ticket),
-                Step::Busy { .. } => {}
+                Step::Busy { .. } | Step::Superseded { .. } => {}
             },
         )
         .await
@@ -318,11 +318,6 @@ impl Backend for LocalBackend {
 
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         check_request(req)?;
-        req.queue.check(
-            &req.key,
-            &self.ctx.describe,
-            Some(super::super::ORDER_NOT_YET),
-        )?;
         shared::check_limit(&req.key, req.sharing, &self.ctx.describe)?;
         let started = wait.since;
         let nowait = wait.deadline.is_some_and(|d| d <= Instant::now());
@@ -331,6 +326,10 @@ impl Backend for LocalBackend {
             .expect("created when missing");
         let req = Arc::new(req.clone());
         let mut w = Waiting::new(kf.clone());
+        if req.queue.supersede {
+            // Watched before the first look, so that no mark can slip in between.
+            w.bell = Some(Watch::new(&kf.path));
+        }
         loop {
             let step = match self.attempt(&kf, &req, &w, wait, nowait).await {
                 Ok(Outcome::Done(step)) => step,
@@ -361,6 +360,11 @@ impl Backend for LocalBackend {
                 }
                 Step::Busy { holder } => {
                     return Err(self.not_obtained(&req.key, holder.as_ref(), None));
+                }
+                Step::Superseded { by } => {
+                    w.ticket = None;
+                    let describe = &self.ctx.describe;
+                    return Err(Error::superseded(&req.key, describe, &by.host, by.pid));
                 }
                 Step::Queued {
                     ticket,

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::file::boot_ms;
 use super::locks;
+use super::order;
 use super::record::{LeaseRecord, UNLISTED};
 use super::store::Session;
 use crate::backend::{now_ms, KeyStatus, Lease, ReleaseMode, Released, WaiterInfo};
@@ -100,8 +101,9 @@ impl Session<'_> {
         }
     }
 
-    /// The state of this key for `status`. Read-only: stale leases are shown as free but
-    /// left for the next writer to clear.
+    /// The state of this key for `status`, waiters in the served order (superseded ones
+    /// left out). Read-only: stale leases are shown as free but left for the next writer
+    /// to clear.
     pub fn status(&mut self) -> Result<KeyStatus> {
         let live = self.live_holders()?;
         let lock = live.first().map(|l| self.lock_info(l));
@@ -113,16 +115,20 @@ impl Session<'_> {
         };
         let waiters = match self.live_waiters(None)? {
             Some(list) if list.iter().any(|w| w.ticket == UNLISTED) => None,
-            Some(list) => Some(
-                list.into_iter()
-                    .map(|w| WaiterInfo {
-                        id: w.owner,
-                        holder: w.holder,
-                        sharing: w.sharing,
-                        priority: 0,
-                    })
-                    .collect(),
-            ),
+            Some(mut list) => {
+                list.sort_by_key(|w| order::place(w.priority, w.ticket));
+                let waiting = list.into_iter().filter(|w| w.superseded_by.is_none());
+                Some(
+                    waiting
+                        .map(|w| WaiterInfo {
+                            id: w.owner,
+                            holder: w.holder,
+                            sharing: w.sharing,
+                            priority: w.priority,
+                        })
+                        .collect(),
+                )
+            }
             None => {
                 let any = locks::any_waiter_before(self.file(), self.st.next_ticket)
                     .map_err(|e| self.io("cannot probe", e))?;

@@ -10,6 +10,7 @@
 //! * `held.rs`: those of a held key (release, renew, detach) and its status.
 //! * `shared.rs`: keys held by several at once (`--shared`, `--limit N`).
 //! * `queue.rs`: the waiter list shown by `status`.
+//! * `order.rs`: the served order once a waiter asks for `--priority` or `--supersede`.
 //! * `file.rs`: opening and creating key files; the boot id and the boot clock.
 //! * `record.rs`: the record's two slots and the waiter list, encoded.
 //! * `locks.rs`: the byte-range locks: mutex, waiting and holding locks.
@@ -24,6 +25,7 @@ mod held;
 mod linger;
 mod locks;
 mod names;
+mod order;
 mod queue;
 mod record;
 mod runs;

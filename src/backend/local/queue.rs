@@ -5,7 +5,8 @@ use std::os::unix::fs::FileExt;
 
 use super::file::read_full_at;
 use super::locks::{self, wait_lock};
-use super::record::{self, WaiterRecord, Waiters, UNLISTED};
+use super::order;
+use super::record::{self, Superseder, WaiterRecord, Waiters, UNLISTED};
 use super::store::Session;
 use crate::backend::AcquireRequest;
 use crate::error::Result;
@@ -15,17 +16,33 @@ const MAX_LISTED: usize = 128;
 
 impl Session<'_> {
     /// Takes a waiting ticket and adds us to the waiter list; returns the ticket and the
-    /// list as written (live waiters, us included).
+    /// list as written (live waiters, us included). A ranked waiter (`--priority`,
+    /// `--supersede`) is always listed, raises the record's `ranked` flag, and a
+    /// superseding one marks the older pending one (see `local/order.rs`).
     pub(super) fn join_queue(&mut self, req: &AcquireRequest) -> Result<(u64, Vec<WaiterRecord>)> {
         let t = self.take_ticket(wait_lock)?;
         let mut list = self.live_waiters(Some(t))?.unwrap_or_default();
-        if list.len() < MAX_LISTED {
-            list.push(WaiterRecord {
-                ticket: t,
-                owner: req.owner.clone(),
-                holder: req.holder.clone(),
-                sharing: req.sharing,
-            });
+        let me = WaiterRecord {
+            ticket: t,
+            owner: req.owner.clone(),
+            holder: req.holder.clone(),
+            sharing: req.sharing,
+            priority: req.queue.priority,
+            supersede: req.queue.supersede,
+            superseded_by: None,
+        };
+        if order::ranked(&me) {
+            self.st.ranked = true;
+            if me.supersede {
+                let by = Superseder {
+                    host: req.holder.host.clone(),
+                    pid: req.holder.pid,
+                };
+                order::supersede(&mut list, t, &by);
+            }
+            list.push(me);
+        } else if list.len() < MAX_LISTED {
+            list.push(me);
         } else if list.iter().all(|w| w.ticket != UNLISTED) {
             // Too many to list (each join and leave rewrites the list): from now on the
             // list is incomplete, and readers say they cannot tell.
@@ -34,6 +51,9 @@ impl Session<'_> {
                 owner: String::new(),
                 holder: Default::default(),
                 sharing: Default::default(),
+                priority: 0,
+                supersede: false,
+                superseded_by: None,
             });
         }
         match self.write_waiters(list) {
@@ -92,16 +112,31 @@ impl Session<'_> {
 
     /// True when some waiter other than `me` holds a ticket that is not in `listed`.
     pub(super) fn unlisted_waiters(&self, listed: &[u64], me: Option<u64>) -> Result<bool> {
+        Ok(!self.unlisted_tickets(listed, me, 1)?.is_empty())
+    }
+
+    /// Up to `most` tickets, highest first, held by waiters other than `me` and not in
+    /// `listed`.
+    pub(super) fn unlisted_tickets(
+        &self,
+        listed: &[u64],
+        me: Option<u64>,
+        most: usize,
+    ) -> Result<Vec<u64>> {
+        let mut found = Vec::new();
         let mut below = self.st.next_ticket;
         while let Some(t) =
             locks::waiter_before(self.file(), below).map_err(|e| self.io("cannot probe", e))?
         {
             if Some(t) != me && !listed.contains(&t) {
-                return Ok(true);
+                found.push(t);
+                if found.len() >= most {
+                    break;
+                }
             }
             below = t;
         }
-        Ok(false)
+        Ok(found)
     }
 
     pub(super) fn read_waiters(&self) -> Result<Option<Vec<WaiterRecord>>> {

@@ -59,6 +59,11 @@ pub struct State {
     /// hand-off.
     #[serde(default)]
     pub freed_boot_ms: u64,
+    /// A waiter that asked for `--priority` or `--supersede` may be queued: attempts then
+    /// read the waiter list for the served order (`local/order.rs`) instead of taking the
+    /// ticket order from the waiting locks alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ranked: bool,
 }
 
 impl State {
@@ -74,6 +79,7 @@ impl State {
             more: Vec::new(),
             sharing: Sharing::Exclusive,
             freed_boot_ms: 0,
+            ranked: false,
         }
     }
 }
@@ -112,6 +118,27 @@ pub struct WaiterRecord {
     /// How it asks to hold the key: a shared or semaphore caller reads those ahead of it.
     #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
     pub sharing: Sharing,
+    /// Its `--priority`: the served order is priority first, then ticket.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    /// It asked for `--supersede`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub supersede: bool,
+    /// The newer `--supersede` waiter that took its place: it is out of the line, and
+    /// leaves (exit 80) when it next looks, which the write of this mark wakes it for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<Superseder>,
+}
+
+/// Who superseded a waiter, for its one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Superseder {
+    pub host: String,
+    pub pid: u32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// What a slot held.
@@ -237,6 +264,12 @@ mod tests {
                 owner: "o".into(),
                 holder: Holder::default(),
                 sharing: Sharing::Shared,
+                priority: -3,
+                supersede: true,
+                superseded_by: Some(Superseder {
+                    host: "h".into(),
+                    pid: 7,
+                }),
             }],
         };
         let bytes = encode_waiters(&w);

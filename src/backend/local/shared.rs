@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use super::file::boot_ms;
-use super::record::{LeaseRecord, UNLISTED};
+use super::order;
+use super::record::{LeaseRecord, WaiterRecord, UNLISTED};
 use super::store::{Ask, Session, STUCK_AFTER_MS};
 use crate::backend::sharing::Admission;
 use crate::backend::Sharing;
@@ -96,7 +97,8 @@ impl Session<'_> {
     }
 
     /// Whether a shared or semaphore caller fits now beside `holders` holders and the
-    /// waiters ahead of it (first come, first served: see [`Sharing::admit`]). Waiters the
+    /// waiters ahead of it in the served order (first come, first served among equal
+    /// priorities: see [`Sharing::admit`]). Waiters the
     /// list cannot name (too many) count as blocking. A waiter ahead that would fit but has
     /// not come in for [`STUCK_AFTER_MS`] since a holder last left is stopped (`^Z`) or
     /// wedged, and does not count, as for an exclusive lock: it keeps its place and waits
@@ -113,9 +115,14 @@ impl Session<'_> {
             if list.iter().any(|w| w.ticket == UNLISTED) {
                 return Ok(false);
             }
-            let mine = a.me.unwrap_or(u64::MAX);
+            let mine = order::place(a.req.queue.priority, a.me.unwrap_or(u64::MAX));
             let stuck = boot_ms().saturating_sub(self.st.freed_boot_ms) >= STUCK_AFTER_MS;
-            for w in list.iter().filter(|w| w.ticket < mine) {
+            let before = |w: &&WaiterRecord| {
+                Some(w.ticket) != a.me
+                    && w.superseded_by.is_none()
+                    && order::place(w.priority, w.ticket) < mine
+            };
+            for w in list.iter().filter(before) {
                 let fits = w
                     .sharing
                     .admit(Some(self.st.sharing), holders as u32, &ahead);

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use super::file::{boot_ms, io_err, read_full_at, Ctx, KeyFile};
 use super::locks::{self, hold_lock, wait_lock, Kind, MAX_TICKET};
-use super::record::{self, LeaseRecord, Slot, State, SLOT, SLOTS_LEN, UNLISTED};
+use super::order::Line;
+use super::record::{self, LeaseRecord, Slot, State, Superseder, SLOT, SLOTS_LEN, UNLISTED};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, WaitInfo};
 use crate::error::{Error, Result};
 
@@ -58,6 +59,8 @@ pub enum Step {
         target: Target,
         info: WaitInfo,
     },
+    /// A newer `--supersede` waiter took our place: we left the queue.
+    Superseded { by: Superseder },
 }
 
 /// The state of one key, read (and possibly changed) under its state mutex.
@@ -323,8 +326,14 @@ impl<'a> Session<'a> {
 
     // ---- acquisition ----
 
-    /// One acquisition attempt: re-enter, take the key, fail (`nowait`), or queue.
+    /// One acquisition attempt: re-enter, take the key, fail (`nowait`), or queue. The
+    /// order of the queue is the ticket order, or the served order of `local/order.rs`
+    /// while some waiter asks for more.
     pub fn attempt(&mut self, a: &Ask) -> Result<Step> {
+        let line = self.line_for(a)?;
+        if let Some(by) = line.as_ref().and_then(|l| l.superseded_by.clone()) {
+            return self.give_way(a, by);
+        }
         let holders = self.live_holders()?;
         if let Some(l) = holders.iter().find(|l| a.req.reenter.contains(&l.owner)) {
             let owner = l.owner.clone();
@@ -336,12 +345,13 @@ impl<'a> Session<'a> {
         }
         let live = holders.first().cloned();
         let probe_err = |e| io_err("cannot probe", &self.kf.path, e);
-        let waiter_ahead = match a.me {
-            Some(n) => locks::any_waiter_before(self.file(), n).map_err(probe_err)?,
-            None if a.req.fair => {
+        let waiter_ahead = match (&line, a.me) {
+            (_, None) if !a.req.fair => false,
+            (Some(l), _) => !l.ahead.is_empty(),
+            (None, Some(n)) => locks::any_waiter_before(self.file(), n).map_err(probe_err)?,
+            (None, None) => {
                 locks::any_waiter_before(self.file(), self.st.next_ticket).map_err(probe_err)?
             }
-            None => false,
         };
         // A waiter that leaves a free key untaken for long is stopped (^Z) or wedged: do not
         // let it hold up everyone behind it. It keeps its place and queues again on resume.
@@ -361,12 +371,21 @@ impl<'a> Session<'a> {
             self.commit()?;
             return Ok(Step::Busy { holder });
         }
-        self.queue(a, live)
+        self.queue(a, live, line)
     }
 
-    /// Queues `a` (or keeps its place), and says what it waits for: the waiter ahead, or
-    /// the holder `live`.
-    fn queue(&mut self, a: &Ask, live: Option<LeaseRecord>) -> Result<Step> {
+    /// Leaves the queue for the newer `--supersede` waiter `by`.
+    fn give_way(&mut self, a: &Ask, by: Superseder) -> Result<Step> {
+        if let Some(t) = a.me {
+            self.leave_queue(t);
+        }
+        self.commit()?;
+        Ok(Step::Superseded { by })
+    }
+
+    /// Queues `a` (or keeps its place), and says what it waits for: the waiter ahead (in
+    /// `line`'s order when there is one), or the holder `live`.
+    fn queue(&mut self, a: &Ask, live: Option<LeaseRecord>, line: Option<Line>) -> Result<Step> {
         let (ticket, joined) = match a.me {
             Some(n) => (n, None),
             None => {
@@ -374,14 +393,20 @@ impl<'a> Session<'a> {
                 (t, Some(list))
             }
         };
-        let ahead = locks::waiter_before(self.file(), ticket)
-            .map_err(|e| io_err("cannot probe", &self.kf.path, e))?;
+        let ahead = match &line {
+            Some(l) => l.ahead.last().copied(),
+            None => locks::waiter_before(self.file(), ticket)
+                .map_err(|e| io_err("cannot probe", &self.kf.path, e))?,
+        };
         let target = self.target(ahead, live.as_ref());
         let mut info = WaitInfo {
             holder: live.as_ref().map(|l| self.lock_info(l)),
             ..WaitInfo::default()
         };
-        if a.want_position {
+        if let Some(l) = &line {
+            info.position = Some(l.ahead.len() as u64 + 1);
+            info.waiters = Some(l.len as u64);
+        } else if a.want_position {
             let list = match joined {
                 Some(list) => Some(list),
                 None => self.live_waiters(Some(ticket))?,

@@ -43,6 +43,9 @@ pub(super) struct Waiting {
     pub(super) watch: Option<Watch>,
     pub(super) holder: Option<LockInfo>,
     pub(super) reported: Option<Reported>,
+    /// A `--supersede` waiter's watch on the key file: the write that marks it superseded
+    /// wakes it from any sleep (see `local/order.rs`).
+    pub(super) bell: Option<Watch>,
 }
 
 /// What the progress listener was last told: holder (owner, token), position, waiters.
@@ -71,6 +74,7 @@ impl Waiting {
             watch: None,
             holder: None,
             reported: None,
+            bell: None,
         }
     }
 
@@ -114,6 +118,7 @@ impl Waiting {
                 let released = tokio::select! {
                     why = wait::aborted(wait, Duration::ZERO) => return Ok(Wake::Abort(why)),
                     r = lw.released() => Some(r),
+                    _ = rung(&mut self.bell) => None,
                     _ = tokio::time::sleep(recheck) => None,
                 };
                 if let Some(r) = released {
@@ -137,5 +142,13 @@ impl Waiting {
                 Ok(Wake::Again)
             }
         }
+    }
+}
+
+/// Resolves when the key file changed, if `bell` watches it; never otherwise.
+async fn rung(bell: &mut Option<Watch>) {
+    match bell {
+        Some(watch) => watch.changed().await,
+        None => std::future::pending().await,
     }
 }
