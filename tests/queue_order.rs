@@ -47,6 +47,15 @@ mod postgres {
     }
 }
 
+/// The local store: a ranked waiter killed outright (SIGKILL) leaves the line with its
+/// kernel lock, and never holds up the plain waiter behind it.
+mod local_only {
+    #[test]
+    fn a_killed_ranked_waiter_never_blocks_the_key() {
+        super::a_killed_ranked_waiter_never_blocks_the_key(crate::support::Store::local());
+    }
+}
+
 /// The key's waiters as `status --json` lists them, once there are `n`.
 fn waiters(store: &Store, key: &str, n: usize) -> Vec<Value> {
     let mut last = Value::Null;
@@ -206,4 +215,31 @@ fn a_newer_supersede_waiter_replaces_the_older_at_once(store: Store) {
     assert_eq!(exit_code(&mut plain), Some(0));
     assert_eq!(exit_code(&mut third), Some(0));
     assert_eq!(ran(dir.path()), ["holder", "plain", "s3"]);
+}
+
+fn a_killed_ranked_waiter_never_blocks_the_key(store: Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut holder = holder(&store, "qk", dir.path());
+    let ranked = ["--priority", "10", "--supersede"];
+    let mut first = waiter(&store, "qk", &ranked, "ranked", dir.path());
+    waiters(&store, "qk", 1);
+    let mut plain = waiter(&store, "qk", &[], "plain", dir.path());
+    let listed = waiters(&store, "qk", 2);
+    assert_eq!(listed[0]["priority"], 10, "{listed:?}");
+    support::send_signal(first.id(), "KILL");
+    support::wait_exit(&mut first, Duration::from_secs(10)).expect("killed");
+    let listed = waiters(&store, "qk", 1);
+    assert_eq!(listed[0]["priority"], 0, "{listed:?}");
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(exit_code(&mut holder), Some(0));
+    let since = Instant::now();
+    assert_eq!(exit_code(&mut plain), Some(0));
+    // Woken by the holder's lock, not by a recheck or the one-second stuck rule.
+    assert!(
+        since.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        since.elapsed()
+    );
+    assert_eq!(ran(dir.path()), ["holder", "plain"]);
 }

@@ -7,7 +7,8 @@
 //! file holds (see `local/record.rs`) two copies ("slots") of a small JSON record: the key,
 //! the fencing counter, its durable ceiling, the boot id, the ticket counter and the lease
 //! (owner, token, depth, expiry, holder host/pid/user/command); after them, the list of
-//! waiters shown by `status` (informational, at most 128 listed). Files are created whole
+//! waiters shown by `status` (at most 128 plain waiters listed; it also carries the
+//! priorities of the served order, see below). Files are created whole
 //! and atomically (temporary file, fsync, `link`, fsync of the directory) and never
 //! deleted: deleting one would restart that key's fencing counter. Stray `.*.tmp` files are
 //! left only by a crash during creation and can be removed. Beside the file of each key that
@@ -57,6 +58,9 @@
 //! A waiter that gives up releases its waiting lock and its successor re-targets the next
 //! one ahead. New arrivals do not overtake queued waiters when `req.fair` (the default);
 //! with `fair == false` an arrival may take a free key at once.
+//! While a waiter that asked for `--priority` or `--supersede` is queued, the order is
+//! priority first, then ticket, read from the waiter list; each waiter still sleeps on the
+//! lock of the one just ahead, in that order (`local/order.rs`).
 //! A waiter that leaves a free key untaken for a second (a stopped process, `^Z`) is
 //! presumed stuck: whoever comes next may take the key, so one stopped waiter cannot hold
 //! up the queue; it keeps its place and waits again when it resumes.

@@ -19,7 +19,7 @@
 use std::cmp::Reverse;
 
 use super::record::{Superseder, WaiterRecord, UNLISTED};
-use super::store::{Ask, Session};
+use super::store::{Ask, Line, Session};
 use crate::backend::Queueing;
 use crate::error::Result;
 
@@ -31,16 +31,6 @@ pub(super) fn place(priority: i32, ticket: u64) -> (Reverse<i32>, u64) {
 /// A waiter ordered beyond arrival: it must always be listed.
 pub(super) fn ranked(w: &WaiterRecord) -> bool {
     w.priority != 0 || w.supersede
-}
-
-/// Where an attempt stands in the served order.
-pub struct Line {
-    /// The live waiters ahead of the caller, in served order: the last is just ahead.
-    pub ahead: Vec<u64>,
-    /// Live waiters in the line, the caller included (it joins if it is not queued yet).
-    pub len: usize,
-    /// A newer `--supersede` waiter took the caller's place.
-    pub superseded_by: Option<Superseder>,
 }
 
 impl Session<'_> {
@@ -59,10 +49,8 @@ impl Session<'_> {
             self.st.ranked = false;
             self.dirty = true;
         }
-        let superseded_by = a
-            .me
-            .and_then(|t| list.iter().find(|w| w.ticket == t))
-            .and_then(|w| w.superseded_by.clone());
+        let listed_me = a.me.and_then(|t| list.iter().find(|w| w.ticket == t));
+        let superseded_by = listed_me.and_then(|w| w.superseded_by.clone());
         let mine = place(a.req.queue.priority, a.me.unwrap_or(u64::MAX));
         // A superseding arrival that is about to join marks the pending one out of line.
         let replaces = a.me.is_none() && !a.nowait && a.req.queue.supersede;

@@ -1,5 +1,7 @@
 //! The waiter list of a key file: joining and leaving the queue, and the list `status`
-//! shows (informational: the queue itself is the waiting locks).
+//! shows. The queue itself is the waiting locks: an entry counts only while its waiting
+//! lock is held. For plain waiters the list is informational; it carries the priority and
+//! `--supersede` mark that the served order reads (`local/order.rs`).
 
 use std::os::unix::fs::FileExt;
 

@@ -102,7 +102,8 @@ pub struct LeaseRecord {
     pub holder: Holder,
 }
 
-/// The waiter list: informational only (the queue itself is made of kernel locks).
+/// The waiter list (the queue itself is made of kernel locks): who waits, for `status`, and
+/// the priorities and `--supersede` marks of the served order (`local/order.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Waiters {
     pub boot_id: String,

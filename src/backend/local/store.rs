@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use super::file::{boot_ms, io_err, read_full_at, Ctx, KeyFile};
 use super::locks::{self, hold_lock, wait_lock, Kind, MAX_TICKET};
-use super::order::Line;
 use super::record::{self, LeaseRecord, Slot, State, Superseder, SLOT, SLOTS_LEN, UNLISTED};
 use crate::backend::{now_ms, AcquireRequest, Lease, LockInfo, WaitInfo};
 use crate::error::{Error, Result};
@@ -31,6 +30,17 @@ pub struct Ask<'r> {
     pub sent_at: Instant,
     /// Compute the queue position (someone listens to progress).
     pub want_position: bool,
+}
+
+/// Where an attempt stands in the served order, when some waiter asked for `--priority` or
+/// `--supersede` (made by `local/order.rs`).
+pub struct Line {
+    /// The live waiters ahead of the caller, in served order: the last is just ahead.
+    pub ahead: Vec<u64>,
+    /// Live waiters in the line, the caller included (it joins if it is not queued yet).
+    pub len: usize,
+    /// A newer `--supersede` waiter took the caller's place.
+    pub superseded_by: Option<Superseder>,
 }
 
 /// What to wait for before the next attempt.
