@@ -21,7 +21,7 @@
 //! * [`lease`]: lease arithmetic: renewal interval, when the child must die.
 //! * [`backend`]: the [`backend::Backend`] trait the commands call; the store seam
 //!   [`backend::store::LockStore`], whose implementors write only their primitives, and
-//!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`]; opening a backend in [`backend::spec`];
+//!   the one waiting loop in [`backend::waiting`]; the URL schemes in [`backend::registry`]; a URL's typed target in [`backend::target`]; opening a backend in [`backend::spec`];
 //!   the one URL reader and redaction rule in [`backend::url`] (each store's `url.rs` turns
 //!   its reading into the store's typed target);
 //!   one folder per store: [`backend::local`] (embedded, the default), [`backend::redis`]
@@ -40,8 +40,10 @@
 //!   [`backend::waiting::pace`] (the back-off and the ride-out) sits below both the seam
 //!   and the loop; the store folders come above them and the shared recipes
 //!   ([`backend::sharing`], [`backend::group`], [`backend::sql`], [`backend::quorum`]);
-//!   [`backend::registry`] (the schemes) above the stores; and on top [`backend::spec`],
-//!   which reads `--url` into a [`backend::spec::BackendSpec`] and opens it
+//!   [`backend::target`] (a URL's typed target, and opening it) above the stores;
+//!   [`backend::registry`] (the schemes, each reading its URLs into a target) above it;
+//!   and on top [`backend::spec`], which reads `--url` into a
+//!   [`backend::spec::BackendSpec`] of typed targets, each URL read once, and opens it
 //!   ([`backend::spec::open`]). Inside a folder, a file imports an item from the file
 //!   that defines it, not through the folder's `mod.rs`.
 //!

@@ -68,6 +68,7 @@ impl Store {
     }
 
     pub fn spec(&self) -> BackendSpec {
+        let read = |urls: &[String]| BackendSpec::from_urls(urls).expect("a bench store's URL");
         match self {
             Store::Local(dir) => BackendSpec::Local(dir.clone()),
             Store::Redis(url)
@@ -76,8 +77,8 @@ impl Store {
             | Store::Zookeeper(url)
             | Store::Etcd(url)
             | Store::Postgres(url)
-            | Store::Mysql(url) => BackendSpec::One(url.clone()),
-            Store::Quorum(_, urls) => BackendSpec::Quorum(urls.clone()),
+            | Store::Mysql(url) => read(std::slice::from_ref(url)),
+            Store::Quorum(_, urls) => read(urls),
         }
     }
 }

@@ -43,6 +43,7 @@ pub mod spec;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub mod sql;
 pub mod store;
+pub mod target;
 pub mod url;
 pub mod waiting;
 #[cfg(feature = "zookeeper")]

@@ -1,15 +1,14 @@
-//! The URL schemes dlock understands, in one table: what each opens, its line in the
-//! `--url` help, and how its URLs combine. Adding a store is one entry here (plus its
-//! folder and its cargo feature); nothing else lists schemes.
+//! The URL schemes dlock understands, in one table: how each reads its URLs into a
+//! typed target, its line in the `--url` help, and how its URLs combine. Adding a store
+//! is one entry here and its variant of [`Typed`] (plus its folder and its cargo feature);
+//! nothing else lists schemes. Each URL is read once, here ([`read`]); what opens it is
+//! the target ([`super::target`]).
 //!
 //! Every store but the local one is a cargo feature. A scheme whose store this dlock was
 //! built without stays in the table, so that its URL gets one line that says so (exit 2,
 //! nothing opened) rather than "unsupported", and the help stays the same in every build.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-
-use futures_util::future::BoxFuture;
 
 #[cfg(feature = "etcd")]
 use super::etcd;
@@ -21,18 +20,11 @@ use super::mysql;
 use super::postgres;
 #[cfg(feature = "redis")]
 use super::redis;
-#[cfg(feature = "redis")]
-use super::redlock;
+use super::target::{Target, Typed};
 use super::url::redact as redact_url;
 #[cfg(feature = "zookeeper")]
 use super::zookeeper;
-use super::{local, memory, Backend};
 use crate::error::{Error, Result};
-
-/// Opens one URL; `exclusive` when the caller makes one request at a time (the CLI).
-type OpenFn = for<'a> fn(&'a str, bool) -> BoxFuture<'a, Result<Arc<dyn Backend>>>;
-/// Opens a majority quorum of several URLs of one family.
-type QuorumFn = for<'a> fn(&'a [String]) -> BoxFuture<'a, Result<Arc<dyn Backend>>>;
 
 /// One kind of backend URL.
 pub struct Scheme {
@@ -47,9 +39,9 @@ pub struct Scheme {
     pub family: &'static str,
     /// The store it opens, as [`STORES`] names it.
     pub store: &'static str,
-    /// Checks a URL before anything is opened (bad input is exit 2, nothing touched).
-    pub check: fn(&str) -> Result<()>,
-    pub open: OpenFn,
+    /// Reads a URL into its typed target before anything is opened (bad input is exit 2,
+    /// nothing touched).
+    pub(crate) check: fn(&str) -> Result<Typed>,
 }
 
 /// The stores: each one's name, the cargo feature that builds it in (Cargo.toml; the
@@ -70,12 +62,10 @@ pub fn built_stores() -> Vec<&'static str> {
     STORES.iter().filter(|s| s.2).map(|s| s.0).collect()
 }
 
-/// Families whose URLs, given several, form a majority quorum: the family and how
-/// the quorum is opened. (A build without a family's store refuses its URLs one by one.)
-static QUORUMS: &[(&str, &str, QuorumFn)] = &[
-    ("redis", "Redlock", open_redlock),
-    ("memcached", "memcached", open_memcached_quorum),
-];
+/// Families whose URLs, given several, form a majority quorum: the family and the
+/// quorum's name ([`super::target::open_quorum`] opens it). (A build without a family's
+/// store refuses its URLs one by one.)
+static QUORUMS: &[(&str, &str)] = &[("redis", "Redlock"), ("memcached", "memcached")];
 
 /// Every scheme, in the order the help lists them.
 pub static SCHEMES: &[Scheme] = &[
@@ -86,7 +76,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "redis",
         store: "redis",
         check: check_redis,
-        open: open_redis,
     },
     Scheme {
         prefixes: &["redis+unix://", "unix://"],
@@ -95,7 +84,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "redis",
         store: "redis",
         check: check_redis,
-        open: open_redis,
     },
     Scheme {
         prefixes: &["redis+sentinel://", "rediss+sentinel://"],
@@ -104,7 +92,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "redis",
         store: "redis",
         check: check_redis,
-        open: open_redis,
     },
     Scheme {
         prefixes: &["redis+cluster://", "rediss+cluster://"],
@@ -113,7 +100,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "redis-cluster",
         store: "redis",
         check: check_redis,
-        open: open_redis,
     },
     Scheme {
         prefixes: &["etcd://", "etcds://"],
@@ -122,7 +108,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "etcd",
         store: "etcd",
         check: check_etcd,
-        open: open_etcd,
     },
     Scheme {
         prefixes: &["memcached://"],
@@ -131,7 +116,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "memcached",
         store: "memcached",
         check: check_memcached,
-        open: open_memcached,
     },
     Scheme {
         prefixes: &["zk://", "zks://"],
@@ -140,7 +124,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "zookeeper",
         store: "zookeeper",
         check: check_zookeeper,
-        open: open_zookeeper,
     },
     Scheme {
         prefixes: &["postgres://", "postgresql://"],
@@ -149,7 +132,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "postgres",
         store: "postgres",
         check: check_postgres,
-        open: open_postgres,
     },
     Scheme {
         prefixes: &["mysql://", "mariadb://"],
@@ -158,7 +140,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "mysql",
         store: "mysql",
         check: check_mysql,
-        open: open_mysql,
     },
     Scheme {
         prefixes: &["file://"],
@@ -167,7 +148,6 @@ pub static SCHEMES: &[Scheme] = &[
         family: "file",
         store: "local",
         check: check_file,
-        open: open_file,
     },
     Scheme {
         prefixes: &["memory://"],
@@ -175,8 +155,7 @@ pub static SCHEMES: &[Scheme] = &[
         summary: ("", ""),
         family: "memory",
         store: "memory",
-        check: no_check,
-        open: open_memory,
+        check: check_memory,
     },
 ];
 
@@ -236,212 +215,105 @@ pub fn url_summary() -> String {
     lines.join("\n")
 }
 
-/// The quorum that `urls` (two or more) form, with its name for messages.
-pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
-    let family = scheme_of(&urls[0])?.family;
-    let quorum = QUORUMS.iter().find(|(f, _, _)| *f == family);
-    for u in urls {
-        if quorum.is_none() || scheme_of(u)?.family != family {
+/// Reads `url` into its typed target: the one reading of a URL, which checking and
+/// opening share.
+pub fn read(url: &str) -> Result<Target> {
+    let scheme = scheme_of(url)?;
+    Ok(Target::new(url, scheme.family, (scheme.check)(url)?))
+}
+
+/// The name (for messages) of the quorum that `targets` (two or more) form.
+pub fn quorum_of(targets: &[Target]) -> Result<&'static str> {
+    let family = targets[0].family();
+    let quorum = QUORUMS.iter().find(|(f, _)| *f == family);
+    for t in targets {
+        if quorum.is_none() || t.family() != family {
             let kinds: Vec<String> = QUORUMS
                 .iter()
-                .map(|(f, name, _)| format!("{name}: {f} URLs"))
+                .map(|(f, name)| format!("{name}: {f} URLs"))
                 .collect();
             return Err(Error::Usage(format!(
                 "several URLs make a majority quorum of one kind of store ({}), not {}",
                 kinds.join("; "),
-                redact_url(u)
+                t.shown()
             )));
         }
     }
-    let (_, name, open) = quorum.expect("checked above");
     #[cfg(feature = "redis")]
-    if family == "redis" {
-        for u in urls {
-            redis::refuse_min_replicas(u, "in a Redlock quorum")?;
-            redis::refuse_plain(u, "in a Redlock quorum")?;
+    for t in targets {
+        if let Typed::Redis(r) = t.typed() {
+            redis::refuse_min_replicas(r, &t.shown(), "in a Redlock quorum")?;
+            redis::refuse_plain(r, &t.shown(), "in a Redlock quorum")?;
         }
     }
-    Ok((name, *open))
+    Ok(quorum.expect("checked above").1)
 }
 
-fn no_check(_: &str) -> Result<()> {
-    Ok(())
+fn check_memory(url: &str) -> Result<Typed> {
+    Ok(Typed::Memory(url["memory://".len()..].to_string()))
 }
 
 /// The check of every scheme whose store this dlock was built without: exit 2, one line.
 #[allow(dead_code)] // in a build with every store
-fn left_out(url: &str) -> Result<()> {
+fn left_out(url: &str) -> Result<Typed> {
     let store = find(url).map_or("?", |s| s.store);
     let feature = STORES.iter().find(|s| s.0 == store).map_or("?", |s| s.1);
     Err(Error::built_without(&redact_url(url), store, feature))
 }
 
-#[allow(dead_code)] // in a build with every store
-fn left_out_open(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move { Err(left_out(url).expect_err("left out")) })
-}
-
-#[allow(dead_code)] // in a build with every store; each URL was refused first
-fn left_out_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    left_out_open(&urls[0], false)
-}
-
-// What names a left-out store's functions in the table.
+// What names a left-out store's check in the table.
 #[cfg(not(feature = "etcd"))]
-use self::{left_out as check_etcd, left_out_open as open_etcd};
-#[cfg(not(feature = "zookeeper"))]
-use self::{left_out as check_zookeeper, left_out_open as open_zookeeper};
-#[cfg(not(feature = "postgres"))]
-use self::{left_out as check_postgres, left_out_open as open_postgres};
-#[cfg(not(feature = "mysql"))]
-use self::{left_out as check_mysql, left_out_open as open_mysql};
-#[cfg(not(feature = "redis"))]
-use self::{left_out as check_redis, left_out_open as open_redis, left_out_quorum as open_redlock};
+use self::left_out as check_etcd;
 #[cfg(not(feature = "memcached"))]
-use self::{
-    left_out as check_memcached, left_out_open as open_memcached,
-    left_out_quorum as open_memcached_quorum,
-};
+use self::left_out as check_memcached;
+#[cfg(not(feature = "mysql"))]
+use self::left_out as check_mysql;
+#[cfg(not(feature = "postgres"))]
+use self::left_out as check_postgres;
+#[cfg(not(feature = "redis"))]
+use self::left_out as check_redis;
+#[cfg(not(feature = "zookeeper"))]
+use self::left_out as check_zookeeper;
 
+/// Every Redis scheme, with the password `REDISCLI_AUTH` gives when the URL has none.
 #[cfg(feature = "redis")]
-/// Every Redis scheme: the same reading as when it is opened (`RedisBackend::connect`).
-fn check_redis(url: &str) -> Result<()> {
-    redis::parse_url(url, None).map(drop)
+fn check_redis(url: &str) -> Result<Typed> {
+    let env_password = std::env::var(crate::env::REDIS_AUTH).ok();
+    redis::parse_url(url, env_password).map(Typed::Redis)
 }
 
 #[cfg(feature = "etcd")]
-fn check_etcd(url: &str) -> Result<()> {
-    etcd::url::parse(url).map(drop)
-}
-
-#[cfg(feature = "etcd")]
-fn open_etcd(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let t = etcd::url::parse(url)?;
-        let store = etcd::store::EtcdStore::connect(&t).await?;
-        Ok(Arc::new(store) as Arc<dyn Backend>)
-    })
+fn check_etcd(url: &str) -> Result<Typed> {
+    etcd::url::parse(url).map(Typed::Etcd)
 }
 
 #[cfg(feature = "memcached")]
-fn check_memcached(url: &str) -> Result<()> {
-    memcached::url::parse(url).map(drop)
-}
-
-#[cfg(feature = "memcached")]
-fn open_memcached(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let t = memcached::url::parse(url)?;
-        let store = memcached::MemcachedStore::open(&t, memcached::client::Tuning::default());
-        Ok(Arc::new(store) as Arc<dyn Backend>)
-    })
-}
-
-#[cfg(feature = "memcached")]
-fn open_memcached_quorum(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let targets = urls
-            .iter()
-            .map(|u| memcached::url::parse(u))
-            .collect::<Result<Vec<_>>>()?;
-        let tuning = memcached::client::Tuning::default();
-        let quorum = memcached::MemcachedQuorum::open(&targets, tuning)?;
-        Ok(Arc::new(quorum) as Arc<dyn Backend>)
-    })
+fn check_memcached(url: &str) -> Result<Typed> {
+    memcached::url::parse(url).map(Typed::Memcached)
 }
 
 #[cfg(feature = "zookeeper")]
-fn check_zookeeper(url: &str) -> Result<()> {
-    zookeeper::url::parse(url).map(drop)
-}
-
-#[cfg(feature = "zookeeper")]
-fn open_zookeeper(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let target = zookeeper::url::parse(url)?;
-        let store = zookeeper::ZkStore::new(target);
-        Ok(Arc::new(store) as Arc<dyn Backend>)
-    })
+fn check_zookeeper(url: &str) -> Result<Typed> {
+    zookeeper::url::parse(url).map(Typed::Zookeeper)
 }
 
 #[cfg(feature = "postgres")]
-fn check_postgres(url: &str) -> Result<()> {
-    postgres::url::parse(url).map(drop)
-}
-
-#[cfg(feature = "postgres")]
-fn open_postgres(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let target = postgres::url::parse(url)?;
-        if target.advisory {
-            let store = postgres::AdvisoryStore::connect(target).await?;
-            return Ok(Arc::new(store) as Arc<dyn Backend>);
-        }
-        let store = postgres::PostgresStore::connect(target).await?;
-        Ok(Arc::new(store) as Arc<dyn Backend>)
-    })
+fn check_postgres(url: &str) -> Result<Typed> {
+    postgres::url::parse(url).map(Typed::Postgres)
 }
 
 #[cfg(feature = "mysql")]
-fn check_mysql(url: &str) -> Result<()> {
-    mysql::url::parse(url).map(drop)
+fn check_mysql(url: &str) -> Result<Typed> {
+    mysql::url::parse(url).map(Typed::Mysql)
 }
 
-#[cfg(feature = "mysql")]
-fn open_mysql(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let target = mysql::url::parse(url)?;
-        if target.user_locks {
-            let store = mysql::UserLockStore::connect(target).await?;
-            return Ok(Arc::new(store) as Arc<dyn Backend>);
-        }
-        let store = mysql::MysqlStore::connect(target).await?;
-        Ok(Arc::new(store) as Arc<dyn Backend>)
-    })
-}
-
-fn check_file(url: &str) -> Result<()> {
+fn check_file(url: &str) -> Result<Typed> {
     match url.strip_prefix("file://") {
         Some("") | None => Err(Error::Usage(
             "file:// needs a directory, e.g. file:///var/tmp/dlock".into(),
         )),
-        Some(_) => Ok(()),
+        Some(dir) => Ok(Typed::File(PathBuf::from(dir))),
     }
-}
-
-#[cfg(feature = "redis")]
-fn open_redis(url: &str, exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let tuning = redis::Tuning {
-            exclusive,
-            ..redis::Tuning::default()
-        };
-        redis::open(url, tuning).await
-    })
-}
-
-#[cfg(feature = "redis")]
-fn open_redlock(urls: &[String]) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let backend = redlock::RedlockBackend::connect(urls).await?;
-        Ok(Arc::new(backend) as Arc<dyn Backend>)
-    })
-}
-
-fn open_file(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        check_file(url)?;
-        let dir = PathBuf::from(&url["file://".len()..]);
-        Ok(Arc::new(local::LocalBackend::open(&dir)?) as Arc<dyn Backend>)
-    })
-}
-
-/// `memory://NAME`: one in-memory store per name, shared within this process.
-fn open_memory(url: &str, _exclusive: bool) -> BoxFuture<'_, Result<Arc<dyn Backend>>> {
-    Box::pin(async move {
-        let name = &url["memory://".len()..];
-        Ok(memory::MemoryStore::named(name) as Arc<dyn Backend>)
-    })
 }
 
 #[cfg(test)]
@@ -454,7 +326,7 @@ mod tests {
         for s in SCHEMES {
             assert!(s.store == "memory" || listed(s.store), "{}", s.prefixes[0]);
         }
-        for (family, _, _) in QUORUMS {
+        for (family, _) in QUORUMS {
             assert!(listed(family), "{family}");
         }
         assert_eq!(built_stores()[0], "local");
@@ -462,7 +334,9 @@ mod tests {
 
     #[test]
     fn a_store_left_out_is_named_with_its_feature_never_the_password() {
-        let err = left_out("etcds://u:Secr3t@h:1").unwrap_err();
+        let Err(err) = left_out("etcds://u:Secr3t@h:1") else {
+            panic!("a left-out store was read")
+        };
         assert_eq!(err.exit_code(), crate::exit::USAGE);
         let text = err.to_string();
         assert!(

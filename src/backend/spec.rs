@@ -1,25 +1,27 @@
 //! Which backend the command line names: the URLs of `--url`/`DLOCK_URL`, joined and
-//! checked against the scheme table before anything is opened.
+//! read into typed targets by the scheme table before anything is opened; opening uses
+//! those targets, not the URLs again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::local::LocalBackend;
 use super::registry;
-use super::url::redact as redact_url;
+use super::target::{self, Target};
 use super::{install_crypto_provider, Backend};
 use crate::config::default_dir;
 use crate::error::{Error, Result};
 
-/// Which backend to talk to, decided from `--url`/`DLOCK_URL`.
+/// Which backend to talk to, decided from `--url`/`DLOCK_URL`. Its URLs are shown
+/// (`Debug`) only redacted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BackendSpec {
     /// The embedded local store in this directory (no URL given).
     Local(PathBuf),
     /// One store, named by a URL of a scheme in [`crate::backend::registry`].
-    One(String),
+    One(Target),
     /// Several stores of one family: a majority quorum (Redlock over Redis servers).
-    Quorum(Vec<String>),
+    Quorum(Vec<Target>),
 }
 
 /// The URLs in `urls`, which `--url` and `DLOCK_URL` split at every comma. A piece that
@@ -51,28 +53,29 @@ impl BackendSpec {
     /// see [`join_urls`]).
     pub fn from_urls(urls: &[String]) -> Result<BackendSpec> {
         let joined: Vec<String> = join_urls(urls).into_iter().filter(|u| !blank(u)).collect();
-        for url in &joined {
-            (registry::scheme_of(url)?.check)(url)?;
-        }
-        match joined.as_slice() {
+        let mut targets = joined
+            .iter()
+            .map(|u| registry::read(u))
+            .collect::<Result<Vec<Target>>>()?;
+        match targets.len() {
             // An empty value is a mistake (a CI secret that is not set), never a request
             // for the local store: that would turn cross-host exclusion off without a word.
-            [] if !urls.is_empty() => Err(Error::Usage(
+            0 if !urls.is_empty() => Err(Error::Usage(
                 "the backend URL is empty: give one, or leave --url and DLOCK_URL out (or use file://DIR) for the local store".into(),
             )),
-            [] => Ok(BackendSpec::Local(default_dir())),
-            [one] => Ok(BackendSpec::One(one.clone())),
-            many => {
-                let (name, _) = registry::quorum_of(many)?;
-                for (i, u) in many.iter().enumerate() {
-                    if many[..i].contains(u) {
+            0 => Ok(BackendSpec::Local(default_dir())),
+            1 => Ok(BackendSpec::One(targets.remove(0))),
+            _ => {
+                let name = registry::quorum_of(&targets)?;
+                for (i, t) in targets.iter().enumerate() {
+                    if targets[..i].contains(t) {
                         return Err(Error::Usage(format!(
                             "{} is given twice: a {name} quorum needs independent servers",
-                            redact_url(u)
+                            t.shown()
                         )));
                     }
                 }
-                Ok(BackendSpec::Quorum(many.to_vec()))
+                Ok(BackendSpec::Quorum(targets))
             }
         }
     }
@@ -92,13 +95,13 @@ pub async fn open_exclusive(spec: &BackendSpec) -> Result<Arc<dyn Backend>> {
 async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backend>> {
     match spec {
         BackendSpec::Local(dir) => Ok(Arc::new(LocalBackend::open(dir)?)),
-        BackendSpec::One(url) => {
+        BackendSpec::One(target) => {
             install_crypto_provider();
-            (registry::scheme_of(url)?.open)(url, exclusive).await
+            target.open(exclusive).await
         }
-        BackendSpec::Quorum(urls) => {
+        BackendSpec::Quorum(targets) => {
             install_crypto_provider();
-            (registry::quorum_of(urls)?.1)(urls).await
+            target::open_quorum(targets).await
         }
     }
 }
@@ -107,27 +110,30 @@ async fn open_with(spec: &BackendSpec, exclusive: bool) -> Result<Arc<dyn Backen
 mod tests {
     use super::*;
 
+    /// The URLs (as given) of the spec `given` reads to.
+    fn named(given: &[&str]) -> Vec<String> {
+        let given: Vec<String> = given.iter().map(|g| g.to_string()).collect();
+        match BackendSpec::from_urls(&given).unwrap() {
+            BackendSpec::Local(_) => vec![],
+            BackendSpec::One(t) => vec![t.url().to_string()],
+            BackendSpec::Quorum(ts) => ts.iter().map(|t| t.url().to_string()).collect(),
+        }
+    }
+
     #[test]
     fn specs() {
         let one = vec!["redis://a".to_string()];
-        assert_eq!(
+        assert!(matches!(
             BackendSpec::from_urls(&one).unwrap(),
-            BackendSpec::One("redis://a".into())
-        );
+            BackendSpec::One(t) if t.url() == "redis://a"
+        ));
         let many = vec!["redis://a,redis://b".to_string(), "redis://c".to_string()];
         assert!(
             matches!(BackendSpec::from_urls(&many).unwrap(), BackendSpec::Quorum(v) if v.len() == 3)
         );
-        let unix = vec!["redis+unix:///run/redis.sock?db=2".to_string()];
-        assert_eq!(
-            BackendSpec::from_urls(&unix).unwrap(),
-            BackendSpec::One("redis+unix:///run/redis.sock?db=2".into())
-        );
-        let file = vec!["file:///tmp/x".to_string()];
-        assert_eq!(
-            BackendSpec::from_urls(&file).unwrap(),
-            BackendSpec::One("file:///tmp/x".into())
-        );
+        let unix = "redis+unix:///run/redis.sock?db=2";
+        assert_eq!(named(&[unix]), [unix]);
+        assert_eq!(named(&["file:///tmp/x"]), ["file:///tmp/x"]);
         assert!(BackendSpec::from_urls(&["consul://x".to_string()]).is_err());
         for empty in ["", " ", ",", " , "] {
             let e = BackendSpec::from_urls(&[empty.to_string()]).unwrap_err();
@@ -151,29 +157,22 @@ mod tests {
     #[test]
     fn sentinel_specs() {
         // Clap and DLOCK_URL split on commas: the host list is put back together.
-        let split: Vec<String> = ["redis+sentinel://:pw@s1:26379", "s2:26379/mymaster"]
-            .map(String::from)
-            .to_vec();
         assert_eq!(
-            BackendSpec::from_urls(&split).unwrap(),
-            BackendSpec::One("redis+sentinel://:pw@s1:26379,s2:26379/mymaster".into())
+            named(&["redis+sentinel://:pw@s1:26379", "s2:26379/mymaster"]),
+            ["redis+sentinel://:pw@s1:26379,s2:26379/mymaster"]
         );
         // Two Sentinel-managed masters (and a plain server) make a Redlock quorum.
-        let quorum = vec![
-            "redis+sentinel://s1,s2/a,redis+sentinel://s1,s2/b".to_string(),
-            "redis://c".to_string(),
-        ];
-        match BackendSpec::from_urls(&quorum).unwrap() {
-            BackendSpec::Quorum(urls) => assert_eq!(
-                urls,
-                [
-                    "redis+sentinel://s1,s2/a",
-                    "redis+sentinel://s1,s2/b",
-                    "redis://c"
-                ]
-            ),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            named(&[
+                "redis+sentinel://s1,s2/a,redis+sentinel://s1,s2/b",
+                "redis://c"
+            ]),
+            [
+                "redis+sentinel://s1,s2/a",
+                "redis+sentinel://s1,s2/b",
+                "redis://c"
+            ]
+        );
         assert!(BackendSpec::from_urls(&["redis+sentinel://s1:1".to_string()]).is_err());
         // Nothing is appended to a Sentinel URL that has its master name already.
         let e = BackendSpec::from_urls(&["redis+sentinel://s1/m,junk".to_string()]).unwrap_err();
@@ -183,11 +182,7 @@ mod tests {
             &["redis://u:Pa,S s@h:1,redis://h:2"][..],
             &["redis://u:Pa", "S s@h:1", "redis://h:2"],
         ] {
-            let pieces: Vec<String> = pieces.iter().map(|p| p.to_string()).collect();
-            assert_eq!(
-                BackendSpec::from_urls(&pieces).unwrap(),
-                BackendSpec::Quorum(vec!["redis://u:Pa,S s@h:1".into(), "redis://h:2".into()])
-            );
+            assert_eq!(named(pieces), ["redis://u:Pa,S s@h:1", "redis://h:2"]);
         }
         let e = BackendSpec::from_urls(&["redis://u:Pa,Ss@h:x".to_string()]).unwrap_err();
         assert!(
@@ -197,5 +192,49 @@ mod tests {
         // A bare host after a plain redis:// URL is still an error.
         let e = BackendSpec::from_urls(&["redis://a,b:1".to_string()]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
+    }
+
+    /// Two ports nobody listens on: bound, then closed.
+    fn closed_ports() -> (u16, u16) {
+        let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let (a, b) = (bind(), bind());
+        (
+            a.local_addr().unwrap().port(),
+            b.local_addr().unwrap().port(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_url_is_read_once_by_checking_and_never_again_by_opening() {
+        let (p, q) = closed_ports();
+        let given = [
+            (format!("redis://u:pw@127.0.0.1:{p}/1"), 1),
+            (format!("redis+sentinel://127.0.0.1:{p}/m"), 1),
+            (format!("redis+cluster://127.0.0.1:{p}"), 1),
+            (format!("redis://127.0.0.1:{p},redis://127.0.0.1:{q}"), 2),
+            (format!("etcd://127.0.0.1:{p}"), 1),
+            (format!("zk://127.0.0.1:{p}/c"), 1),
+            (format!("postgres://u:pw@127.0.0.1:{p}/db"), 1),
+            (format!("mysql://u:pw@127.0.0.1:{p}/db"), 1),
+            (format!("memcached://127.0.0.1:{p}"), 1),
+            (
+                format!("memcached://127.0.0.1:{p},memcached://127.0.0.1:{q}"),
+                2,
+            ),
+        ];
+        let reads = || crate::backend::url::READS.with(std::cell::Cell::get);
+        for (url, n) in given {
+            let store = registry::find(&url).expect("a known scheme").store;
+            if !registry::built_stores().contains(&store) {
+                continue;
+            }
+            let before = reads();
+            let spec = BackendSpec::from_urls(std::slice::from_ref(&url)).unwrap();
+            assert_eq!(reads() - before, n, "{url}: checking reads each URL once");
+            // Whether it connects is not the point; a store that retries is cut short.
+            let limit = std::time::Duration::from_secs(10);
+            let _ = tokio::time::timeout(limit, open(&spec)).await;
+            assert_eq!(reads() - before, n, "{url}: opening read a URL again");
+        }
     }
 }

@@ -205,9 +205,23 @@ pub fn is_scheme(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
-/// Reads `url`. The error is a reason to put after the redacted URL; it never holds a
-/// piece of the credentials.
+/// Reads `url`, for a store's `url.rs` to turn into its typed target. The error is a
+/// reason to put after the redacted URL; it never holds a piece of the credentials.
 pub fn parse(url: &str) -> Result<Url, String> {
+    #[cfg(test)]
+    READS.with(|n| n.set(n.get() + 1));
+    read(url)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread read a URL for a store ([`parse`]): a test that checks
+    /// a URL and then opens it sees that opening reads nothing again.
+    pub(crate) static READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// [`parse`], for the module's own rules (showing a URL is not reading it for a store).
+fn read(url: &str) -> Result<Url, String> {
     let parts = split(url).ok_or("no scheme (scheme://…)")?;
     let (user, password) = match parts.userinfo {
         None => (None, None),
@@ -344,7 +358,7 @@ pub fn redact(url: &str) -> String {
             None => url.to_string(),
         };
     };
-    let readable = parse(url).is_ok_and(|u| u.password.is_none());
+    let readable = read(url).is_ok_and(|u| u.password.is_none());
     let userinfo = match parts.userinfo {
         None => String::new(),
         Some(info) if readable => format!("{info}@"),

@@ -11,7 +11,7 @@ use super::conn::Conn;
 use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::scripts::{run_script, Lua};
-use super::url::MinReplicas;
+use super::url::{MinReplicas, Target};
 use crate::backend::url::redact as redact_url;
 use crate::backend::{install_crypto_provider, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
@@ -37,9 +37,18 @@ impl RedisBackend {
     /// Connects to the server at `url`, failing fast (`Unavailable`) when it cannot be
     /// reached or refuses our credentials.
     pub async fn connect_with(url: &str, tuning: Tuning) -> Result<RedisBackend> {
-        install_crypto_provider();
         let target = super::url::parse(url, std::env::var(crate::env::REDIS_AUTH).ok())?;
-        let (endpoint, secrets) = Endpoint::new(&target, url, tls_from_env()?)?;
+        Self::connect_target(&target, url, tuning).await
+    }
+
+    /// [`Self::connect_with`] the server `target` (read from `url`) names.
+    pub(crate) async fn connect_target(
+        target: &Target,
+        url: &str,
+        tuning: Tuning,
+    ) -> Result<RedisBackend> {
+        install_crypto_provider();
+        let (endpoint, secrets) = Endpoint::new(target, url, tls_from_env()?)?;
         let server = Server {
             url: redact_url(url),
             secrets,

@@ -45,29 +45,29 @@ pub use self::connect::{tls_certificates, Tuning};
 pub(crate) use self::lease::{Busy, Tried, Vote};
 pub use self::plain::{PlainBackend, POLL_MAX as PLAIN_POLL_MAX};
 pub(crate) use self::replicas::refuse as refuse_min_replicas;
-pub(crate) use self::url::parse as parse_url;
 pub use self::url::{connection_info, SentinelTarget, SENTINEL_PORT};
+pub(crate) use self::url::{parse as parse_url, Target};
 
-/// Opens the store a Redis URL names: dlock's own layout, or `?layout=plain`.
-pub async fn open(
+/// Opens the store `target` (read from `url`) names: dlock's own layout, or
+/// `?layout=plain`.
+pub(crate) async fn open(
+    target: &Target,
     url: &str,
     tuning: Tuning,
 ) -> crate::error::Result<std::sync::Arc<dyn crate::backend::Backend>> {
-    let layout = parse_url(url, None)?.layout;
-    let backend = RedisBackend::connect_with(url, tuning).await?;
-    Ok(match layout {
+    let backend = RedisBackend::connect_target(target, url, tuning).await?;
+    Ok(match target.layout {
         self::url::Layout::Dlock => std::sync::Arc::new(backend),
         self::url::Layout::Plain => std::sync::Arc::new(PlainBackend::new(backend)),
     })
 }
 
 /// Refuses `?layout=plain` where it is not supported (`place`, e.g. "in a Redlock
-/// quorum"): exit 2.
-pub(crate) fn refuse_plain(url: &str, place: &str) -> crate::error::Result<()> {
-    if parse_url(url, None)?.layout == self::url::Layout::Plain {
+/// quorum"): exit 2, naming the URL as `shown`.
+pub(crate) fn refuse_plain(target: &Target, shown: &str, place: &str) -> crate::error::Result<()> {
+    if target.layout == self::url::Layout::Plain {
         return Err(crate::error::Error::Usage(format!(
-            "invalid Redis URL {}: layout=plain is not supported {place} yet",
-            crate::backend::url::redact(url)
+            "invalid Redis URL {shown}: layout=plain is not supported {place} yet"
         )));
     }
     Ok(())

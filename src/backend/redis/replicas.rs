@@ -18,20 +18,15 @@ use redis::Value;
 use super::backend::RedisBackend;
 use super::conn::Conn;
 use super::scripts::millis;
-use crate::backend::url::redact as redact_url;
+use super::url::Target;
 use crate::error::{Error, Result};
 
-/// Refuses `min_replicas` where it has no meaning (a Redlock quorum: each server is a vote).
-pub(crate) fn refuse(url: &str, where_: &str) -> Result<()> {
-    let named = crate::backend::url::parse(url).is_ok_and(|u| {
-        u.query
-            .iter()
-            .any(|(name, _)| name == "min_replicas" || name == "min_replicas_timeout")
-    });
-    if named {
+/// Refuses `min_replicas`, even `=0`, where it has no meaning (a Redlock quorum: each
+/// server is a vote), naming the URL as `shown`.
+pub(crate) fn refuse(target: &Target, shown: &str, where_: &str) -> Result<()> {
+    if target.names_min_replicas {
         return Err(Error::Usage(format!(
-            "invalid Redis URL {}: min_replicas is not supported {where_}",
-            redact_url(url)
+            "invalid Redis URL {shown}: min_replicas is not supported {where_}"
         )));
     }
     Ok(())
@@ -162,9 +157,12 @@ mod tests {
 
     #[test]
     fn refused_where_not_supported() {
-        let quorum = "in a Redlock quorum";
-        assert!(refuse("redis://a:1?min_replicas=1", quorum).is_err());
-        assert!(refuse("redis://a:1?min_replicas=0", quorum).is_err());
-        assert!(refuse("redis://a:1", quorum).is_ok());
+        let refuse = |url: &str| {
+            let target = super::super::url::parse(url, None).unwrap();
+            refuse(&target, url, "in a Redlock quorum")
+        };
+        assert!(refuse("redis://a:1?min_replicas=1").is_err());
+        assert!(refuse("redis://a:1?min_replicas=0").is_err());
+        assert!(refuse("redis://a:1").is_ok());
     }
 }

@@ -41,6 +41,8 @@ pub(crate) struct Target {
     pub(crate) kind: Kind,
     /// `?min_replicas`: replicas that must acknowledge each grant and renewal.
     pub(crate) min_replicas: Option<MinReplicas>,
+    /// `?min_replicas` is given, even as 0 (off): refused where it has no meaning.
+    pub(crate) names_min_replicas: bool,
     pub(crate) layout: Layout,
 }
 
@@ -127,6 +129,7 @@ pub(crate) fn parse(url: &str, env_password: Option<String>) -> Result<Target> {
     Ok(Target {
         kind,
         min_replicas,
+        names_min_replicas: parsed.param("min_replicas").is_some(),
         layout,
     })
 }

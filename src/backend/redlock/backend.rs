@@ -39,7 +39,7 @@ use crate::backend::quorum::modes::Modes;
 use crate::backend::quorum::outcome::{self, joined};
 use crate::backend::quorum::votes;
 use crate::backend::quorum::votes::quorum;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{parse_url, RedisBackend, Target};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, KeyStatus, Lease, ReleaseMode, Released, WaitOptions,
 };
@@ -69,18 +69,32 @@ impl RedlockBackend {
     /// failed) when fewer than a majority answer; servers that did not answer are retried in
     /// the background later.
     pub async fn connect_with(urls: &[String], tuning: RedlockTuning) -> Result<RedlockBackend> {
-        if urls.len() < 2 {
+        let auth = std::env::var(crate::env::REDIS_AUTH).ok();
+        let targets = urls
+            .iter()
+            .map(|url| parse_url(url, auth.clone()))
+            .collect::<Result<Vec<Target>>>()?;
+        let servers: Vec<(&str, &Target)> = urls.iter().map(String::as_str).zip(&targets).collect();
+        Self::connect_targets(&servers, tuning).await
+    }
+
+    /// [`Self::connect_with`] the servers given as URLs and the targets read from them.
+    pub(crate) async fn connect_targets(
+        servers: &[(&str, &Target)],
+        tuning: RedlockTuning,
+    ) -> Result<RedlockBackend> {
+        if servers.len() < 2 {
             return Err(Error::Usage(
                 "Redlock needs at least two Redis servers (three or more, an odd number, to survive a failure)".into(),
             ));
         }
-        let connecting = urls
+        let connecting = servers
             .iter()
-            .map(|url| RedisBackend::connect_with(url, tuning.server));
+            .map(|(url, target)| RedisBackend::connect_target(target, url, tuning.server));
         let results = join_all(connecting).await;
-        let mut members = Vec::with_capacity(urls.len());
+        let mut members = Vec::with_capacity(servers.len());
         let mut failed = Vec::new();
-        for (url, result) in urls.iter().zip(results) {
+        for (&(url, target), result) in servers.iter().zip(results) {
             let state = match result {
                 Ok(b) => State::Up(Arc::new(b)),
                 Err(e @ Error::Usage(_)) => return Err(e),
@@ -95,7 +109,8 @@ impl RedlockBackend {
                 }
             };
             members.push(Arc::new(Member {
-                url: url.clone(),
+                url: url.to_string(),
+                target: target.clone(),
                 shown: redact_url(url),
                 tuning,
                 state: Mutex::new(state),
@@ -108,18 +123,18 @@ impl RedlockBackend {
             .unwrap_or(0);
         let backend = RedlockBackend {
             lead,
-            quorum: quorum(urls.len()),
+            quorum: quorum(servers.len()),
             tuning,
             name: format!("redlock({})", shown.join(",")),
             members,
             modes: Modes::default(),
         };
-        let up = urls.len() - failed.len();
+        let up = servers.len() - failed.len();
         if up < backend.quorum {
             return Err(Error::Unavailable(format!(
                 "{}: cannot reach a majority: {}: {}",
                 backend.name,
-                votes::answered(up, urls.len(), backend.quorum),
+                votes::answered(up, servers.len(), backend.quorum),
                 joined(&failed)
             )));
         }

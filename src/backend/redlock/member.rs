@@ -9,13 +9,14 @@ use futures_util::future::{join_all, FutureExt};
 
 use super::tuning::RedlockTuning;
 use crate::backend::quorum::round::Failure;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{RedisBackend, Target};
 use crate::error::{Error, Result};
 
 /// One server of the quorum: connected, or down and retried now and then.
 pub(super) struct Member {
-    /// The URL as given (it may carry a password), to reconnect.
+    /// The URL as given (it may carry a password), and what it was read into: to reconnect.
     pub(super) url: String,
+    pub(super) target: Target,
     /// The redacted URL, for messages.
     pub(super) shown: String,
     pub(super) tuning: RedlockTuning,
@@ -60,14 +61,15 @@ impl Member {
     }
 
     async fn reconnect(&self) {
-        let next = match RedisBackend::connect_with(&self.url, self.tuning.server).await {
-            Ok(b) => State::Up(Arc::new(b)),
-            Err(e) => State::Down {
-                error: e.to_string(),
-                retry_at: Instant::now() + self.tuning.reconnect_every,
-                connecting: false,
-            },
-        };
+        let next =
+            match RedisBackend::connect_target(&self.target, &self.url, self.tuning.server).await {
+                Ok(b) => State::Up(Arc::new(b)),
+                Err(e) => State::Down {
+                    error: e.to_string(),
+                    retry_at: Instant::now() + self.tuning.reconnect_every,
+                    connecting: false,
+                },
+            };
         *self.lock() = next;
     }
 

@@ -1,11 +1,13 @@
 //! Property: whatever a password holds, written raw or `%XX`-escaped, on every scheme,
-//! neither the shown URL nor the error of a bad URL nor a child's `DLOCK_URL` holds it
+//! neither the shown URL nor the error of a bad URL nor the spec of a good one (the
+//! name `status` and every message give its store) nor a child's `DLOCK_URL` holds it
 //! or a piece of it.
 
 use proptest::prelude::*;
 
 use super::{percent_encode, redact};
 use crate::backend::spec::BackendSpec;
+use crate::backend::target::Target;
 
 /// Every scheme with credentials before the hosts: `{p}` is the password.
 const TEMPLATES: &[&str] = &[
@@ -69,14 +71,31 @@ fn leaks(text: &str, password: &str) -> Option<String> {
         .find(|p| text.contains(p.as_str()))
 }
 
+/// How a spec shows itself, and the names its stores give themselves in `status`.
+fn described(spec: &BackendSpec) -> String {
+    let targets = match spec {
+        BackendSpec::Local(_) => vec![],
+        BackendSpec::One(t) => vec![t.clone()],
+        BackendSpec::Quorum(ts) => ts.clone(),
+    };
+    let names: Vec<String> = targets.iter().map(Target::describe).collect();
+    format!("{spec:?} {}", names.join(" "))
+}
+
 fn check(url: &str, password: &str) -> Result<(), TestCaseError> {
     let shown = redact(url);
-    let error = match BackendSpec::from_urls(&[url.to_string()]) {
-        Ok(_) => String::new(),
-        Err(e) => e.to_string(),
+    let (error, status) = match BackendSpec::from_urls(&[url.to_string()]) {
+        Ok(spec) => (String::new(), described(&spec)),
+        Err(e) => (e.to_string(), String::new()),
     };
     let child = crate::credentials::strip(url);
-    for (what, text) in [("redact", &shown), ("error", &error), ("child", &child)] {
+    let texts = [
+        ("redact", &shown),
+        ("error", &error),
+        ("status", &status),
+        ("child", &child),
+    ];
+    for (what, text) in texts {
         if let Some(piece) = leaks(text, password) {
             return Err(TestCaseError::fail(format!(
                 "{what} of {url:?} shows {piece:?}: {text}"
