@@ -539,3 +539,59 @@ fn a_shared_run_held_at_least_keeps_its_place() {
         Some(75)
     );
 }
+
+/// Starts `dlock -v wait KEY` and returns once it has said that it waits.
+fn start_waiting(store: &Store, key: &str) -> support::Reaped {
+    let mut child = store.dlock();
+    child.args(["-v", "wait", key, "--timeout", "30s"]);
+    let mut waiter = support::Reaped(child.stderr(std::process::Stdio::piped()).spawn().unwrap());
+    let stderr = waiter.0.stderr.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok);
+    assert!(
+        lines.any(|l| l.contains("waiting for")),
+        "wait never waited"
+    );
+    std::thread::spawn(move || lines.for_each(drop));
+    waiter
+}
+
+/// `dlock wait` behind a holder in another process (the library, as an application holds
+/// a key) wakes on that holder's named lock, not on a poll (every 200 ms): when the
+/// release comes while `wait` is still starting (its first look at the named lock finds
+/// the key free already) and when it comes once `wait` is blocked in the server.
+#[test]
+fn dlock_wait_wakes_on_the_release_not_on_a_poll() {
+    use dlock::backend::{spec, Backend, ReleaseMode};
+    let mut store = Store::mysql();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spec = spec::BackendSpec::from_urls(&[store.dlock_url()]).unwrap();
+    let b: std::sync::Arc<dyn Backend> = rt.block_on(spec::open(&spec)).unwrap();
+    for blocked_first in [false, true] {
+        let mut took = Vec::new();
+        for round in 0..5 {
+            let owner = format!("app{round}");
+            let req = support::req("w", &owner);
+            rt.block_on(b.acquire(&req, &support::no_wait())).unwrap();
+            let mut waiter = start_waiting(&store, "w");
+            if blocked_first {
+                let blocked = wait_for(Duration::from_secs(10), || {
+                    blocked_on_named_locks(store.my()) == 1
+                });
+                assert!(blocked, "dlock wait blocks on the holder's named lock");
+            }
+            let released = Instant::now();
+            rt.block_on(b.release("w", &owner, ReleaseMode::All))
+                .unwrap();
+            let ended = wait_exit(&mut waiter.0, Duration::from_secs(10)).expect("wait ends");
+            took.push(released.elapsed());
+            assert!(ended.success(), "{ended:?}");
+        }
+        took.sort();
+        // A poll would take 200 ms every time; a wake-up takes a few, even on a busy machine.
+        let median = took[took.len() / 2];
+        assert!(
+            median < Duration::from_millis(120),
+            "blocked first: {blocked_first}: {took:?}"
+        );
+    }
+}

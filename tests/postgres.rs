@@ -369,3 +369,45 @@ fn a_held_run_keeps_its_place_in_a_semaphore_until_the_hold_ends() {
     assert!(out.status.success(), "{out:?}");
     assert!(!store.held("sem"));
 }
+
+/// Several waiters of one process on one backend value (an application's tasks) are each
+/// woken by their own notification: every hand-off is prompt, none waits for a heartbeat
+/// (a second), whichever of them listened last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_process_are_each_woken_on_their_turn() {
+    use dlock::backend::{spec, Backend, ReleaseMode};
+    let mut store = Store::postgres();
+    let spec = spec::BackendSpec::from_urls(&[store.dlock_url()]).unwrap();
+    let b: std::sync::Arc<dyn Backend> = spec::open(&spec).await.unwrap();
+    let req = support::req("turns", "first");
+    b.acquire(&req, &support::no_wait()).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..4 {
+        let (b, tx) = (b.clone(), tx.clone());
+        tokio::spawn(async move {
+            let req = support::req("turns", &format!("w{i}"));
+            let got = b.acquire(&req, &support::forever()).await.unwrap();
+            tx.send((i, got.lease.owner, Instant::now())).unwrap();
+        });
+        let queued = wait_for(Duration::from_secs(5), || {
+            let sql = "SELECT count(*) FROM dlock_locks_waiters WHERE key = 'turns'";
+            store.pg().psql(sql) == (i + 1).to_string()
+        });
+        assert!(queued, "waiter {i} queued");
+    }
+    let mut owner = "first".to_string();
+    for turn in 0..4 {
+        let released = Instant::now();
+        b.release("turns", &owner, ReleaseMode::All).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        let (i, next, at) = next.expect("the next waiter got the key").unwrap();
+        let took = at - released;
+        assert_eq!(i, turn, "served in arrival order");
+        assert!(
+            took < Duration::from_millis(400),
+            "hand-off {turn}: {took:?}"
+        );
+        owner = next;
+    }
+    b.release("turns", &owner, ReleaseMode::All).await.unwrap();
+}

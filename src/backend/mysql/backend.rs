@@ -15,9 +15,18 @@ pub struct MysqlStore {
     pub(super) names: Names,
     pub(super) sql: Sql,
     conn: Mutex<Option<Conn>>,
-    /// `dlock wait`'s connection, blocked on a holder's named lock, and the named lock
-    /// last found free (see `wake.rs`).
-    pub(super) watcher: Mutex<(Option<Conn>, Option<String>)>,
+    pub(super) watcher: Mutex<Watcher>,
+}
+
+/// What `dlock wait` keeps between its looks (see `wake.rs`).
+#[derive(Default)]
+pub(super) struct Watcher {
+    /// Its connection, blocked on a holder's named lock.
+    pub(super) conn: Option<Conn>,
+    /// The named lock last found free.
+    pub(super) unheld: Option<String>,
+    /// The last look found no live lease.
+    pub(super) free: bool,
 }
 
 /// The request connection, while one request uses it.
@@ -84,7 +93,7 @@ impl MysqlStore {
             sql: Sql::new(&names),
             names,
             conn: Mutex::new(None),
-            watcher: Mutex::new((None, None)),
+            watcher: Mutex::default(),
         };
         let mut guard = store.conn().await?;
         let conn = guard.as_mut().expect("opened by conn()");

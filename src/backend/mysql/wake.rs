@@ -19,7 +19,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use super::backend::{on_conn, MysqlStore};
+use super::backend::{on_conn, MysqlStore, Watcher};
 use super::row::{wake_in, MyWaiter, Wake};
 use crate::error::Result;
 
@@ -105,22 +105,30 @@ impl MysqlStore {
     }
 
     /// Watches one key held by a lease whose named lock is held: true when it blocked
-    /// (and the key may have changed), false when the caller should poll.
+    /// (and the key may have changed) or found the key freed, false when the caller
+    /// should poll.
     pub(super) async fn watch_one(&self, key: &str, pause: Duration) -> Result<bool> {
         let mut watcher = self.watcher.lock().await;
-        let (slot, unheld) = &mut *watcher;
-        if slot.is_none() {
-            *slot = Some(self.server.open().await?);
+        let Watcher { conn, unheld, free } = &mut *watcher;
+        if conn.is_none() {
+            *conn = Some(self.server.open().await?);
         }
+        let slot = conn;
         let conn = slot.as_mut().expect("opened above");
         let read = conn.exec_first::<Option<String>, _, _>(self.sql.wake.as_str(), (key,));
         let holder = match self.server.within("cannot read the lease", read).await {
-            Ok(holder) => holder.flatten(),
+            Ok(holder) => holder,
             Err(e) => {
                 *slot = None;
                 return Err(e);
             }
         };
+        let Some(holder) = holder else {
+            // Freed since the caller looked (a release while this connection opened):
+            // look again at once, but poll if the caller keeps finding it held.
+            return Ok(!std::mem::replace(free, true));
+        };
+        *free = false;
         let Some(name) = holder.as_deref().and_then(wake_in) else {
             return Ok(false);
         };

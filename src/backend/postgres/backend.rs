@@ -1,7 +1,10 @@
 //! The store value: one connection per process, reopened after any failure, for requests
-//! and, once a waiter or watcher needs it, to LISTEN to the table's channel. One, not two:
-//! every waiting process holds a server connection, and a server's `max_connections`
-//! bounds how many can wait at once.
+//! and, once a waiter or watcher needs it, to LISTEN to the table's channel and to the
+//! channel of each waiter of the process. One, not two: every waiting process holds a
+//! server connection, and a server's `max_connections` bounds how many can wait at once.
+
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError};
 
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use tokio_postgres::Client;
@@ -21,8 +24,9 @@ pub(super) struct Conn {
     pub st: Prepared,
     /// True once this connection LISTENs (a reopened one does not yet).
     pub listening: bool,
-    /// The waiter whose own channel this connection LISTENs to.
-    pub waiter: Option<String>,
+    /// The waiters whose own channels this connection LISTENs to: every waiter of the
+    /// process (an application's tasks may wait on one store value together).
+    pub waiters: HashSet<String>,
 }
 
 /// Locks in a PostgreSQL table.
@@ -34,7 +38,13 @@ pub struct PostgresStore {
     pub(super) notes: broadcast::Sender<Note>,
     /// `watch`'s subscription, kept between calls so that nothing between two is missed.
     pub(super) watcher: Mutex<Option<broadcast::Receiver<Note>>>,
+    /// Waiters that have ended (each `PgWaiter` says so when dropped): the next LISTEN stops
+    /// listening to their channels.
+    pub(super) ended: Ended,
 }
+
+/// The ids of waiters that have ended, shared with each waiter.
+pub(super) type Ended = Arc<std::sync::Mutex<Vec<String>>>;
 
 impl PostgresStore {
     /// Connects to the server a `postgres://` URL names, creating the tables if missing.
@@ -50,6 +60,7 @@ impl PostgresStore {
             conn: Mutex::new(None),
             notes: broadcast::channel(NOTE_BACKLOG).0,
             watcher: Mutex::new(None),
+            ended: Ended::default(),
         };
         drop(store.conn().await?);
         Ok(store)
@@ -76,7 +87,7 @@ impl PostgresStore {
                 client,
                 st,
                 listening: false,
-                waiter: None,
+                waiters: HashSet::new(),
             });
         }
         Ok(guard)
@@ -109,27 +120,38 @@ impl PostgresStore {
     }
 
     /// Makes sure the connection is open and LISTENs to the channel of waiter `id` (and no
-    /// longer to an earlier waiter's); true when it had to be told to, so that the waiter
-    /// looks again at what it may have missed.
+    /// longer to those of waiters that have ended); true when it had to be told to, so
+    /// that the waiter looks again at what it may have missed.
     pub(super) async fn listen_as(&self, id: &str) -> Result<bool> {
         let mut guard = self.conn().await?;
         let c = guard.as_mut().expect("opened by conn()");
-        if c.waiter.as_deref() == Some(id) {
+        let ended = std::mem::take(&mut *self.ended.lock().unwrap_or_else(PoisonError::into_inner));
+        let stale: Vec<String> = ended
+            .into_iter()
+            .filter(|e| c.waiters.contains(e))
+            .collect();
+        let new = !c.waiters.contains(id);
+        if !new && stale.is_empty() {
             return Ok(false);
         }
         let mut sql = String::new();
-        if let Some(old) = &c.waiter {
-            sql = format!("UNLISTEN \"{}\"; ", waiter_channel(old));
+        for old in &stale {
+            sql.push_str(&format!("UNLISTEN \"{}\"; ", waiter_channel(old)));
         }
-        sql.push_str(&format!("LISTEN \"{}\"", waiter_channel(id)));
+        if new {
+            sql.push_str(&format!("LISTEN \"{}\"", waiter_channel(id)));
+        }
         let listened = self
             .server
             .within("cannot listen for a hand-off", c.client.batch_execute(&sql))
             .await;
         match listened {
             Ok(()) => {
-                c.waiter = Some(id.to_string());
-                Ok(true)
+                for old in &stale {
+                    c.waiters.remove(old);
+                }
+                c.waiters.insert(id.to_string());
+                Ok(new)
             }
             Err(e) => {
                 *guard = None;
@@ -143,7 +165,7 @@ impl PostgresStore {
         let guard = self.conn.lock().await;
         guard
             .as_ref()
-            .is_some_and(|c| c.waiter.as_deref() == Some(id) && !c.client.is_closed())
+            .is_some_and(|c| c.waiters.contains(id) && !c.client.is_closed())
     }
 
     /// True while the connection is open and LISTENs.

@@ -10,11 +10,12 @@
 //! keeps a group) the attempt is `group.rs`'s; a renew or release that matched no
 //! exclusive owner asks `group.rs` whether the owner is a group's member.
 
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Row, Transaction};
 
-use super::backend::{ms, Conn, PostgresStore};
+use super::backend::{ms, Conn, Ended, PostgresStore};
 use super::group::{self, Change, Changed, Step};
 use super::schema::{payload, Names, Prepared};
 use crate::backend::group::GROUP_OWNER;
@@ -29,6 +30,15 @@ type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
 pub struct PgWaiter {
     pub(super) id: String,
     pub(super) notes: Option<tokio::sync::broadcast::Receiver<super::connect::Note>>,
+    /// Where it says it has ended, so that its channel is no longer listened to.
+    pub(super) ended: Ended,
+}
+
+impl Drop for PgWaiter {
+    fn drop(&mut self) {
+        let mut ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);
+        ended.push(std::mem::take(&mut self.id));
+    }
 }
 
 /// The key's row, as an attempt found it.

@@ -82,6 +82,7 @@ impl LockStore for PostgresStore {
         Ok(PgWaiter {
             id,
             notes: listening.then(|| self.notes.subscribe()),
+            ended: self.ended.clone(),
         })
     }
 
