@@ -131,7 +131,7 @@ fn the_estimate_comes_from_the_history_and_turns_overdue(store: Store) {
 fn priority_and_supersede_are_refused_in_one_line(store: Store) {
     if matches!(
         store,
-        Store::Redis(_) | Store::RedisCluster(_) | Store::Postgres(_)
+        Store::Redis(_) | Store::RedisCluster(_) | Store::Postgres(_) | Store::Mysql(_)
     ) {
         return kept_where_the_queue_is_ordered(&store);
     }
@@ -171,7 +171,7 @@ fn priority_and_supersede_are_refused_in_one_line(store: Store) {
     assert!(st["last_run"].is_null(), "nothing ran: {st}");
 }
 
-/// Redis and PostgreSQL order their queue (see `queue_order`): both are taken, and a priority out of range
+/// Redis, PostgreSQL and MySQL order their queue (see `queue_order`): both are taken, and a priority out of range
 /// is refused by the command line, on every store alike.
 fn kept_where_the_queue_is_ordered(store: &Store) {
     let args = [

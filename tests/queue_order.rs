@@ -22,6 +22,10 @@ macro_rules! on_ordered_stores {
         mod redis_cluster {
             $( #[test] fn $name() { super::$name(crate::support::Store::redis_cluster()); } )*
         }
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $( #[test] fn $name() { super::$name(crate::support::Store::mysql()); } )*
+        }
     };
 }
 
