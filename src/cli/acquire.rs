@@ -47,10 +47,9 @@ pub struct AcquireOpts {
     pub sharing: SharingOpts,
 
     /// Queue priority, -1000000 to 1000000: a freed key goes to the highest-priority waiter,
-    /// arrival order among equals. Kept by Redis and PostgreSQL; refused (exit 2) on etcd and
-    /// ZooKeeper (queue order shared with etcdctl lock and Curator), Redlock and Memcached (no
-    /// queue), by elect (a campaign is not a queue of jobs), and for now the local store and
-    /// MySQL.
+    /// arrival order among equals. Kept by Redis, PostgreSQL and MySQL; refused (exit 2) on etcd
+    /// and ZooKeeper (queue order shared with etcdctl lock and Curator), Redlock and Memcached
+    /// (no queue), by elect (a campaign is not a queue of jobs), and for now the local store.
     #[arg(
         long,
         value_name = "N",
