@@ -141,27 +141,33 @@ async fn ensure_tables(conn: &mut Conn, n: &Names) -> std::result::Result<(), my
     }
 }
 
-/// How many of the two tables exist, and which of [`ADDED`] the waiters table has.
+/// How many of the two tables exist, and which of [`ADDED`] the waiters table has: one
+/// round trip, as before the columns were added.
 async fn found(
     conn: &mut Conn,
     n: &Names,
 ) -> std::result::Result<(i64, Vec<String>), mysql_async::Error> {
-    let tables: Option<i64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)",
-            (&n.locks_plain, &n.waiters_plain),
-        )
-        .await?;
     let added = ADDED.map(|(column, _)| column);
-    let present: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME IN (?, ?, ?)",
-            (&n.waiters_plain, added[0], added[1], added[2]),
+    let row: Option<(i64, Option<String>)> = conn
+        .exec_first(
+            "SELECT (SELECT COUNT(*) FROM information_schema.TABLES
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)),
+                    (SELECT GROUP_CONCAT(COLUMN_NAME) FROM information_schema.COLUMNS
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+                       AND COLUMN_NAME IN (?, ?, ?))",
+            (
+                &n.locks_plain,
+                &n.waiters_plain,
+                &n.waiters_plain,
+                added[0],
+                added[1],
+                added[2],
+            ),
         )
         .await?;
-    Ok((tables.unwrap_or(0), present))
+    let (tables, present) = row.unwrap_or_default();
+    let present = present.unwrap_or_default();
+    Ok((tables, present.split(',').map(str::to_string).collect()))
 }
 
 /// Milliseconds, as the statements take them.
