@@ -243,8 +243,8 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
 }
 
 /// A waiters table made by a dlock before `--priority` gains the columns on first use,
-/// its rows in plain arrival order (priority 0, not superseding); tables made ahead of
-/// time with `Names::ddl` have them already.
+/// its rows in plain arrival order (priority 0, not superseding); an account that may not
+/// add them fails in one line; tables made ahead of time with `Names::ddl` have them already.
 #[test]
 fn tables_from_before_priorities_are_upgraded() {
     let mut store = Store::mysql();
@@ -258,6 +258,21 @@ fn tables_from_before_priorities_are_upgraded() {
     my.sql(&names.ddl()[0]);
     my.sql(&before);
     my.sql("INSERT INTO old_waiters (lock_key, id, alive_until, holder) VALUES ('other', 'w', 0, '{}')");
+    // An account without DDL rights is told in one line what it may not do.
+    my.sql("CREATE USER 'rows'@'%' IDENTIFIED BY 'rows-pw'");
+    my.sql(&dlock::backend::mysql::schema::grants(
+        &names,
+        "dlock",
+        "'rows'@'%'",
+    ));
+    let rows = format!("mysql://rows:rows-pw@127.0.0.1:{}/dlock?table=old", my.port);
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &rows, "--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(err.lines().count() == 1 && err.contains("ALTER"), "{err}");
     let url = format!("{}?table=old", my.url());
     let out = support::dlock()
         .args(["exec", "k", "-u", &url, "--priority", "7", "--", "true"])

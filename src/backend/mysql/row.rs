@@ -409,6 +409,33 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_stands_behind_its_priority_or_higher() {
+        let queue = Queue {
+            ids: vec!["a".into(), "b".into(), "c".into()],
+            named: vec![true, true, true],
+            priorities: vec![10, 5, 0],
+            ..Queue::default()
+        };
+        let at = |priority| {
+            MyWaiter::new(Queueing {
+                priority,
+                supersede: false,
+            })
+        };
+        assert_eq!(queue.place_of(&at(0)), 3);
+        assert_eq!(queue.place_of(&at(5)), 2);
+        assert_eq!(queue.place_of(&at(11)), 0);
+        let mut b = at(-3);
+        b.id = "b".into();
+        assert_eq!(queue.place_of(&b), 1, "in line: where it stands");
+        // It blocks on the one just ahead in that order.
+        assert_eq!(
+            queue.wake_for(2, &current(None, None)).unwrap().name,
+            "dlock-w:b"
+        );
+    }
+
+    #[test]
     fn a_grant_names_its_named_lock_only_when_held() {
         let w = MyWaiter::new(Queueing::default());
         let holder = Holder::default();
