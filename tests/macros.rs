@@ -145,11 +145,10 @@ pub mod caps {
     }
 
     /// Named locks (`GET_LOCK`) held by the holder's session: a watcher of a `dlock lock`
-    /// lease, whose process has exited, polls. Its queue is in arrival order only.
+    /// lease, whose process has exited, polls.
     pub fn mysql() -> Caps {
         Caps {
             notified_after_exit: false,
-            ordered: false,
             ..ALL
         }
     }

@@ -242,6 +242,53 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
     assert_eq!(text(&out.stderr).lines().count(), 1, "{out:?}");
 }
 
+/// A waiters table made by a dlock before `--priority` gains the columns on first use,
+/// its rows in plain arrival order (priority 0, not superseding); an account that may not
+/// add them fails in one line; tables made ahead of time with `Names::ddl` have them already.
+#[test]
+fn tables_from_before_priorities_are_upgraded() {
+    let mut store = Store::mysql();
+    let names = dlock::backend::mysql::schema::Names::new("old");
+    let my = store.my();
+    let mut before = names.ddl()[1].clone();
+    for (column, ty) in dlock::backend::mysql::schema::ADDED {
+        before = before.replace(&format!("  {column} {ty},\n"), "");
+    }
+    assert!(!before.contains("priority") && !before.contains("supersed"));
+    my.sql(&names.ddl()[0]);
+    my.sql(&before);
+    my.sql("INSERT INTO old_waiters (lock_key, id, alive_until, holder) VALUES ('other', 'w', 0, '{}')");
+    // An account without DDL rights is told in one line what it may not do.
+    my.sql("CREATE USER 'rows'@'%' IDENTIFIED BY 'rows-pw'");
+    my.sql(&dlock::backend::mysql::schema::grants(
+        &names,
+        "dlock",
+        "'rows'@'%'",
+    ));
+    let rows = format!("mysql://rows:rows-pw@127.0.0.1:{}/dlock?table=old", my.port);
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &rows, "--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(err.lines().count() == 1 && err.contains("ALTER"), "{err}");
+    let url = format!("{}?table=old", my.url());
+    let out = support::dlock()
+        .args(["exec", "k", "-u", &url, "--priority", "7", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let columns =
+        "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() \
+                   AND TABLE_NAME = 'old_waiters' \
+                   AND COLUMN_NAME IN ('priority', 'superseding', 'superseded_by')";
+    assert_eq!(my.sql(columns), "3");
+    let kept =
+        "SELECT priority, superseding, superseded_by IS NULL FROM old_waiters WHERE id = 'w'";
+    assert_eq!(my.sql(kept), "0\t0\t1");
+}
+
 #[test]
 fn tables_are_created_on_first_use() {
     let mut store = Store::mysql();

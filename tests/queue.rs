@@ -168,7 +168,8 @@ fn priority_and_supersede_are_refused_in_one_line(store: Store) {
     assert!(st["last_run"].is_null(), "nothing ran: {st}");
 }
 
-/// The local store, Redis and PostgreSQL order their queue (see `queue_order`): both are taken, and a priority out of range
+/// The local store, Redis, PostgreSQL and MySQL order their queue (see `queue_order`): both
+/// are taken, and a priority out of range
 /// is refused by the command line, on every store alike.
 fn kept_where_the_queue_is_ordered(store: &Store) {
     let args = [

@@ -25,6 +25,10 @@ macro_rules! on_ordered_stores {
         mod redis_cluster {
             $( #[test] fn $name() { super::$name(crate::support::Store::redis_cluster()); } )*
         }
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $( #[test] fn $name() { super::$name(crate::support::Store::mysql()); } )*
+        }
     };
 }
 
@@ -72,12 +76,13 @@ fn waiters(store: &Store, key: &str, n: usize) -> Vec<Value> {
     last["waiters"].as_array().unwrap().clone()
 }
 
-/// `exec KEY EXTRA -- echo NAME >> ran`, its output kept for the test to read.
+/// `exec -q KEY EXTRA -- echo NAME >> ran`, its output kept for the test to read (`-q`:
+/// its errors only, not the waiting line it shows once it has waited a while).
 fn waiter(store: &Store, key: &str, extra: &[&str], name: &str, dir: &Path) -> Reaped {
     let ran = dir.join("ran");
     let child = store
         .dlock()
-        .args(["exec", key])
+        .args(["exec", "-q", key])
         .args(extra)
         .args(["--", "sh", "-c"])
         .arg(format!("echo {name} >> '{}'", ran.display()))

@@ -30,7 +30,7 @@
 //! - `queue`: the expected wait (run history, overdue, `status --json` per waiter) and the
 //!   refusal of `--priority`/`--supersede` where dlock does not order the queue;
 //!   `queue_order`: priorities and `--supersede` where it does (the local store, Redis,
-//!   Redis Cluster, PostgreSQL).
+//!   Redis Cluster, PostgreSQL, MySQL).
 //!
 //! The `dlock` binary against particular servers and failures:
 //! - `faults`: the fault matrix (a server killed, paused or restarted while clients wait

@@ -126,8 +126,8 @@ pub fn renewed(
 /// A live lease row: key, owner, token, depth, holder, milliseconds left.
 pub type HeldRow = (String, String, i64, i32, Option<String>, i64);
 
-/// A live waiter row: key, waiter id, holder; in queue order.
-pub type WaitingRow = (String, String, Option<String>);
+/// A live waiter row: key, waiter id, holder, priority; in queue order.
+pub type WaitingRow = (String, String, Option<String>, i32);
 
 /// The status of each of `names`, in order, from the live leases and waiters read for them.
 pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) -> Vec<KeyStatus> {
@@ -151,7 +151,7 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
                     id: r.1.clone(),
                     holder: queued.holder,
                     sharing: queued.sharing,
-                    priority: 0,
+                    priority: r.3,
                 }
             })
             .collect();

@@ -47,9 +47,9 @@ pub struct AcquireOpts {
     pub sharing: SharingOpts,
 
     /// Queue priority, -1000000 to 1000000: a freed key goes to the highest-priority waiter,
-    /// arrival order among equals. Kept by the local store, Redis and PostgreSQL; refused (exit
-    /// 2) on etcd and ZooKeeper (queue order shared with etcdctl lock and Curator), Redlock and
-    /// Memcached (no queue), by elect (a campaign is not a queue of jobs), and for now MySQL.
+    /// arrival order among equals. Kept by the local store, Redis, PostgreSQL and MySQL; refused
+    /// (exit 2) on etcd and ZooKeeper (queue order shared with etcdctl lock and Curator),
+    /// Redlock and Memcached (no queue), and by elect (a campaign is not a queue of jobs).
     #[arg(
         long,
         value_name = "N",

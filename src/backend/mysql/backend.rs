@@ -5,7 +5,7 @@ use mysql_async::Conn;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::connect::{Server, Tuning};
-use super::schema::{Names, Sql};
+use super::schema::{Names, Sql, ADDED};
 use super::url::Target;
 use crate::error::Result;
 
@@ -121,24 +121,62 @@ impl MysqlStore {
     }
 }
 
-/// Creates the tables unless both exist: an account that may not run DDL works with
-/// tables created ahead of time (`CREATE TABLE IF NOT EXISTS` still needs the CREATE
-/// privilege on MySQL).
+/// Creates the tables unless both exist, and adds to a waiters table made by an older
+/// dlock the columns it lacks ([`ADDED`]): an account that may not run DDL works with
+/// tables created (or upgraded) ahead of time (`CREATE TABLE IF NOT EXISTS` still needs
+/// the CREATE privilege on MySQL). Two first users racing on the same change collide
+/// (a column added twice); the loser looks again.
 async fn ensure_tables(conn: &mut Conn, n: &Names) -> std::result::Result<(), mysql_async::Error> {
-    let found: Option<i64> = conn
+    let mut last = None;
+    for _ in 0..3 {
+        let (tables, present) = found(conn, n).await?;
+        let changes = match tables == 2 {
+            true => n.upgrade(&present).into_iter().collect(),
+            false => n.ddl().to_vec(),
+        };
+        if changes.is_empty() {
+            return Ok(());
+        }
+        for change in changes {
+            if let Err(e) = conn.query_drop(change).await {
+                last = Some(e);
+                break;
+            }
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// How many of the two tables exist, and which of [`ADDED`] the waiters table has: one
+/// round trip, as before the columns were added.
+async fn found(
+    conn: &mut Conn,
+    n: &Names,
+) -> std::result::Result<(i64, Vec<String>), mysql_async::Error> {
+    let added = ADDED.map(|(column, _)| column);
+    let row: Option<(i64, Option<String>)> = conn
         .exec_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)",
-            (&n.locks_plain, &n.waiters_plain),
+            "SELECT (SELECT COUNT(*) FROM information_schema.TABLES
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?, ?)),
+                    (SELECT GROUP_CONCAT(COLUMN_NAME) FROM information_schema.COLUMNS
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?
+                       AND COLUMN_NAME IN (?, ?, ?))",
+            (
+                &n.locks_plain,
+                &n.waiters_plain,
+                &n.waiters_plain,
+                added[0],
+                added[1],
+                added[2],
+            ),
         )
         .await?;
-    if found == Some(2) {
-        return Ok(());
-    }
-    for ddl in n.ddl() {
-        conn.query_drop(ddl).await?;
-    }
-    Ok(())
+    let (tables, present) = row.unwrap_or_default();
+    let present = present.unwrap_or_default();
+    Ok((tables, present.split(',').map(str::to_string).collect()))
 }
 
 /// Milliseconds, as the statements take them.

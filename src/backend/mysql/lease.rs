@@ -14,12 +14,12 @@
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, TxOpts};
+use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::{ms, on_conn, MysqlStore};
 use super::row::{
-    holder_waking, lock_row, lock_row_named, read_queue, Current, Freed, MyResult, MyWaiter, Queue,
-    Row,
+    given_way, holder_waking, lock_row, lock_row_named, read_queue, supersede, Current, Freed,
+    MyResult, MyWaiter, Queue, Row, Wake,
 };
 use super::schema::{wake_name, Sql, UNNAME};
 use super::shared::{
@@ -59,12 +59,17 @@ impl MysqlStore {
                 }
             }
         })?;
+        let name = &self.server.target.name;
         match decided {
             Decided::Done(outcome) => Ok(outcome.attempt(req, sent_at)),
-            Decided::Conflict(held) => {
-                Err(req
-                    .sharing
-                    .conflict(&req.key, &self.server.target.name, held))
+            Decided::Waits(busy, gave_way) => {
+                self.wake_superseded(&gave_way).await;
+                Ok(Outcome::Busy(busy).attempt(req, sent_at))
+            }
+            Decided::Conflict(held) => Err(req.sharing.conflict(&req.key, name, held)),
+            Decided::Superseded(by) => {
+                let by = sql::holder_of(Some(&by));
+                Err(Error::superseded(&req.key, name, &by.host, by.pid))
             }
         }
     }
@@ -176,6 +181,12 @@ async fn attempt_tx(
         true => lock_row_named(&mut tx, sql, key, w).await?,
         false => lock_row(&mut tx, sql, key).await?,
     };
+    if req.queue.supersede {
+        if let Some(by) = given_way(&mut tx, sql, key, w).await? {
+            tx.commit().await?;
+            return Ok(Decided::Superseded(by));
+        }
+    }
     let ttl = ms(req.ttl);
     if let Some(owner) = current.holder_id() {
         let ours = owner == req.owner;
@@ -193,13 +204,13 @@ async fn attempt_tx(
             }));
         }
     }
+    let how = Attempting {
+        req,
+        w: &*w,
+        enqueue,
+        liveness,
+    };
     if !req.sharing.is_exclusive() || current.is_group() {
-        let how = Attempting {
-            req,
-            w: &*w,
-            enqueue,
-            liveness,
-        };
         return attempt_shared(tx, sql, &how, current).await;
     }
     let mut queue = match req.fair {
@@ -212,8 +223,7 @@ async fn attempt_tx(
             .drop_silent_head(&mut tx, sql, key, &current, liveness)
             .await?;
     }
-    let first = queue.ids.first().is_none_or(|head| *head == w.id);
-    if !current.live() && (first || !req.fair) {
+    if !current.live() && (queue.place_of(w) == 0 || !req.fair) {
         let json = holder_waking(&req.holder, w, current.named);
         tx.exec_drop(sql.grant.as_str(), (&req.owner, ttl, json, key))
             .await?;
@@ -227,29 +237,51 @@ async fn attempt_tx(
             reentered: false,
         }));
     }
-    let mut position = queue.ids.iter().position(|id| *id == w.id);
-    let mut waiters = queue.ids.len();
-    let place = position.unwrap_or(waiters);
-    if req.fair && current.named && (enqueue || position.is_some()) {
-        w.wake = queue.wake_for(place, &current);
-    }
-    if req.fair && enqueue {
+    let (busy, gave_way) = wait_in_line(&mut tx, sql, &how, &current, &mut queue).await?;
+    tx.commit().await?;
+    w.wake = busy.1;
+    Ok(Decided::Waits(busy.0, gave_way))
+}
+
+/// An exclusive refusal (in `tx`, the key's row locked): joins the line or keeps its
+/// place (making the older superseding waiter give way), and says what blocks it and what
+/// it blocks on; with the ids of the waiters that gave way.
+async fn wait_in_line(
+    tx: &mut Transaction<'_>,
+    sql: &Sql,
+    how: &Attempting<'_>,
+    current: &Current,
+    queue: &mut Queue,
+) -> MyResult<((Busy, Option<Wake>), Vec<String>)> {
+    let (req, w, key) = (how.req, how.w, how.req.key.as_str());
+    let mut gave_way = Vec::new();
+    let queued = queue.ids.contains(&w.id);
+    if req.fair && how.enqueue {
         let json = holder_json(&req.holder);
-        let alive = ms(liveness);
-        tx.exec_drop(sql.enqueue.as_str(), (key, &w.id, alive, json, alive))
-            .await?;
-        if position.is_none() {
-            position = Some(waiters);
-            waiters += 1;
+        let alive = ms(how.liveness);
+        let (priority, superseding) = (req.queue.priority, req.queue.supersede);
+        let params = (key, &w.id, alive, json, priority, superseding, alive);
+        tx.exec_drop(sql.enqueue.as_str(), params).await?;
+        if superseding {
+            gave_way = supersede(tx, sql, key, w, &req.holder, queue).await?;
         }
     }
-    tx.commit().await?;
-    let mut busy = busy(req, &current, &queue, position, waiters);
-    if w.wake.as_ref().is_some_and(|wake| !wake.head) {
+    let place = queue.place_of(w);
+    let mut wake = None;
+    if req.fair && current.named && (how.enqueue || queued) {
+        wake = queue.wake_for(place, current);
+    }
+    let (position, waiters) = match (queued, req.fair && how.enqueue) {
+        (true, _) => (Some(place), queue.ids.len()),
+        (false, true) => (Some(place), queue.ids.len() + 1),
+        (false, false) => (None, queue.ids.len()),
+    };
+    let mut busy = busy(req, current, queue, position, waiters);
+    if wake.as_ref().is_some_and(|wake| !wake.head) {
         // Woken when the one ahead moves, whatever the lease does meanwhile.
         busy.retry = None;
     }
-    Ok(Decided::Done(Outcome::Busy(busy)))
+    Ok(((busy, wake), gave_way))
 }
 
 /// A refusal: what blocks us, and where we stand.

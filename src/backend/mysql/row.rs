@@ -12,13 +12,15 @@ use super::schema::{wake_name, Sql};
 use crate::backend::group::{Queued, GROUP_OWNER};
 use crate::backend::sql::holder_json;
 use crate::backend::store::Busy;
-use crate::backend::{Holder, Released, Sharing};
+use crate::backend::{Holder, Queueing, Released, Sharing};
 
 pub(super) type MyResult<T> = std::result::Result<T, mysql_async::Error>;
 
 /// One acquisition's place in line, and the lease it last saw.
 pub struct MyWaiter {
     pub(super) id: String,
+    /// Its `--priority` and `--supersede`.
+    pub(super) queueing: Queueing,
     /// The fencing token of the lease seen at the last look (`None`: none live).
     pub(super) seen: Option<u64>,
     /// How many looks in a row found that same lease.
@@ -43,9 +45,10 @@ pub(super) struct Wake {
 }
 
 impl MyWaiter {
-    pub(super) fn new() -> MyWaiter {
+    pub(super) fn new(queueing: Queueing) -> MyWaiter {
         MyWaiter {
             id: crate::ids::new_owner_id(),
+            queueing,
             seen: None,
             same: 0,
             wake: None,
@@ -131,12 +134,15 @@ impl Current {
     }
 }
 
-/// The live queue (dead waiters are pruned as it is read).
+/// The live queue, in line order (dead waiters are pruned as it is read; superseded ones
+/// are out of the line).
 #[derive(Default)]
 pub(super) struct Queue {
     pub(super) ids: Vec<String>,
     /// Per waiter in `ids`: whether its session holds its named lock.
     pub(super) named: Vec<bool>,
+    /// Per waiter in `ids`: its priority.
+    pub(super) priorities: Vec<i32>,
     /// The head is alive by its named lock alone: it has not looked for a liveness period.
     pub(super) head_silent: bool,
     pub(super) head_left_ms: i64,
@@ -218,9 +224,13 @@ pub(super) fn holder_waking(holder: &Holder, w: &MyWaiter, named: bool) -> Strin
     }
 }
 
-/// The live waiters of `key` in order, and whether `w` has a row; dead rows are pruned.
-/// With `sharing` (a shared or semaphore attempt, or one beside a group), also the sharing
-/// of the waiters ahead of `w` (all of them when it has no row): only then are the
+/// One waiter's row as the queue reads it: id, liveness left (ms), named, superseded,
+/// priority, and its holder JSON when asked for.
+type QueueRow = (String, i64, bool, bool, i32, Option<String>);
+
+/// The live waiters of `key` in line order, and whether `w` has a row; dead rows are
+/// pruned. With `sharing` (a shared or semaphore attempt, or one beside a group), also the
+/// sharing of the waiters ahead of `w` (where it stands or would stand): only then are the
 /// waiters' holder columns read.
 pub(super) async fn read_queue(
     tx: &mut Transaction<'_>,
@@ -229,48 +239,106 @@ pub(super) async fn read_queue(
     w: &MyWaiter,
     sharing: bool,
 ) -> MyResult<Queue> {
-    let all: Vec<(String, i64, bool, Option<String>)> = match sharing {
+    let all: Vec<QueueRow> = match sharing {
         true => tx.exec(sql.queued.as_str(), (key,)).await?,
         false => {
-            let rows: Vec<(String, i64, bool)> = tx.exec(sql.queue.as_str(), (key,)).await?;
+            let rows: Vec<(String, i64, bool, bool, i32)> =
+                tx.exec(sql.queue.as_str(), (key,)).await?;
             rows.into_iter()
-                .map(|(id, left, named)| (id, left, named, None))
+                .map(|(id, left, named, gone, priority)| (id, left, named, gone, priority, None))
                 .collect()
         }
     };
     let queued = all.iter().any(|(id, ..)| *id == w.id);
-    let (live, dead): (Vec<_>, Vec<_>) = all
+    let (alive, dead): (Vec<_>, Vec<_>) = all
         .into_iter()
-        .partition(|(_, left, named, _)| *left > 0 || *named);
+        .partition(|(_, left, named, ..)| *left > 0 || *named);
     for (id, ..) in &dead {
         tx.exec_drop(sql.dequeue.as_str(), (key, id)).await?;
     }
-    let ahead = match sharing {
-        true => {
-            let mine = live.iter().position(|(id, ..)| *id == w.id);
-            live[..mine.unwrap_or(live.len())]
-                .iter()
-                .map(|(.., json)| Queued::read(json.as_deref().unwrap_or_default()).sharing)
-                .collect()
-        }
-        false => Vec::new(),
-    };
-    Ok(Queue {
+    let live: Vec<QueueRow> = alive.into_iter().filter(|row| !row.3).collect();
+    let mut queue = Queue {
         // A named head is alive however long ago it looked: those behind it look again
         // when a waiter that stopped looking would be dropped.
-        head_left_ms: live.first().map_or(0, |(_, left, named, _)| match named {
+        head_left_ms: live.first().map_or(0, |(_, left, named, ..)| match named {
             true => (*left).max(ms(Tuning::default().liveness)),
             false => *left,
         }),
-        named: live.iter().map(|(_, _, named, _)| *named).collect(),
-        head_silent: live.first().is_some_and(|(_, left, _, _)| *left == 0),
-        ids: live.into_iter().map(|(id, ..)| id).collect(),
+        named: live.iter().map(|row| row.2).collect(),
+        priorities: live.iter().map(|row| row.4).collect(),
+        head_silent: live.first().is_some_and(|row| row.1 == 0),
+        ids: live.iter().map(|row| row.0.clone()).collect(),
         queued,
-        ahead,
-    })
+        ahead: Vec::new(),
+    };
+    if sharing {
+        let place = queue.place_of(w);
+        queue.ahead = live[..place]
+            .iter()
+            .map(|row| Queued::read(row.5.as_deref().unwrap_or_default()).sharing)
+            .collect();
+    }
+    Ok(queue)
+}
+
+/// `--supersede`: the holder JSON of the newer waiter that took `w`'s place, whose row
+/// goes (in `tx`, the key's row locked); `None` while it keeps its place.
+pub(super) async fn given_way(
+    tx: &mut Transaction<'_>,
+    sql: &Sql,
+    key: &str,
+    w: &MyWaiter,
+) -> MyResult<Option<String>> {
+    let by: Option<String> = tx.exec_first(sql.superseded.as_str(), (key, &w.id)).await?;
+    if by.is_some() {
+        tx.exec_drop(sql.dequeue.as_str(), (key, &w.id)).await?;
+    }
+    Ok(by)
+}
+
+/// `--supersede`, `w` queued (in `tx`, the key's row locked): the key's older pending
+/// superseding waiter (one at most, but every one found) gives way to it, out of the line
+/// at once; their ids, to be woken once `tx` commits, and taken out of `queue`. Only an
+/// older one: a waiter that looks again after a newer one marked it cannot turn the
+/// tables.
+pub(super) async fn supersede(
+    tx: &mut Transaction<'_>,
+    sql: &Sql,
+    key: &str,
+    w: &MyWaiter,
+    holder: &Holder,
+    queue: &mut Queue,
+) -> MyResult<Vec<String>> {
+    let older: Vec<String> = tx
+        .exec(sql.older_superseding.as_str(), (key, key, &w.id))
+        .await?;
+    let json = holder_json(holder);
+    for id in &older {
+        tx.exec_drop(sql.give_way.as_str(), (&json, key, id))
+            .await?;
+        if let Some(i) = queue.ids.iter().position(|q| q == id) {
+            queue.ids.remove(i);
+            queue.named.remove(i);
+            queue.priorities.remove(i);
+        }
+    }
+    Ok(older)
 }
 
 impl Queue {
+    /// Where `w` stands in line (0-based), or, not in it, where it would stand: behind
+    /// every waiter of its priority or higher.
+    pub(super) fn place_of(&self, w: &MyWaiter) -> usize {
+        match self.ids.iter().position(|id| *id == w.id) {
+            Some(place) => place,
+            None => self
+                .priorities
+                .iter()
+                .filter(|p| **p >= w.queueing.priority)
+                .count(),
+        }
+    }
+
     /// Drops a head that has not looked for `liveness` while the key has been free for as
     /// long (a stopped process: its session, and so its named lock, lives on); a head that
     /// is alive looks again as soon as the key is freed.
@@ -287,6 +355,7 @@ impl Queue {
         }
         let head = self.ids.remove(0);
         self.named.remove(0);
+        self.priorities.remove(0);
         self.head_silent = false;
         tx.exec_drop(sql.dequeue.as_str(), (key, &head)).await
     }
@@ -340,8 +409,35 @@ mod tests {
     }
 
     #[test]
+    fn a_newcomer_stands_behind_its_priority_or_higher() {
+        let queue = Queue {
+            ids: vec!["a".into(), "b".into(), "c".into()],
+            named: vec![true, true, true],
+            priorities: vec![10, 5, 0],
+            ..Queue::default()
+        };
+        let at = |priority| {
+            MyWaiter::new(Queueing {
+                priority,
+                supersede: false,
+            })
+        };
+        assert_eq!(queue.place_of(&at(0)), 3);
+        assert_eq!(queue.place_of(&at(5)), 2);
+        assert_eq!(queue.place_of(&at(11)), 0);
+        let mut b = at(-3);
+        b.id = "b".into();
+        assert_eq!(queue.place_of(&b), 1, "in line: where it stands");
+        // It blocks on the one just ahead in that order.
+        assert_eq!(
+            queue.wake_for(2, &current(None, None)).unwrap().name,
+            "dlock-w:b"
+        );
+    }
+
+    #[test]
     fn a_grant_names_its_named_lock_only_when_held() {
-        let w = MyWaiter::new();
+        let w = MyWaiter::new(Queueing::default());
         let holder = Holder::default();
         let named = holder_waking(&holder, &w, true);
         assert_eq!(wake_in(&named), Some(wake_name(&w.id)));

@@ -4,10 +4,13 @@
 //!   (`token`) is never reset: owner, depth, expiry in milliseconds since the epoch on the
 //!   server's clock, holder (JSON), and the last-run record. A free key has `owner` NULL
 //!   (and `expires_at` when its last lease ended); an expired lease is free.
-//! * `<table>_waiters`: the FIFO queue, one row per waiting acquisition, ordered by
-//!   `ticket` (ordering only: a skipped ticket costs nothing), each with a liveness
-//!   deadline that the waiter refreshes as it looks again; a waiter whose session holds
-//!   its named lock (see [`WAKE_PREFIX`]) is alive whatever its deadline.
+//! * `<table>_waiters`: the queue, one row per waiting acquisition, ordered by [`NEXT`]:
+//!   `priority` (`--priority`, highest first), then `ticket` (arrival; ordering only: a
+//!   skipped ticket costs nothing), each with a liveness deadline that the waiter
+//!   refreshes as it looks again; a waiter whose session holds its named lock (see
+//!   [`WAKE_PREFIX`]) is alive whatever its deadline. A `--supersede` waiter's row says
+//!   so (`superseding`); a newer one marks it (`superseded_by`, the newer one's holder
+//!   JSON), which takes it out of the line at once.
 //!
 //! Every change to a key's lease or queue that decides anything first locks its row
 //! (`SELECT … FOR UPDATE`, or the `UPDATE` itself): the row lock serializes acquirers,
@@ -35,6 +38,28 @@ pub const WAKE_PREFIX: &str = "dlock-w:";
 pub fn wake_name(id: &str) -> String {
     format!("{WAKE_PREFIX}{id}")
 }
+
+/// What the blocking connection of a `--supersede` waiter holds (this prefix and its
+/// waiter id): `IS_USED_LOCK` of it names that connection, whose block the newer
+/// superseding waiter ends with `KILL QUERY` (see `wake.rs`).
+pub const BLOCKER_PREFIX: &str = "dlock-b:";
+
+/// The named lock of the blocking connection of the waiter whose id is `id`.
+pub fn blocker_name(id: &str) -> String {
+    format!("{BLOCKER_PREFIX}{id}")
+}
+
+/// The order of the queue: the first live waiter in it is the next to be admitted.
+pub const NEXT: &str = "priority DESC, ticket, id";
+
+/// The columns `--priority` and `--supersede` added to the waiters table, and their
+/// types: a table made by an older dlock gains them on first use (plain arrival order,
+/// nobody superseding, for the rows already there).
+pub const ADDED: [(&str, &str); 3] = [
+    ("priority", "INT NOT NULL DEFAULT 0"),
+    ("superseding", "BOOLEAN NOT NULL DEFAULT FALSE"),
+    ("superseded_by", "TEXT NULL"),
+];
 
 /// The named lock of the waiter whose id is in column `col`.
 fn wake_name_of(col: &str) -> String {
@@ -93,11 +118,26 @@ impl Names {
   id VARBINARY(64) NOT NULL,
   alive_until BIGINT NOT NULL,
   holder TEXT NOT NULL,
+  priority INT NOT NULL DEFAULT 0,
+  superseding BOOLEAN NOT NULL DEFAULT FALSE,
+  superseded_by TEXT NULL,
   UNIQUE KEY by_waiter (lock_key, id),
   KEY by_arrival (lock_key, ticket)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
         ]
+    }
+
+    /// What a waiters table made by an older dlock lacks of [`ADDED`], given the columns
+    /// `present`: one `ALTER TABLE` (MySQL 8 has no `ADD COLUMN IF NOT EXISTS`), `None`
+    /// when nothing is missing.
+    pub fn upgrade(&self, present: &[String]) -> Option<String> {
+        let adds: Vec<String> = ADDED
+            .iter()
+            .filter(|(name, _)| !present.iter().any(|p| p.eq_ignore_ascii_case(name)))
+            .map(|(name, ty)| format!("ADD COLUMN {name} {ty}"))
+            .collect();
+        (!adds.is_empty()).then(|| format!("ALTER TABLE {} {}", self.waiters, adds.join(", ")))
     }
 }
 
@@ -122,7 +162,7 @@ pub struct Sql {
     /// key: creates the key's row if missing.
     pub insert_row: String,
     /// key → id, liveness left (ms), named (its session holds its named lock; a row is
-    /// dead when neither) of every waiter in order.
+    /// dead when neither), superseded (out of the line), priority of every waiter in order.
     pub queue: String,
     /// owner, ttl_ms, holder, key (the row locked).
     pub grant: String,
@@ -130,8 +170,22 @@ pub struct Sql {
     pub extend: String,
     /// key, waiter.
     pub dequeue: String,
-    /// key, waiter, liveness_ms, holder, liveness_ms.
+    /// key, waiter, liveness_ms, holder, priority, superseding, liveness_ms.
     pub enqueue: String,
+    /// key, waiter → the holder JSON of the newer waiter that superseded it.
+    pub superseded: String,
+    /// key, key, waiter → the ids of the key's pending superseding waiters older than it.
+    pub older_superseding: String,
+    /// superseded_by (holder JSON), key, waiter: the waiter gives way, out of the line.
+    pub give_way: String,
+    /// key, waiter, name, name, secs, name: [`Sql::superseded`]'s answer, else a block on
+    /// the named lock `name` (see `wake.rs`): what a superseding waiter blocks with.
+    pub block_superseding: String,
+    /// name, name, secs, name: blocks until the named lock `name` is free (taking it and
+    /// letting it go at once), at most `secs`: 1 when it was released, 0 at the time
+    /// limit, -1 when it was free from the start (its owner keeps none: the caller looks
+    /// again on a schedule).
+    pub block: String,
     /// ttl_ms, key, owner (affected rows: 1 when renewed).
     pub renew: String,
     /// key → token, left_ms.
@@ -149,7 +203,8 @@ pub struct Sql {
     /// → key, owner, token, depth, holder, left_ms of every live lease, by key. Followed
     /// by ` AND lock_key IN (…)` for named keys.
     pub held: String,
-    /// → key, id, holder of the live waiters of the keys ` IN (…)` that follows.
+    /// → key, id, holder, priority of the live waiters of the keys ` IN (…)` that
+    /// follows (in line: not superseded).
     pub waiting: String,
     /// key, last run, last success (or NULL), keep_ms, last success, last run, keep_ms.
     pub record_run: String,
@@ -160,7 +215,7 @@ pub struct Sql {
     /// token, expires_at (ms since the epoch), group JSON, key (the row locked): the key
     /// held by a group (see [`crate::backend::group`]).
     pub put_group: String,
-    /// key → id, liveness left (ms), named, holder (JSON with the sharing asked for) of
+    /// key → what `queue` reads, and the holder (JSON with the sharing asked for) of
     /// every waiter in order: what a shared or semaphore attempt reads.
     pub queued: String,
     /// key → the holder JSON of a live lease (its `wake` field names its named lock).
@@ -180,11 +235,7 @@ impl Sql {
             insert_row: format!(
                 "INSERT INTO {l} (lock_key) VALUES (?) ON DUPLICATE KEY UPDATE lock_key = lock_key"
             ),
-            queue: format!(
-                "SELECT id, {}, {} FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
-                left("alive_until"),
-                waiter_named()
-            ),
+            queue: format!("{} FROM {w} WHERE lock_key = ? ORDER BY {NEXT}", in_line()),
             grant: format!(
                 "UPDATE {l} SET token = token + 1, owner = ?, depth = 1, expires_at = {NOW_MS} + ?, holder = ? WHERE lock_key = ?"
             ),
@@ -193,9 +244,15 @@ impl Sql {
             ),
             dequeue: format!("DELETE FROM {w} WHERE lock_key = ? AND id = ?"),
             enqueue: format!(
-                "INSERT INTO {w} (lock_key, id, alive_until, holder) VALUES (?, ?, {NOW_MS} + ?, ?)
+                "INSERT INTO {w} (lock_key, id, alive_until, holder, priority, superseding)
+                 VALUES (?, ?, {NOW_MS} + ?, ?, ?, ?)
                  ON DUPLICATE KEY UPDATE alive_until = {NOW_MS} + ?"
             ),
+            superseded: superseded(w),
+            older_superseding: older_superseding(w),
+            give_way: format!("UPDATE {w} SET superseded_by = ? WHERE lock_key = ? AND id = ?"),
+            block_superseding: format!("SELECT IF(EXISTS({}), 1, {BLOCK_ON})", superseded(w)),
+            block: format!("SELECT {BLOCK_ON}"),
             renew: format!(
                 "UPDATE {l} SET expires_at = GREATEST(expires_at, {NOW_MS} + ?) WHERE lock_key = ? AND owner = ? AND {live}"
             ),
@@ -217,7 +274,8 @@ impl Sql {
                 "SELECT lock_key, owner, token, depth, holder, {lease_left} FROM {l} WHERE {live}"
             ),
             waiting: format!(
-                "SELECT lock_key, id, holder FROM {w} WHERE (alive_until >= {NOW_MS} OR {}) AND lock_key IN",
+                "SELECT lock_key, id, holder, priority FROM {w}
+                 WHERE (alive_until >= {NOW_MS} OR {}) AND superseded_by IS NULL AND lock_key IN",
                 waiter_named()
             ),
             record_run: format!(
@@ -235,13 +293,39 @@ impl Sql {
                 "UPDATE {l} SET token = ?, owner = '{GROUP_OWNER}', depth = 1, expires_at = ?, holder = ? WHERE lock_key = ?"
             ),
             queued: format!(
-                "SELECT id, {}, {}, holder FROM {w} WHERE lock_key = ? ORDER BY ticket, id",
-                left("alive_until"),
-                waiter_named()
+                "{}, holder FROM {w} WHERE lock_key = ? ORDER BY {NEXT}",
+                in_line()
             ),
             wake: format!("SELECT holder FROM {l} WHERE lock_key = ? AND {live}"),
         }
     }
+}
+
+/// See [`Sql::block`].
+const BLOCK_ON: &str = "IF(IS_USED_LOCK(?) IS NULL, -1, IF(GET_LOCK(?, ?), RELEASE_LOCK(?), 0))";
+
+/// What `queue` and `queued` read of each waiter (see [`Sql::queue`]).
+fn in_line() -> String {
+    format!(
+        "SELECT id, {}, {}, superseded_by IS NOT NULL, priority",
+        left("alive_until"),
+        waiter_named()
+    )
+}
+
+/// See [`Sql::superseded`].
+fn superseded(w: &str) -> String {
+    format!(
+        "SELECT superseded_by FROM {w} WHERE lock_key = ? AND id = ? AND superseded_by IS NOT NULL"
+    )
+}
+
+/// See [`Sql::older_superseding`]: whoever came before (a lower ticket) is older.
+fn older_superseding(w: &str) -> String {
+    format!(
+        "SELECT id FROM {w} WHERE lock_key = ? AND superseding AND superseded_by IS NULL
+           AND ticket < (SELECT ticket FROM {w} WHERE lock_key = ? AND id = ?)"
+    )
 }
 
 /// name: lets the caller's named lock go.
@@ -281,5 +365,18 @@ mod tests {
         assert!(grants(&n, "app", "'jobs'@'%'").contains("`app`.`locks`"));
         assert_eq!(placeholders(3), "(?, ?, ?)");
         assert_eq!(Sql::new(&n).renew.matches('?').count(), 3);
+        assert_eq!(Sql::new(&n).enqueue.matches('?').count(), 7);
+        assert_eq!(Sql::new(&n).block_superseding.matches('?').count(), 6);
+        for (column, _) in ADDED {
+            assert!(n.ddl()[1].contains(&format!("  {column} ")), "{column}");
+        }
+        let some = ["PRIORITY".to_string(), "superseding".to_string()];
+        let alter = n.upgrade(&some).unwrap();
+        assert_eq!(
+            alter,
+            "ALTER TABLE `locks_waiters` ADD COLUMN superseded_by TEXT NULL"
+        );
+        let all = ADDED.map(|(c, _)| c.to_string());
+        assert_eq!(n.upgrade(&all), None);
     }
 }

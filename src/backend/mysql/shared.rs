@@ -19,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts};
 
 use super::backend::ms;
-use super::row::{lock_row, read_queue, Current, Freed, MyResult, MyWaiter, Queue};
+use super::row::{lock_row, read_queue, supersede, Current, Freed, MyResult, MyWaiter, Queue};
 use super::schema::Sql;
 use crate::backend::group::{Group, Member, Queued};
 use crate::backend::sharing::Admission;
@@ -33,8 +33,13 @@ use crate::backend::{now_ms, AcquireRequest, Holder, Released, Sharing};
 #[allow(clippy::large_enum_variant)]
 pub(super) enum Decided {
     Done(Outcome),
+    /// Refused: what blocks the caller, and the ids of the older superseding waiters that
+    /// gave way to it (to be woken now that the attempt has committed).
+    Waits(Busy, Vec<String>),
     /// The key is held in a way the caller must not join nor wait for (exit 2).
     Conflict(Sharing),
+    /// A newer `--supersede` waiter took the caller's place: its holder JSON.
+    Superseded(String),
 }
 
 /// One attempt's request and place in line.
@@ -70,7 +75,7 @@ pub(super) async fn attempt_shared(
         None if current.live() => (Some(Sharing::Exclusive), 1),
         None => (None, 0),
     };
-    let queue = match req.fair {
+    let mut queue = match req.fair {
         true => read_queue(&mut tx, sql, key, how.w, true).await?,
         false => Queue::default(),
     };
@@ -92,14 +97,24 @@ pub(super) async fn attempt_shared(
                 return Ok(Decided::Done(granted));
             }
             // The row has no room for one more member: wait for one to leave.
-            let busy = refuse(&mut tx, sql, how, &current, group.as_ref(), now, &queue).await?;
+            let at = Refusal {
+                current: &current,
+                group: group.as_ref(),
+                now,
+            };
+            let waits = refuse(&mut tx, sql, how, &at, &mut queue).await?;
             tx.commit().await?;
-            Ok(Decided::Done(Outcome::Busy(busy)))
+            Ok(waits)
         }
         Admission::Wait => {
-            let busy = refuse(&mut tx, sql, how, &current, group.as_ref(), now, &queue).await?;
+            let at = Refusal {
+                current: &current,
+                group: group.as_ref(),
+                now,
+            };
+            let waits = refuse(&mut tx, sql, how, &at, &mut queue).await?;
             tx.commit().await?;
-            Ok(Decided::Done(Outcome::Busy(busy)))
+            Ok(waits)
         }
     }
 }
@@ -167,19 +182,26 @@ async fn admit(
     Ok(Some(granted(&req.owner, token as u64, false)))
 }
 
-/// A refusal: joins the queue (or stays in it) when asked, and says what blocks us.
+/// What a refused shared or semaphore attempt found: the key's row, its live group, the
+/// server's clock.
+struct Refusal<'a> {
+    current: &'a Current,
+    group: Option<&'a Group>,
+    now: i64,
+}
+
+/// A refusal: joins the queue (or stays in it) when asked, making the older superseding
+/// waiter give way, and says what blocks us.
 async fn refuse(
     tx: &mut Transaction<'_>,
     sql: &Sql,
     how: &Attempting<'_>,
-    current: &Current,
-    group: Option<&Group>,
-    now: i64,
-    queue: &Queue,
-) -> MyResult<Busy> {
-    let req = how.req;
-    let mut position = queue.ids.iter().position(|id| *id == how.w.id);
-    let mut waiters = queue.ids.len();
+    at: &Refusal<'_>,
+    queue: &mut Queue,
+) -> MyResult<Decided> {
+    let (req, current, group, now) = (how.req, at.current, at.group, at.now);
+    let queued = queue.ids.contains(&how.w.id);
+    let mut gave_way = Vec::new();
     if req.fair && how.enqueue {
         let json = Queued {
             sharing: req.sharing,
@@ -190,13 +212,24 @@ async fn refuse(
         }
         .encode();
         let alive = ms(how.liveness);
-        let params = (req.key.as_str(), &how.w.id, alive, json, alive);
+        let (priority, superseding) = (req.queue.priority, req.queue.supersede);
+        let params = (
+            req.key.as_str(),
+            &how.w.id,
+            alive,
+            json,
+            priority,
+            superseding,
+            alive,
+        );
         tx.exec_drop(sql.enqueue.as_str(), params).await?;
-        if position.is_none() {
-            position = Some(waiters);
-            waiters += 1;
+        if superseding {
+            gave_way = supersede(tx, sql, &req.key, how.w, &req.holder, queue).await?;
         }
     }
+    let joined = req.fair && how.enqueue && !queued;
+    let position = (queued || joined).then(|| queue.place_of(how.w));
+    let waiters = queue.ids.len() + usize::from(joined);
     // The holder that may leave first stands for them all: look again when it may.
     let first_out = group.and_then(|g| {
         let infos = g.infos(&req.key, now);
@@ -217,12 +250,13 @@ async fn refuse(
         // Free but promised to the waiters ahead: if the head is dead, look at its deadline.
         None => (None, queue.head_left_ms),
     };
-    Ok(Busy {
+    let busy = Busy {
         holder,
         position: position.map(|p| p as u64 + 1),
         waiters: req.fair.then_some(waiters as u64),
         retry: Some(Duration::from_millis(retry.max(0) as u64 + 1)),
-    })
+    };
+    Ok(Decided::Waits(busy, gave_way))
 }
 
 /// The server's clock, ms since the epoch.

@@ -4,7 +4,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value};
 
 use super::backend::{ms, on_conn, MysqlStore};
-use super::schema::placeholders;
+use super::schema::{placeholders, NEXT};
 use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
 use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
@@ -39,7 +39,7 @@ impl MysqlStore {
                 0 => Vec::new(),
                 n => {
                     let text = format!(
-                        "{} {} ORDER BY lock_key, ticket, id",
+                        "{} {} ORDER BY lock_key, {NEXT}",
                         self.sql.waiting,
                         placeholders(n)
                     );

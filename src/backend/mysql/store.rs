@@ -58,8 +58,14 @@ impl LockStore for MysqlStore {
         true
     }
 
-    async fn begin(&self, _req: &AcquireRequest) -> Result<MyWaiter> {
-        Ok(MyWaiter::new())
+    /// The queue is ordered by priority, then arrival (`NEXT` in `schema.rs`), and keeps
+    /// one pending superseding waiter (`supersede` in `row.rs`; woken as `wake.rs` says).
+    fn queue_order(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn begin(&self, req: &AcquireRequest) -> Result<MyWaiter> {
+        Ok(MyWaiter::new(req.queue))
     }
 
     async fn attempt(
@@ -84,12 +90,14 @@ impl LockStore for MysqlStore {
     ) -> Result<Woken> {
         let same = w.saw(busy);
         if let Some(wake) = w.wake.take() {
-            let most = match wake.head {
+            // A superseding waiter also looks at least every heartbeat: the newer one
+            // that ends its block may not be allowed to (see `wake.rs`).
+            let most = match wake.head || w.queueing.supersede {
                 true => pause.min(self.server.tuning.heartbeat),
                 false => pause,
             };
             let blocked = self
-                .block_on(w, &wake, most)
+                .block_on(w, &req.key, &wake, most)
                 .await
                 .map_err(|e| self.server.naming(&req.key, e))?;
             if blocked.is_some() {

@@ -12,22 +12,31 @@
 //! has exited, a shared holder, a connection lost and not yet back), the waiter looks
 //! again on the schedule of `store.rs`.
 //!
+//! A `--supersede` waiter's blocking connection also holds a named lock of its own
+//! ([`blocker_name`]), and blocks with a statement that first looks whether it has been
+//! superseded. A newer superseding waiter, once its transaction that marked the older one
+//! has committed, ends the older one's block with `KILL QUERY` on the connection that
+//! named lock names: a block under way ends at once, and one that starts after the kill
+//! sees the mark and returns at once; either way the older one looks again, finds itself
+//! superseded and exits. MySQL lets an account kill its own sessions only (others need
+//! `CONNECTION_ADMIN`): where the kill is refused, a superseding waiter still looks again
+//! at least every heartbeat. Nothing lighter wakes a session blocked in `GET_LOCK`: only
+//! the session holding the named lock it waits for can let it go.
+//!
 //! `dlock wait` on one key blocks the same way on the holder's named lock.
 
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
+use mysql_async::{Conn, Params};
 
 use super::backend::{on_conn, MysqlStore, Watcher};
 use super::row::{wake_in, MyWaiter, Wake};
+use super::schema::blocker_name;
 use crate::error::Result;
 
-/// Blocks until the named lock is free (taking it and letting it go at once), at most the
-/// given seconds: 1 when it was released, 0 at the time limit, -1 when it was free from
-/// the start (its owner keeps none: the caller looks again on a schedule).
-const BLOCK: &str =
-    "SELECT IF(IS_USED_LOCK(?) IS NULL, -1, IF(GET_LOCK(?, ?), RELEASE_LOCK(?), 0))";
+/// `ER_QUERY_INTERRUPTED`: a block ended by `KILL QUERY` (a newer superseding waiter's).
+const INTERRUPTED: u16 = 1317;
 
 /// How a block ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,10 +58,23 @@ fn limit_secs(conn: &Conn, pause: Duration) -> f64 {
     }
 }
 
-/// Runs [`BLOCK`] on `conn` for `name`, waiting at most `pause` in the server.
-async fn block(conn: &mut Conn, name: &str, pause: Duration) -> mysql_async::Result<Blocked> {
+/// Runs `text` (`Sql::block`, or `Sql::block_superseding` after its `ahead` parameters)
+/// on `conn` for the named lock `name`, waiting at most `pause` in the server. A block
+/// ended by `KILL QUERY` has moved.
+async fn block(
+    conn: &mut Conn,
+    text: &str,
+    ahead: &[&str],
+    name: &str,
+    pause: Duration,
+) -> mysql_async::Result<Blocked> {
     let secs = limit_secs(conn, pause);
-    let got: Option<Option<i64>> = conn.exec_first(BLOCK, (name, name, secs, name)).await?;
+    let mut params: Vec<mysql_async::Value> = ahead.iter().map(|p| (*p).into()).collect();
+    params.extend([name.into(), name.into(), secs.into(), name.into()]);
+    let got: Option<Option<i64>> = match conn.exec_first(text, Params::Positional(params)).await {
+        Err(mysql_async::Error::Server(e)) if e.code == INTERRUPTED => return Ok(Blocked::Moved),
+        got => got?,
+    };
     Ok(match got.flatten() {
         Some(-1) => Blocked::Unheld,
         _ => Blocked::Moved,
@@ -66,19 +88,25 @@ impl MysqlStore {
     pub(super) async fn block_on(
         &self,
         w: &mut MyWaiter,
+        key: &str,
         wake: &Wake,
         pause: Duration,
     ) -> Result<Option<Blocked>> {
         let mut conn = match w.blocker.take() {
             Some(conn) => conn,
-            None => match self.server.open().await {
-                Ok(conn) => conn,
-                Err(_) => return Ok(None),
+            None => match self.open_blocker(w).await {
+                Some(conn) => conn,
+                None => return Ok(None),
             },
         };
         w.blocking = Some(conn.id());
         let limit = pause + self.server.tuning.op_timeout;
-        let done = tokio::time::timeout(limit, block(&mut conn, &wake.name, pause)).await;
+        let (text, ahead) = match w.queueing.supersede {
+            true => (&self.sql.block_superseding, vec![key, w.id.as_str()]),
+            false => (&self.sql.block, Vec::new()),
+        };
+        let blocking = block(&mut conn, text, &ahead, &wake.name, pause);
+        let done = tokio::time::timeout(limit, blocking).await;
         w.blocking = None;
         match done {
             Ok(Ok(blocked)) => {
@@ -88,6 +116,40 @@ impl MysqlStore {
             Ok(Err(e)) => Err(self.server.unavailable("cannot wait for the key", &e)),
             Err(_) => Err(self.server.timed_out("cannot wait for the key", limit)),
         }
+    }
+
+    /// A waiter's blocking connection; a superseding waiter's holds its named lock
+    /// ([`blocker_name`]). `None` when it cannot be opened.
+    async fn open_blocker(&self, w: &MyWaiter) -> Option<Conn> {
+        let mut conn = self.server.open().await.ok()?;
+        if w.queueing.supersede {
+            let take = conn.exec_drop("DO GET_LOCK(?, 0)", (blocker_name(&w.id),));
+            self.server.within("cannot wait", take).await.ok()?;
+        }
+        Some(conn)
+    }
+
+    /// Ends the blocks of the waiters `ids`, which have just given way to a newer
+    /// superseding waiter (whose transaction has committed): each looks again at once,
+    /// finds itself superseded and exits. Best effort: one whose session may not be
+    /// killed finds out at its next look.
+    pub(super) async fn wake_superseded(&self, ids: &[String]) {
+        for id in ids {
+            let _ = self.end_block_of(id).await;
+        }
+    }
+
+    /// Ends the block under way of the waiter `id` (see [`MysqlStore::wake_superseded`]).
+    async fn end_block_of(&self, id: &str) -> Result<()> {
+        on_conn!(self, "cannot wake a superseded waiter", |c| {
+            let name = blocker_name(id);
+            let session: Option<Option<u64>> =
+                c.exec_first("SELECT IS_USED_LOCK(?)", (name,)).await?;
+            match session.flatten() {
+                Some(n) => c.query_drop(format!("KILL QUERY {n}")).await,
+                None => Ok(()),
+            }
+        })
     }
 
     /// Ends on the server a block that `w` gave up halfway (its future dropped by a cancel
@@ -136,7 +198,8 @@ impl MysqlStore {
             return Ok(false);
         }
         let limit = pause + self.server.tuning.op_timeout;
-        match tokio::time::timeout(limit, block(conn, &name, pause)).await {
+        let blocking = block(conn, &self.sql.block, &[], &name, pause);
+        match tokio::time::timeout(limit, blocking).await {
             Ok(Ok(Blocked::Moved)) => Ok(true),
             Ok(Ok(Blocked::Unheld)) => {
                 // Released just now, or its holder keeps none: look once, then poll.

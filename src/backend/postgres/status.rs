@@ -35,17 +35,9 @@ impl PostgresStore {
             .collect();
         let rows: Vec<WaitingRow> = waiting
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
             .collect();
-        // The shared reading knows no priority (MySQL keeps none): set here, in the same order.
-        let mut statuses = statuses(names, &held, &rows);
-        for s in &mut statuses {
-            let priorities = waiting.iter().filter(|r| r.get::<_, String>(0) == s.key);
-            for (w, r) in s.waiters.iter_mut().flatten().zip(priorities) {
-                w.priority = r.get(3);
-            }
-        }
-        Ok(statuses)
+        Ok(statuses(names, &held, &rows))
     }
 
     /// Keeps `run` as the key's last run (and last success) for [`RUN_RECORD_TTL`].
