@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use tokio::sync::Mutex;
 
-use super::session::Session;
-use super::{Held, UserLockStore};
+use super::backend::{Held, Session, UserLockStore};
 use crate::backend::session_lock::{self, SessionGuard};
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
