@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::Row;
 
-use super::{AdvisoryStore, LockId};
+use super::backend::AdvisoryStore;
+use super::lock_id::LockId;
 use crate::backend::{sql, Holder, KeyStatus, LockInfo, Released, Sharing, WaiterInfo};
 use crate::error::Result;
 
