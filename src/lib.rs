@@ -67,8 +67,7 @@
 //!     value and its acquisition pieces).
 //!   - `postgres/` and `mysql/`: the run records share the status tables' reading, so
 //!     `status.rs` holds both; `schema.rs` holds every statement. PostgreSQL's
-//!     shared-holder branch is still `group.rs` and reads its rows from `lease.rs` (the
-//!     one known import circle, listed in `tests/imports.rs`).
+//!     shared-holder branch is still `group.rs`.
 //!   - `redis/`, `redlock/`, `memcached/`: Lua scripts beside `scripts.rs` (Redis); the
 //!     quorum's rounds and members in `round.rs`/`member.rs` (Redlock) and `quorum/`
 //!     (memcached), counted by [`backend::quorum`].
