@@ -189,12 +189,5 @@ fn key_status(
             priority: 0,
         })
         .collect();
-    KeyStatus {
-        key,
-        lock: info,
-        holders: Vec::new(),
-        sharing: Sharing::Exclusive,
-        waiters: Some(waiters),
-        servers: None,
-    }
+    KeyStatus::exclusive(key, info).with_waiters(waiters)
 }
