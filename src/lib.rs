@@ -89,9 +89,9 @@
 //!     keeps its URL tests in `url/`; `plain/` has `keys.rs`, `lease.rs` and `store.rs`.
 //!     Redlock's servers are Redis stores (no `url.rs` or `connect.rs` of its own), and
 //!     it is a `Backend` of its own (its own waiting loop, `wait.rs`): `backend.rs` is
-//!     the value, renew, release and status,
-//!     `tuning.rs` its time limits, `renew.rs` renewal on enough servers. memcached's
-//!     `store.rs` is the value and its `LockStore`, `client.rs` its connections.
+//!     the value, renew, release and status, `tuning.rs` its time limits, `renew.rs`
+//!     renewal on enough servers. memcached's `store.rs` is the value and its
+//!     `LockStore`, `client.rs` its connections.
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the
