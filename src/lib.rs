@@ -56,24 +56,44 @@
 //!   and `--limit N` holders), `wait.rs` (how a waiter sleeps and is woken), `status.rs`
 //!   (`status` and listing), `runs.rs` (the run records), `linger.rs`
 //!   (`--hold-at-least`), and a file for what an attempt and its `shared.rs` branch both
-//!   read (`row.rs` in the SQL stores). Where a folder differs, and why:
+//!   read (`row.rs` in the SQL stores). A folder's `mod.rs` says what each file holds;
+//!   parts a store has beyond the template (its key layout, its wire client, a quorum's
+//!   members) get files of their own listed there.
+//!   Where a folder differs, and why:
 //!   - `local/`: kernel locks do its waiting, so it is a `Backend` of its own rather
 //!     than a `LockStore`: `backend.rs` is the value and its acquire loop, `store.rs`
-//!     the synchronous state transitions of a key file, `queue.rs` the waiter list
-//!     `status` shows, `wait.rs` the bridge from blocking kernel locks to async code.
+//!     the synchronous state transitions of a key file (`held.rs` those of a held key,
+//!     and its status), `queue.rs` the waiter list `status` shows, `waiter.rs` how an
+//!     acquisition sleeps, `wait.rs` the bridge from blocking kernel locks to async code.
 //!   - `etcd/` and `zookeeper/`: a line of contenders ordered by creation, as
 //!     `etcdctl lock` and Curator write it: the pure part in `recipe.rs`/`layout.rs`,
 //!     the line's I/O in `line.rs` (ZooKeeper), who at the head holds in
-//!     `holders.rs`/`shared.rs`; etcd's own gRPC client in `client.rs`, `streams.rs`,
-//!     `failure.rs`, `proto.rs`, and its `LockStore` in `seam.rs` (its `store.rs` is the
-//!     value and its acquisition pieces).
+//!     `holders.rs`/`shared.rs`, TLS in `tls.rs` (neither has a `connect.rs`).
+//!     etcd's own gRPC client in `client.rs`, `streams.rs`, `failure.rs`, `proto.rs`
+//!     (its `connect.rs`), its `LockStore` in `seam.rs` (its `store.rs` is the value and
+//!     its acquisition pieces, `took.rs` the release of what it took), a waiter's wait
+//!     in `deletion.rs`, an election's keys in `proclaim.rs`. ZooKeeper connects in
+//!     `session.rs` (a session is what keeps its leases), tries in `attempt.rs` (its
+//!     `lease.rs`; renew, release and status are `store.rs`'s) and lists and watches
+//!     locks in `listing.rs`.
 //!   - `postgres/` and `mysql/`: the run records share the status tables' reading, so
 //!     `status.rs` holds both; `schema.rs` holds every statement. PostgreSQL's
-//!     shared-holder branch is still `group.rs` and reads its rows from `lease.rs` (the
-//!     one known import circle, listed in `tests/imports.rs`).
+//!     shared-holder branch is still `group.rs`; MySQL's waiters block on named locks in
+//!     `wake.rs` (its `wait.rs`). `postgres/advisory/` and `mysql/user_lock/`
+//!     (`?lock=advisory`, `?lock=get_lock`: the application's own locks, held by a
+//!     session of dlock's) have `backend.rs` (the value and the sessions it keeps),
+//!     `session.rs` (a session's statements), `store.rs`, and `status.rs`/`lock_id.rs`
+//!     (PostgreSQL: listing `pg_locks`, and which lock a KEY names).
 //!   - `redis/`, `redlock/`, `memcached/`: Lua scripts beside `scripts.rs` (Redis); the
 //!     quorum's rounds and members in `round.rs`/`member.rs` (Redlock) and `quorum/`
-//!     (memcached), counted by [`backend::quorum`].
+//!     (memcached), counted by [`backend::quorum`]. Redis connects in `connect.rs`,
+//!     `conn.rs` (one connection type over a server or a Cluster) and `cluster.rs`, and
+//!     keeps its URL tests in `url/`; `plain/` has `keys.rs`, `lease.rs` and `store.rs`.
+//!     Redlock's servers are Redis stores (no `url.rs` or `connect.rs` of its own), and
+//!     it is a `Backend` of its own (its own waiting loop, `wait.rs`): `backend.rs` is
+//!     the value, renew, release and status, `tuning.rs` its time limits, `renew.rs`
+//!     renewal on enough servers. memcached's `store.rs` is the value and its
+//!     `LockStore`, `client.rs` its connections.
 //! * [`supervisor`]: spawning the child in its own process group, forwarding signals,
 //!   killing it when the lease is lost, and mapping its status to an exit code.
 //! * [`spawn`]: starting the child as `posix_spawn` does, with a parent-death signal (the

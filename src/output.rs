@@ -366,7 +366,7 @@ pub fn server_lines(servers: &[ServerView], held: bool) -> Vec<String> {
 /// or semaphore key, its key cell saying how many of how many (`sem (2 of 4)`).
 fn status_rows(s: &KeyStatus) -> Vec<Vec<String>> {
     if s.holders.is_empty() {
-        return vec![status_row(s)];
+        return vec![status_row(s, s.lock.as_ref())];
     }
     let key = match s.sharing.capacity() {
         Some(n) => format!("{} ({} of {n})", s.key, s.holders.len()),
@@ -375,22 +375,20 @@ fn status_rows(s: &KeyStatus) -> Vec<Vec<String>> {
     s.holders
         .iter()
         .map(|h| {
-            let mut row = status_row(&KeyStatus {
-                lock: Some(h.clone()),
-                ..s.clone()
-            });
+            let mut row = status_row(s, Some(h));
             row[0] = key.clone();
             row
         })
         .collect()
 }
 
-fn status_row(s: &KeyStatus) -> Vec<String> {
+/// The row of `s` showing `lock` (its first holder, or one of several).
+fn status_row(s: &KeyStatus, lock: Option<&LockInfo>) -> Vec<String> {
     let waiters = s
         .waiters
         .as_ref()
         .map_or("?".to_string(), |w| w.len().to_string());
-    let Some(l) = &s.lock else {
+    let Some(l) = lock else {
         let mut row = vec![s.key.clone(), "(free)".into()];
         row.extend(std::iter::repeat_n("-".to_string(), 6));
         row.extend([waiters, "-".into()]);
@@ -485,14 +483,7 @@ mod tests {
             sharing: Sharing::Exclusive,
             priority: 0,
         };
-        let state = KeyStatus {
-            key: "ml".into(),
-            lock: Some(lock),
-            holders: Vec::new(),
-            sharing: Sharing::Exclusive,
-            waiters: Some(vec![waiter]),
-            servers: None,
-        };
+        let state = KeyStatus::exclusive("ml", Some(lock)).with_waiters(vec![waiter]);
         let lines = status_lines(&[state], &[], "redis://h:1");
         assert_eq!(lines.len(), 4, "{lines:?}");
         for line in &lines {

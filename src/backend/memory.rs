@@ -171,14 +171,7 @@ impl KeyState {
             sharing: crate::backend::Sharing::Exclusive,
             priority: 0,
         });
-        KeyStatus {
-            key: key.to_string(),
-            lock: self.info(key),
-            waiters: Some(waiters.collect()),
-            servers: None,
-            holders: Vec::new(),
-            sharing: crate::backend::Sharing::Exclusive,
-        }
+        KeyStatus::exclusive(key, self.info(key)).with_waiters(waiters.collect())
     }
 }
 

@@ -19,6 +19,7 @@ pub mod estimate;
 pub mod etcd;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "memcached"))]
 pub mod group;
+pub mod key_status;
 pub mod local;
 #[cfg(feature = "memcached")]
 pub mod memcached;

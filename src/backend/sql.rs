@@ -135,13 +135,6 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
         let row = held.iter().find(|r| r.0 == key);
         let group = row.and_then(|r| live_group(&r.1, r.4.as_deref(), r.5));
         let lock = row.map(|r| info(&key, &r.1, r.2, r.3, r.4.as_deref(), r.5));
-        let (lock, holders, sharing) = match group {
-            Some((g, now_ms)) => {
-                let holders = g.infos(&key, now_ms);
-                (holders.first().cloned(), holders, g.sharing)
-            }
-            None => (lock, Vec::new(), crate::backend::Sharing::Exclusive),
-        };
         let waiters = waiting
             .iter()
             .filter(|r| r.0 == key)
@@ -155,14 +148,11 @@ pub fn statuses(names: Vec<String>, held: &[HeldRow], waiting: &[WaitingRow]) ->
                 }
             })
             .collect();
-        KeyStatus {
-            key,
-            lock,
-            waiters: Some(waiters),
-            servers: None,
-            holders,
-            sharing,
-        }
+        let status = match group {
+            Some((g, now_ms)) => KeyStatus::group(&key, g.sharing, g.infos(&key, now_ms)),
+            None => KeyStatus::exclusive(key, lock),
+        };
+        status.with_waiters(waiters)
     });
     statuses.collect()
 }

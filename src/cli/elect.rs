@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{AcquireOpts, Late, EXIT_CODES};
+use super::acquire::AcquireOpts;
+use super::options::{Late, EXIT_CODES};
 
 // The arguments of `dlock elect`.
 #[derive(Debug, Args)]

@@ -80,19 +80,7 @@ mod tests {
             ttl_left_ms: None,
             depth: 1,
         };
-        let all: Vec<LockInfo> = (0..holders).map(holder).collect();
-        KeyStatus {
-            key: "k".into(),
-            lock: all.first().cloned(),
-            holders: if sharing.is_exclusive() {
-                Vec::new()
-            } else {
-                all
-            },
-            sharing,
-            waiters: None,
-            servers: None,
-        }
+        KeyStatus::group("k", sharing, (0..holders).map(holder).collect())
     }
 
     #[test]

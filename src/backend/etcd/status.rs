@@ -45,19 +45,9 @@ impl EtcdStore {
         }
         let sharing = held.first().map_or(Sharing::Exclusive, |h| h.meta.sharing);
         let waiters = entries[held.len()..].iter().map(Entry::waiter).collect();
-        Ok(Some(KeyStatus {
-            key: name.to_string(),
-            lock: infos.first().cloned(),
-            waiters: Some(waiters),
-            servers: None,
-            // An exclusive lock lists its one holder as `lock` only.
-            holders: if sharing.is_exclusive() {
-                Vec::new()
-            } else {
-                infos
-            },
-            sharing,
-        }))
+        Ok(Some(
+            KeyStatus::group(name, sharing, infos).with_waiters(waiters),
+        ))
     }
 
     /// The names of every lock under the prefix, told from other keys by their shape.

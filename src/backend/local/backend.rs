@@ -454,14 +454,7 @@ impl Backend for LocalBackend {
             check_key(key)?;
             let st = match self.key_file(key, false, false)? {
                 Some(kf) => wait::locked_now(&self.ctx, &kf, Kind::Shared, |s| s.status()).await?,
-                None => KeyStatus {
-                    key: key.clone(),
-                    lock: None,
-                    waiters: Some(Vec::new()),
-                    servers: None,
-                    holders: Vec::new(),
-                    sharing: crate::backend::Sharing::Exclusive,
-                },
+                None => KeyStatus::free(key).with_waiters(Vec::new()),
             };
             out.push(st);
         }

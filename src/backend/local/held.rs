@@ -106,13 +106,8 @@ impl Session<'_> {
     /// to clear.
     pub fn status(&mut self) -> Result<KeyStatus> {
         let live = self.live_holders()?;
-        let lock = live.first().map(|l| self.lock_info(l));
-        let alone = self.st.sharing.is_exclusive() && live.len() <= 1;
-        let holders = if alone {
-            Vec::new()
-        } else {
-            live.iter().map(|l| self.lock_info(l)).collect()
-        };
+        let holders = live.iter().map(|l| self.lock_info(l)).collect();
+        let status = KeyStatus::group(self.st.key.clone(), self.st.sharing, holders);
         let waiters = match self.live_waiters(None)? {
             Some(list) if list.iter().any(|w| w.ticket == UNLISTED) => None,
             Some(mut list) => {
@@ -135,17 +130,9 @@ impl Session<'_> {
                 (!any).then(Vec::new)
             }
         };
-        Ok(KeyStatus {
-            key: self.st.key.clone(),
-            lock,
-            waiters,
-            servers: None,
-            holders,
-            sharing: if live.is_empty() {
-                Default::default()
-            } else {
-                self.st.sharing
-            },
+        Ok(match waiters {
+            Some(waiters) => status.with_waiters(waiters),
+            None => status,
         })
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::client::{Reply, Request};
 use super::keys::{self, Record};
 use super::store::MemcachedStore;
-use crate::backend::{KeyStatus, Sharing};
+use crate::backend::KeyStatus;
 use crate::error::{Error, Result};
 
 /// How often a listing is tried again while another one runs (the crawler does one at
@@ -33,31 +33,28 @@ impl MemcachedStore {
         let replies = self.client.call(what, &requests).await?;
         let mut all = Vec::new();
         for (name, reply) in names.into_iter().zip(replies) {
-            let (mut lock, mut holders, mut sharing) = (None, Vec::new(), Sharing::Exclusive);
-            if let Reply::Value(flags, v) = reply {
-                let record = Record::decode(&v, &name, &self.name)?;
-                match record.group {
-                    Some(mut group) => {
-                        let now = crate::backend::now_ms() as i64;
-                        group.prune(now);
-                        holders = group.infos(&name, now);
-                        lock = holders.first().cloned();
-                        sharing = group.sharing;
+            let status = match reply {
+                Reply::Value(flags, v) => {
+                    let record = Record::decode(&v, &name, &self.name)?;
+                    match record.group {
+                        Some(mut group) => {
+                            let now = crate::backend::now_ms() as i64;
+                            group.prune(now);
+                            let holders = group.infos(&name, now);
+                            KeyStatus::group(name, group.sharing, holders)
+                        }
+                        None => {
+                            let lock = record.info(&name, flags.num(b't'));
+                            KeyStatus::exclusive(name, Some(lock))
+                        }
                     }
-                    None => lock = Some(record.info(&name, flags.num(b't'))),
                 }
-            }
-            if listed && lock.is_none() {
+                _ => KeyStatus::free(name),
+            };
+            if listed && status.lock.is_none() {
                 continue;
             }
-            all.push(KeyStatus {
-                key: name,
-                lock,
-                waiters: None,
-                servers: None,
-                holders,
-                sharing,
-            });
+            all.push(status);
         }
         if listed {
             all.sort_by(|a, b| a.key.cmp(&b.key));

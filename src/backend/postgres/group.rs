@@ -14,14 +14,12 @@ use std::time::Duration;
 use tokio_postgres::{Client, Row, Transaction};
 
 use super::backend::ms;
-use super::lease::{grant, leave_in, refused, Ask, Blocked, Current, Queue};
+use super::row::{grant, leave_in, refused, Ask, Blocked, Current, PgResult, Queue};
 use super::schema::{payload, Prepared};
 use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
 use crate::backend::sharing::Admission;
 use crate::backend::sql::{holder_json, info, Outcome};
-use crate::backend::{AcquireRequest, Holder, Released, Sharing};
-
-type PgResult<T> = std::result::Result<T, tokio_postgres::Error>;
+use crate::backend::{Holder, Released, Sharing};
 
 /// What an attempt decided: an outcome, or a key held in a way this caller must not join
 /// nor wait for (exit 2).
@@ -351,20 +349,6 @@ pub(super) async fn change(
     write(&tx, st, channel, put).await?;
     tx.commit().await?;
     Ok(Some(changed))
-}
-
-/// A waiter's holder as the queue keeps it: with the sharing it asks for, unless
-/// exclusive (then as before groups existed).
-pub(super) fn queued_json(req: &AcquireRequest) -> String {
-    let holder = holder_json(&req.holder);
-    if req.sharing.is_exclusive() {
-        return holder;
-    }
-    Queued {
-        sharing: req.sharing,
-        holder: serde_json::from_str(&holder).unwrap_or_default(),
-    }
-    .encode()
 }
 
 /// The owners of a group's members, first granted first.

@@ -11,6 +11,8 @@
 //! * `backend.rs`: the store value and its one connection (requests, and LISTEN).
 //! * `lease.rs`: one attempt, renew, release, leaving the queue.
 //! * `group.rs`: shared and semaphore holders, kept in the key's one row.
+//! * `row.rs`: what `lease.rs` and `group.rs` both read and write: the waiter, the key's
+//!   row, the queue, and the grant, refusal and leave statements.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
 //!   sleeping on notifications.
@@ -20,6 +22,7 @@ mod backend;
 mod connect;
 mod group;
 mod lease;
+mod row;
 pub mod schema;
 mod status;
 mod store;

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::backend::PostgresStore;
 use super::connect::Note;
-use super::lease::PgWaiter;
+use super::row::PgWaiter;
 use super::schema::waiter_payload;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{

@@ -254,14 +254,7 @@ pub fn combine(key: &str, servers: &[String], views: &[View], quorum: usize) -> 
         let shown = server_views(key, servers, views, |st| {
             st.holders.iter().any(|h| h.owner == owner)
         });
-        return KeyStatus {
-            key: key.to_string(),
-            lock: Some(first.clone()),
-            waiters: None,
-            servers: Some(shown),
-            holders,
-            sharing,
-        };
+        return KeyStatus::group(key, sharing, holders).with_servers(shown);
     }
     let owners = views
         .iter()
@@ -283,14 +276,7 @@ pub fn combine(key: &str, servers: &[String], views: &[View], quorum: usize) -> 
         .collect();
     let shown = server_views(key, servers, views, agrees);
     let lock = (agreeing.len() >= quorum).then(|| lasting(&agreeing, quorum));
-    KeyStatus {
-        key: key.to_string(),
-        lock: lock.flatten(),
-        waiters: None,
-        servers: Some(shown),
-        holders: Vec::new(),
-        sharing: crate::backend::Sharing::Exclusive,
-    }
+    KeyStatus::exclusive(key, lock.flatten()).with_servers(shown)
 }
 
 /// The newest of the leases `agreeing` servers have of one holder, lasting while

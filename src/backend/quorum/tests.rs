@@ -244,21 +244,15 @@ mod outcomes {
     }
 
     fn lock(owner: &str, token: u64, ttl_ms: u64) -> KeyStatus {
-        KeyStatus {
+        let info = LockInfo {
             key: "k".into(),
-            lock: Some(LockInfo {
-                key: "k".into(),
-                owner: owner.into(),
-                fencing_token: token,
-                holder: Holder::default(),
-                ttl_left_ms: Some(ttl_ms),
-                depth: 1,
-            }),
-            waiters: None,
-            servers: None,
-            holders: Vec::new(),
-            sharing: crate::backend::Sharing::Exclusive,
-        }
+            owner: owner.into(),
+            fencing_token: token,
+            holder: Holder::default(),
+            ttl_left_ms: Some(ttl_ms),
+            depth: 1,
+        };
+        KeyStatus::exclusive("k", Some(info))
     }
 
     #[test]
@@ -346,12 +340,7 @@ mod outcomes {
             .iter()
             .map(|(o, t, ttl)| lock(o, *t, *ttl).lock.unwrap())
             .collect();
-        KeyStatus {
-            lock: infos.first().cloned(),
-            holders: infos,
-            sharing: crate::backend::Sharing::Limit(3),
-            ..lock("-", 0, 0)
-        }
+        KeyStatus::group("k", crate::backend::Sharing::Limit(3), infos)
     }
 
     #[test]

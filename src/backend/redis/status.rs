@@ -37,9 +37,7 @@ impl RedisBackend {
         let statuses = keys.iter().zip(locks).zip(groups).zip(waiters);
         Ok(statuses
             .map(|(((key, lock), group), waiters)| {
-                let mut status = held_status(key, lock, group);
-                status.waiters = Some(waiters);
-                status
+                held_status(key, lock, group).with_waiters(waiters)
             })
             .collect())
     }
@@ -299,10 +297,13 @@ impl RedisBackend {
         let waiters = self.read_waiters(&with_queue).await?;
         let mut waiters: HashMap<String, Vec<WaiterInfo>> =
             with_queue.into_iter().zip(waiters).collect();
-        for status in &mut statuses {
-            status.waiters = Some(waiters.remove(&status.key).unwrap_or_default());
-        }
-        Ok(statuses)
+        Ok(statuses
+            .into_iter()
+            .map(|s| {
+                let queued = waiters.remove(&s.key).unwrap_or_default();
+                s.with_waiters(queued)
+            })
+            .collect())
     }
 }
 
@@ -326,17 +327,9 @@ type Group = (Sharing, Vec<LockInfo>);
 
 /// A key's status from its lease or its group (never both); waiters are the caller's.
 fn held_status(key: &str, lock: Option<LockInfo>, group: Option<Group>) -> KeyStatus {
-    let (sharing, holders) = match (&lock, group) {
-        (None, Some(group)) => group,
-        _ => (Sharing::Exclusive, Vec::new()),
-    };
-    KeyStatus {
-        key: key.to_string(),
-        lock: lock.or_else(|| holders.first().cloned()),
-        holders,
-        sharing,
-        waiters: None,
-        servers: None,
+    match (lock, group) {
+        (None, Some((sharing, holders))) => KeyStatus::group(key, sharing, holders),
+        (lock, _) => KeyStatus::exclusive(key, lock),
     }
 }
 

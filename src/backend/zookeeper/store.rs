@@ -521,19 +521,10 @@ impl LockStore for ZkStore {
                 continue;
             }
             let sharing = holding.first().map_or(Sharing::Exclusive, |h| h.sharing);
-            let holders = match sharing {
-                Sharing::Exclusive => Vec::new(),
-                _ => holding.iter().map(|h| h.info(&key)).collect(),
-            };
+            let holders = holding.iter().map(|h| h.info(&key)).collect();
             let waiters = line.entries[holding.len()..].iter();
-            all.push(KeyStatus {
-                key,
-                lock,
-                waiters: Some(waiters.map(Entry::waiter).collect()),
-                servers: None,
-                holders,
-                sharing,
-            });
+            let waiters = waiters.map(Entry::waiter).collect();
+            all.push(KeyStatus::group(key, sharing, holders).with_waiters(waiters));
         }
         Ok(all)
     }

@@ -1,22 +1,14 @@
-//! A session that holds, or waits for, one user lock, its server-side limits set no
-//! shorter than the lease's TTL.
+//! The statements of a session that holds, or waits for, one user lock, its server-side
+//! limits set no shorter than the lease's TTL.
 
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
 
-use super::UserLockStore;
+use super::backend::{Session, UserLockStore};
 use crate::backend::session_lock::Bound;
 use crate::backend::{sql, AcquireRequest};
 use crate::error::Result;
-
-/// A session of its own for one lock.
-pub struct Session {
-    pub conn: Conn,
-    /// `CONNECTION_ID()`: what `IS_USED_LOCK` answers, what `KILL` takes.
-    pub id: u64,
-}
 
 impl UserLockStore {
     /// Opens a session whose idle and network timeouts are at least `ttl`: the server

@@ -8,13 +8,12 @@ use async_trait::async_trait;
 use mysql_async::prelude::Queryable;
 use tokio::sync::Mutex;
 
-use super::session::Session;
-use super::{Held, UserLockStore};
+use super::backend::{Held, Session, UserLockStore};
 use crate::backend::session_lock::{self, SessionGuard};
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     sql, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, ReleaseMode,
-    Released, RunRecord, Sharing,
+    Released, RunRecord,
 };
 use crate::error::{Error, Result};
 
@@ -124,14 +123,7 @@ impl UserLockStore {
         let mut out = Vec::new();
         for key in keys {
             self.check_name(key)?;
-            out.push(KeyStatus {
-                key: key.clone(),
-                lock: self.holder_of(key).await?,
-                holders: Vec::new(),
-                sharing: Sharing::Exclusive,
-                waiters: None,
-                servers: None,
-            });
+            out.push(KeyStatus::exclusive(key, self.holder_of(key).await?));
         }
         Ok(out)
     }

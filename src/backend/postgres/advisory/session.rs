@@ -1,24 +1,16 @@
-//! A session that holds, or waits for, one advisory lock: opened with the server-side
-//! bounds of [`Bound`], it tries, blocks in the server's lock queue, bumps the lock's
-//! counter row, answers the holder's checks, and unlocks.
+//! The statements of a session that holds, or waits for, one advisory lock: opened with
+//! the server-side bounds of [`Bound`], it tries, blocks in the server's lock queue, bumps
+//! the lock's counter row, answers the holder's checks, and unlocks.
 
 use std::time::{Duration, Instant};
 
-use tokio_postgres::{Client, SimpleQueryMessage};
+use tokio_postgres::SimpleQueryMessage;
 
-use super::{AdvisoryStore, LockId};
+use super::backend::{AdvisoryStore, Session};
+use super::lock_id::LockId;
 use crate::backend::session_lock::Bound;
 use crate::backend::{sql, AcquireRequest};
 use crate::error::Result;
-
-/// A session of its own for one lock.
-pub struct Session {
-    pub client: Client,
-    /// The server's process for it (`pg_backend_pid()`): what `pg_locks` shows, what
-    /// `pg_cancel_backend` takes.
-    pub pid: i32,
-    pub lock: LockId,
-}
 
 /// What one try or wait found.
 pub enum Took {

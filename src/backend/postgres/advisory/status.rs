@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::Row;
 
-use super::{AdvisoryStore, LockId};
+use super::backend::AdvisoryStore;
+use super::lock_id::LockId;
 use crate::backend::{sql, Holder, KeyStatus, LockInfo, Released, Sharing, WaiterInfo};
 use crate::error::Result;
 
@@ -188,12 +189,5 @@ fn key_status(
             priority: 0,
         })
         .collect();
-    KeyStatus {
-        key,
-        lock: info,
-        holders: Vec::new(),
-        sharing: Sharing::Exclusive,
-        waiters: Some(waiters),
-        servers: None,
-    }
+    KeyStatus::exclusive(key, info).with_waiters(waiters)
 }

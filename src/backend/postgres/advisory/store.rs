@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use super::session::{Session, Took};
-use super::{AdvisoryStore, Held, LockId};
+use super::backend::{AdvisoryStore, Held, Session};
+use super::lock_id::LockId;
+use super::session::Took;
 use crate::backend::session_lock::{self, SessionGuard};
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{

@@ -10,7 +10,7 @@ use super::keys::{lock_name, SCAN_PATTERN};
 use super::PlainBackend;
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
-    AcquireRequest, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
+    AcquireRequest, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
 };
 use crate::error::{Error, Result};
 
@@ -58,7 +58,7 @@ impl LockStore for PlainBackend {
         }
         let mut all = Vec::with_capacity(keys.len());
         for key in keys {
-            all.push(key_status(key, self.holder(key).await?));
+            all.push(KeyStatus::exclusive(key, self.holder(key).await?));
         }
         Ok(all)
     }
@@ -80,17 +80,6 @@ impl LockStore for PlainBackend {
 fn refuse_queueing(req: &AcquireRequest, url: &str) -> Result<()> {
     req.queue
         .check(&req.key, url, Some("it keeps no queue of waiters"))
-}
-
-fn key_status(key: &str, lock: Option<crate::backend::LockInfo>) -> KeyStatus {
-    KeyStatus {
-        key: key.to_string(),
-        lock,
-        holders: Vec::new(),
-        sharing: Sharing::Exclusive,
-        waiters: None,
-        servers: None,
-    }
 }
 
 impl PlainBackend {
@@ -128,7 +117,7 @@ impl PlainBackend {
         for key in keys {
             let lock = self.holder(&key).await?;
             if lock.as_ref().is_some_and(|l| l.fencing_token > 0) {
-                held.push(key_status(&key, lock));
+                held.push(KeyStatus::exclusive(key, lock));
             }
         }
         Ok(held)
