@@ -258,8 +258,8 @@ pub fn quorum_of(urls: &[String]) -> Result<(&'static str, QuorumFn)> {
     if family == "redis" {
         for u in urls {
             redis::refuse_min_replicas(u, "in a Redlock quorum")?;
-            redis::refuse_plain(u, "in a Redlock quorum")?;
         }
+        redis::quorum_is_plain(urls)?;
     }
     Ok((name, *open))
 }

@@ -61,14 +61,21 @@ pub async fn open(
     })
 }
 
-/// Refuses `?layout=plain` where it is not supported (`place`, e.g. "in a Redlock
-/// quorum"): exit 2.
-pub(crate) fn refuse_plain(url: &str, place: &str) -> crate::error::Result<()> {
-    if parse_url(url, None)?.layout == self::url::Layout::Plain {
+/// Whether the servers of a Redlock quorum keep the plain layout (`?layout=plain` on
+/// every URL) or dlock's (on none); URLs that disagree are refused (exit 2): the servers of
+/// one lock must keep it in one layout, or a key would be two different locks.
+pub(crate) fn quorum_is_plain(urls: &[String]) -> crate::error::Result<bool> {
+    let mut layouts = Vec::with_capacity(urls.len());
+    for url in urls {
+        layouts.push(parse_url(url, None)?.layout);
+    }
+    if let Some(i) = layouts.iter().position(|l| *l != layouts[0]) {
+        let shown = |i: usize| crate::backend::url::redact(&urls[i]);
         return Err(crate::error::Error::Usage(format!(
-            "invalid Redis URL {}: layout=plain is not supported {place} yet",
-            crate::backend::url::redact(url)
+            "Redlock servers {} and {} keep different layouts: put ?layout=plain on every URL of the quorum, or on none",
+            shown(0),
+            shown(i)
         )));
     }
-    Ok(())
+    Ok(layouts.first() == Some(&self::url::Layout::Plain))
 }

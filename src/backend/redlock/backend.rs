@@ -57,6 +57,9 @@ pub struct RedlockBackend {
     pub(super) name: String,
     /// How the holders this process acquired hold their keys (see `renew.rs`).
     pub(super) modes: Modes,
+    /// `?layout=plain` on every server: the application's canonical lock on K itself,
+    /// taken on each server as node's `redlock` takes it (see `wait.rs` for the waiting).
+    pub(super) plain: bool,
 }
 
 impl RedlockBackend {
@@ -74,6 +77,7 @@ impl RedlockBackend {
                 "Redlock needs at least two Redis servers (three or more, an odd number, to survive a failure)".into(),
             ));
         }
+        let plain = crate::backend::redis::quorum_is_plain(urls)?;
         let connecting = urls
             .iter()
             .map(|url| RedisBackend::connect_with(url, tuning.server));
@@ -113,6 +117,7 @@ impl RedlockBackend {
             name: format!("redlock({})", shown.join(",")),
             members,
             modes: Modes::default(),
+            plain,
         };
         let up = urls.len() - failed.len();
         if up < backend.quorum {
@@ -160,6 +165,10 @@ impl Backend for RedlockBackend {
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         let order = Some(crate::backend::ORDER_NONE);
         req.queue.check(&req.key, &Backend::describe(self), order)?;
+        if self.plain && !req.sharing.is_exclusive() {
+            let asked = req.sharing.describe();
+            return Err(Error::sharing_unsupported(&req.key, &self.name, &asked));
+        }
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));
         }
