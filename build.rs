@@ -27,7 +27,7 @@ fn main() {
         );
     }
     // `?layout=plain`'s scripts stand alone: they share none of the helpers.
-    for name in ["acquire", "renew", "release", "status"] {
+    for name in ["acquire", "renew", "release", "status", "fence"] {
         let body = read(&format!("plain/{name}.lua"));
         let sha = sha1_smol::Sha1::from(body).digest().to_string();
         println!(

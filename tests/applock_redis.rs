@@ -3,7 +3,7 @@
 //! and node `redlock` 4 with `ioredis` (installed here by npm into the test target's own
 //! directory, once). Either side holding K makes the other wait; eight mixed loops never
 //! overlap; a paused server is the usual lease loss; on a Cluster, dlock's keys beside K
-//! share K's slot.
+//! share K's slot. `applock_redlock.rs` does the same on three servers as Redlock.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,14 +30,15 @@ for _ in range(int(count)):
         sys.exit(code)
 "#;
 
-/// The same with node redlock 4 on ioredis (one server).
+/// The same with node redlock 4 on ioredis: one server, or several (URLs joined by `,`)
+/// as Redlock.
 const NODE_PEER: &str = r#"
 const Redis = require('ioredis');
 const Redlock = require('redlock');
 const { spawnSync } = require('child_process');
-const [url, key, mode, script, count] = process.argv.slice(2);
-const client = new Redis(url);
-const redlock = new Redlock([client], {
+const [urls, key, mode, script, count] = process.argv.slice(2);
+const clients = urls.split(',').map((url) => new Redis(url));
+const redlock = new Redlock(clients, {
   retryCount: mode === 'wait' ? 6000 : 0, retryDelay: 10, retryJitter: 5,
 });
 (async () => {
@@ -53,7 +54,7 @@ const redlock = new Redlock([client], {
 "#;
 
 #[derive(Clone, Copy, Debug)]
-enum Peer {
+pub(crate) enum Peer {
     Py,
     Node,
 }
@@ -92,9 +93,16 @@ fn node_dir() -> &'static Path {
     })
 }
 
-/// The peer's command: take KEY on the server at `url` (`wait`: blocking), `count` times,
-/// running `script` under it each time.
-fn peer(who: Peer, url: &str, key: &str, wait: bool, script: &str, count: u32) -> Command {
+/// The peer's command: take KEY on the server at `url` (node: or the servers at `a,b,c`)
+/// (`wait`: blocking), `count` times, running `script` under it each time.
+pub(crate) fn peer(
+    who: Peer,
+    url: &str,
+    key: &str,
+    wait: bool,
+    script: &str,
+    count: u32,
+) -> Command {
     let mut c = match who {
         Peer::Py => {
             let mut c = Command::new(python());
@@ -114,8 +122,15 @@ fn peer(who: Peer, url: &str, key: &str, wait: bool, script: &str, count: u32) -
 
 /// The `dlock` command on the server at `url` with `?layout=plain`.
 fn plain(url: &str) -> Command {
+    plain_on(&[url.to_string()])
+}
+
+/// The `dlock` command on the servers at `urls` (several: Redlock), each with
+/// `?layout=plain`.
+pub(crate) fn plain_on(urls: &[String]) -> Command {
+    let plain: Vec<String> = urls.iter().map(|u| format!("{u}?layout=plain")).collect();
     let mut c = dlock();
-    c.env("DLOCK_URL", format!("{url}?layout=plain"));
+    c.env("DLOCK_URL", plain.join(","));
     c
 }
 
@@ -133,27 +148,36 @@ fn log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("log")).unwrap_or_default()
 }
 
-fn spawn(mut c: Command) -> Child {
+pub(crate) fn spawn(mut c: Command) -> Child {
     c.stdin(Stdio::null()).stdout(Stdio::piped());
     c.stderr(Stdio::piped()).spawn().unwrap()
 }
 
-fn status_json(url: &str, key: &str) -> serde_json::Value {
-    let out = plain(url).args(["status", key, "--json"]).output().unwrap();
+pub(crate) fn status_json(urls: &[String], key: &str) -> serde_json::Value {
+    let out = plain_on(urls)
+        .args(["status", key, "--json"])
+        .output()
+        .unwrap();
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"))
 }
 
 /// `first` holds KEY (its command gated), `second` is refused at once and then waits,
-/// and runs only after `first`'s command ended and released.
-fn second_waits_for_first(server: &RedisServer, first: Option<Peer>, second: Option<Peer>) {
-    let url = server.url();
+/// and runs only after `first`'s command ended and released (on every server: several
+/// are Redlock's).
+pub(crate) fn second_waits_for_first(
+    servers: &[RedisServer],
+    first: Option<Peer>,
+    second: Option<Peer>,
+) {
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let url = urls.join(",");
     let dir = tempfile::tempdir().unwrap();
     let run = |who: Option<Peer>, name: &str, wait: bool| -> Command {
         let script = gated(dir.path(), name);
         match who {
             Some(p) => peer(p, &url, "app:lock", wait, &script, 1),
             None => {
-                let mut c = plain(&url);
+                let mut c = plain_on(&urls);
                 c.args(["exec", "app:lock"]);
                 if !wait {
                     c.arg("-n");
@@ -166,7 +190,7 @@ fn second_waits_for_first(server: &RedisServer, first: Option<Peer>, second: Opt
     let mut a = spawn(run(first, "first", true));
     assert!(wait_for(Duration::from_secs(30), || log(dir.path())
         .contains("first-start")));
-    let held = status_json(&url, "app:lock");
+    let held = status_json(&urls, "app:lock");
     let token = held["fencing_token"].as_u64().unwrap();
     match first {
         Some(_) => assert_eq!(
@@ -199,27 +223,29 @@ fn second_waits_for_first(server: &RedisServer, first: Option<Peer>, second: Opt
         "{lines:?}"
     );
     // Released: nothing of ours is left under the application's key.
-    assert_eq!(server.cli(&["EXISTS", "app:lock"]), "0");
+    for server in servers {
+        assert_eq!(server.cli(&["EXISTS", "app:lock"]), "0");
+    }
 }
 
 #[test]
 fn dlock_waits_for_redis_py() {
-    second_waits_for_first(&RedisServer::start(), Some(Peer::Py), None);
+    second_waits_for_first(&[RedisServer::start()], Some(Peer::Py), None);
 }
 
 #[test]
 fn redis_py_waits_for_dlock() {
-    second_waits_for_first(&RedisServer::start(), None, Some(Peer::Py));
+    second_waits_for_first(&[RedisServer::start()], None, Some(Peer::Py));
 }
 
 #[test]
 fn dlock_waits_for_node_redlock() {
-    second_waits_for_first(&RedisServer::start(), Some(Peer::Node), None);
+    second_waits_for_first(&[RedisServer::start()], Some(Peer::Node), None);
 }
 
 #[test]
 fn node_redlock_waits_for_dlock() {
-    second_waits_for_first(&RedisServer::start(), None, Some(Peer::Node));
+    second_waits_for_first(&[RedisServer::start()], None, Some(Peer::Node));
 }
 
 #[test]
@@ -300,26 +326,18 @@ fn what_the_layout_cannot_carry_is_refused_in_one_line() {
             "{err}"
         );
     }
-    let quorum = dlock()
-        .args([
-            "-u",
-            &format!("{url}?layout=plain"),
-            "-u",
-            &format!("{url}/1?layout=plain"),
-        ])
-        .args(["exec", "app:lock", "--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(quorum.status.code(), Some(2), "{quorum:?}");
     assert_eq!(server.cli(&["DBSIZE"]), "0", "nothing written");
 }
 
-/// Eight loops, four of dlock and two of each peer, on one key: never two inside at once,
-/// and dlock's tokens rise.
 #[test]
 fn eight_mixed_loops_never_overlap() {
-    let server = RedisServer::start();
-    let url = server.url();
+    eight_mixed_loops(&[RedisServer::start().url()], [Peer::Py, Peer::Node]);
+}
+
+/// Eight loops on one key on the servers at `urls` (several: Redlock's), four of dlock
+/// and two of each of `peers`: never two inside at once, and dlock's tokens rise.
+pub(crate) fn eight_mixed_loops(urls: &[String], peers: [Peer; 2]) {
+    let url = urls.join(",");
     let dir = tempfile::tempdir().unwrap();
     let marks = dir.path().join("marks");
     let m = marks.display();
@@ -337,10 +355,10 @@ fn eight_mixed_loops_never_overlap() {
                     support::loops::quoted(&section("$DLOCK_FENCING_TOKEN"))
                 );
                 let script = format!("for i in $(seq {rounds}); do {one} || exit 9; done");
-                support::loops::shell(&plain(&url), &script)
+                support::loops::shell(&plain_on(urls), &script)
             }
-            2 => peer(Peer::Py, &url, "loop", true, &section("-"), rounds),
-            _ => peer(Peer::Node, &url, "loop", true, &section("-"), rounds),
+            2 => peer(peers[0], &url, "loop", true, &section("-"), rounds),
+            _ => peer(peers[1], &url, "loop", true, &section("-"), rounds),
         };
         children.push(spawn(c));
     }
@@ -429,7 +447,7 @@ fn side_keys_share_the_application_key_s_cluster_slot() {
         for name in &ours {
             assert_eq!(node.cli(&["CLUSTER", "KEYSLOT", name]), slot, "{name}");
         }
-        let st = status_json(&url, key);
+        let st = status_json(std::slice::from_ref(&url), key);
         assert_eq!(st["fencing_token"].as_u64(), Some(1), "{st}");
         let owner = lease["owner"].as_str().unwrap();
         let unlock = plain(&url).args(["unlock", key, "--owner", owner]).output();

@@ -59,6 +59,7 @@
 //!   passwords, an account without DDL, tables made on first use, TLS.
 //! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
+//! - `applock_redlock`: `?layout=plain` on every Redlock server, with node `redlock`;
 //! - `applock_sql`: `?lock=advisory` with `psql`, `applock_mysql`: `?lock=get_lock` with the
 //!   `mariadb` client, holding the same lock both ways; cancelled waits, killed sessions, a
 //!   paused server, 8 mixed contending loops.
@@ -120,6 +121,8 @@ mod faults;
 mod applock_mysql;
 #[cfg(feature = "redis")]
 mod applock_redis;
+#[cfg(feature = "redis")]
+mod applock_redlock;
 #[cfg(feature = "postgres")]
 mod applock_sql;
 #[cfg(feature = "redis")]

@@ -71,7 +71,7 @@ static QUORUMS: &[(&str, &str)] = &[("redis", "Redlock"), ("memcached", "memcach
 pub static SCHEMES: &[Scheme] = &[
     Scheme {
         prefixes: &["redis://", "rediss://"],
-        help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS); ?layout=plain on any of them, Cluster included: KEY is the application's own lock key (SET KEY token NX PX, as redis-py Lock and node redlock take it; waiters poll, at most 250ms apart; exclusive only)",
+        help: "redis://[user:password@]host[:port][/db][?min_replicas=N[&min_replicas_timeout=MS]] (N replicas acknowledge each grant and renewal, by WAIT; also on redis+unix:// and redis+sentinel://), rediss:// (TLS); ?layout=plain on any of them, Cluster included, and on every URL of a Redlock quorum: KEY is the application's own lock key (SET KEY token NX PX, as redis-py Lock and node redlock take it; waiters poll, at most 250ms apart; exclusive only)",
         summary: ("redis[s]://HOST[:PORT]", "one Redis server; several: Redlock"),
         family: "redis",
         store: "redis",
@@ -240,10 +240,16 @@ pub fn quorum_of(targets: &[Target]) -> Result<&'static str> {
         }
     }
     #[cfg(feature = "redis")]
-    for t in targets {
-        if let Typed::Redis(r) = t.typed() {
-            redis::refuse_min_replicas(r, &t.shown(), "in a Redlock quorum")?;
-            redis::refuse_plain(r, &t.shown(), "in a Redlock quorum")?;
+    {
+        let mut servers = Vec::new();
+        for t in targets {
+            if let Typed::Redis(r) = t.typed() {
+                redis::refuse_min_replicas(r, &t.shown(), "in a Redlock quorum")?;
+                servers.push((t.shown(), r));
+            }
+        }
+        if !servers.is_empty() {
+            redis::quorum_is_plain(&servers)?;
         }
     }
     Ok(quorum.expect("checked above").1)

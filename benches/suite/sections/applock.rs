@@ -1,55 +1,40 @@
-//! Section 8, application locks on Redis (`?layout=plain`): `dlock exec` in that layout
-//! beside dlock's own layout and beside what a job that locks by hand runs (`redis-cli SET
-//! K tok NX PX` then a compare-and-delete `EVAL`); and the hand-off from an application's
-//! release to a waiting dlock's `acquire` returning (it polls: applications do not notify).
+//! Section 8, application locks: `dlock exec` on Redis `?layout=plain` beside dlock's own
+//! layout and beside what a job that locks by hand runs (`redis-cli SET K tok NX PX` then a
+//! compare-and-delete `EVAL`); Redlock `?layout=plain` on three servers beside node's
+//! `redlock` taking and dropping the same lock; and the hand-off from an application's
+//! release (Redis compare-and-delete, `pg_advisory_unlock`, `RELEASE_LOCK`) to a waiting
+//! dlock's `acquire` returning (Redis polls; PostgreSQL and MariaDB queue in the server).
 
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use dlock::backend::{ReleaseMode, WaitOptions};
 use serde_json::json;
 
-use super::{bench_holder, exec, open, request, with_timeout, MakeCmd, Peer, Stats};
-use crate::procs::interrupted;
+use super::app_sides::{handoffs, APP_HOLD, REDIS_RELEASE};
+use super::{exec, MakeCmd, Peer, Stats};
 use crate::report::{ms, ratio, Section, Table};
 use crate::{dlock_cmd, Ctx, Store};
 
-/// The compare-and-delete every canonical Redis lock releases with.
-const RELEASE: &str =
-    "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) end return 0";
-
-/// How long the application holds the key before each hand-off: long enough for a
-/// waiting dlock's back-off to reach its longest pause.
-const APP_HOLD: Duration = Duration::from_millis(400);
-
 pub fn measure(ctx: &mut Ctx) -> Section {
-    eprintln!("== application locks (redis, layout=plain)");
+    eprintln!("== application locks (redis layout=plain, redlock layout=plain, sql)");
     let runs = ctx.o.runs;
     let mut section = Section::default();
     let (redis, port) = (ctx.redis(), ctx.redis_port());
-    let plain = redis.clone().map(|s| match s {
-        Store::Redis(url) => Store::Redis(format!("{url}?layout=plain")),
-        other => other,
-    });
+    let plain = redis.clone().map(|s| with_option(s, "layout=plain"));
     let (mut peers, name) = peers(ctx, &plain, redis, port, runs);
+    peers.extend(redlock_peers(ctx, runs));
     exec::run_all(&mut peers, runs);
     let (table, out) = exec::table_against(&peers, name);
     section.table(
-        "8a. exec overhead, application locks: wall time per run, after warm-up",
+        "8a. exec overhead, application locks: wall time per run, after warm-up (vs peer: redis-cli)",
         table,
     );
-    let handoff = plain.and_then(|store| handoffs(ctx, &store));
-    let mut table = Table::new(&["from", "to", "hand-offs", "p50 ms", "p99 ms", "max ms"]);
-    let lead = vec!["application release".into(), "dlock acquire".into()];
-    let stats = handoff.and_then(|s| Stats::of(&s).ok_or_else(|| "no samples".into()));
-    match &stats {
-        Ok(s) => table.row([lead, vec![s.n.to_string(), ms(s.p50), ms(s.p99), ms(s.max)]].concat()),
-        Err(e) => table.failed_cells(lead, e),
-    }
+    let (table, handoff) = handoff_table(ctx, &plain);
     section.table(
         format!(
-            "8b. hand-off, application → dlock (layout=plain): the application holds the key \
-             {APP_HOLD:?} while dlock waits, then releases; until dlock's acquire returns"
+            "8b. hand-off, application → dlock: the application holds the key {APP_HOLD:?} \
+             while dlock waits, then releases (on a session of its client library); until \
+             dlock's acquire returns"
         ),
         table,
     );
@@ -59,22 +44,84 @@ pub fn measure(ctx: &mut Ctx) -> Section {
             .find(|p| p.name == n)
             .and_then(|p| p.stats().ok())
     };
-    let r = match (
-        p50("dlock exec (redis, layout=plain)"),
-        p50("dlock exec (redis)"),
-    ) {
+    let r = |a: &str, b: &str| match (p50(a), p50(b)) {
         (Some(a), Some(b)) => Some(a.p50 / b.p50),
         _ => None,
     };
     section.line(format!(
         "layout=plain / dlock's layout (medians): {}",
-        ratio(r)
+        ratio(r("dlock exec (redis, layout=plain)", "dlock exec (redis)"))
     ));
-    section.json = Some(json!({
-        "runs": runs, "peers": out,
-        "handoff": stats.map(|s| s.json()).unwrap_or_else(|e| json!({"error": e})),
-    }));
+    section.line(format!(
+        "redlock layout=plain / node redlock (medians): {}",
+        ratio(r(REDLOCK_PLAIN, NODE_REDLOCK))
+    ));
+    section.json = Some(json!({"runs": runs, "peers": out, "handoff": handoff}));
     section
+}
+
+/// `store` with `option` (`layout=plain`, `lock=advisory`) on its URL (each URL of a
+/// quorum).
+fn with_option(store: Store, option: &str) -> Store {
+    let add = |url: String| format!("{url}?{option}");
+    match store {
+        Store::Redis(url) => Store::Redis(add(url)),
+        Store::Postgres(url) => Store::Postgres(add(url)),
+        Store::Mysql(url) => Store::Mysql(add(url)),
+        Store::Quorum(label, urls) => Store::Quorum(label, urls.into_iter().map(add).collect()),
+        other => other,
+    }
+}
+
+/// The hand-off rows: Redis `?layout=plain`, PostgreSQL `?lock=advisory`, MariaDB
+/// `?lock=get_lock`, each from its application's release; and their JSON.
+fn handoff_table(ctx: &mut Ctx, plain: &Result<Store, String>) -> (Table, serde_json::Value) {
+    let iters = ctx.o.iters.min(25);
+    let postgres = ctx.postgres().map(|(s, _)| s);
+    let mysql = ctx.mysql().map(|(s, _)| s);
+    let mut table = Table::new(&["from", "to", "hand-offs", "p50 ms", "p99 ms", "max ms"]);
+    let mut out = Vec::new();
+    for (from, to, store, option, key) in [
+        (
+            "redis EVAL compare-and-delete",
+            "dlock (layout=plain)",
+            plain.clone(),
+            None,
+            "bench-handoff",
+        ),
+        (
+            "psql-style pg_advisory_unlock",
+            "dlock (lock=advisory)",
+            postgres,
+            Some("lock=advisory"),
+            "424242",
+        ),
+        (
+            "mariadb-style RELEASE_LOCK",
+            "dlock (lock=get_lock)",
+            mysql,
+            Some("lock=get_lock"),
+            "bench-handoff",
+        ),
+    ] {
+        let samples = store.and_then(|app| {
+            let dlock = option.map_or(app.clone(), |o| with_option(app.clone(), o));
+            handoffs(&ctx.rt, iters, (&dlock, &app), key)
+        });
+        let stats = samples.and_then(|s| Stats::of(&s).ok_or_else(|| "no samples".into()));
+        let lead = vec![from.to_string(), to.to_string()];
+        match &stats {
+            Ok(s) => {
+                table.row([lead, vec![s.n.to_string(), ms(s.p50), ms(s.p99), ms(s.max)]].concat())
+            }
+            Err(e) => table.failed_cells(lead, e),
+        }
+        let stats = stats
+            .map(|s| s.json())
+            .unwrap_or_else(|e| json!({"error": e}));
+        out.push(json!({"from": from, "to": to, "stats": stats}));
+    }
+    (table, json!(out))
 }
 
 /// `dlock exec` in both layouts, and the lock taken and released by hand with redis-cli
@@ -91,19 +138,7 @@ fn peers(
         ("dlock exec (redis, layout=plain)", plain.clone()),
         ("dlock exec (redis)", redis),
     ] {
-        let shown = "dlock exec bench-app -- true";
-        peers.push(match store {
-            Ok(store) => {
-                let bin = ctx.dlock.clone();
-                let make: MakeCmd = Box::new(move || {
-                    let mut c = dlock_cmd(&bin, &store);
-                    c.args(["exec", "bench-app", "--", "true"]);
-                    c
-                });
-                Peer::new(name, shown, make, runs)
-            }
-            Err(e) => Peer::failed(name, shown, e),
-        });
+        peers.push(dlock_peer(ctx, name, store, runs));
     }
     let name = "redis-cli SET NX PX + EVAL delete";
     let shown =
@@ -112,7 +147,7 @@ fn peers(
         Ok(port) => {
             let script = format!(
                 "redis-cli -p {port} SET bench-cli tok NX PX 30000 >/dev/null && \
-                 redis-cli -p {port} EVAL \"{RELEASE}\" 1 bench-cli tok >/dev/null"
+                 redis-cli -p {port} EVAL \"{REDIS_RELEASE}\" 1 bench-cli tok >/dev/null"
             );
             let make: MakeCmd = Box::new(move || {
                 let mut c = Command::new("sh");
@@ -126,54 +161,78 @@ fn peers(
     (peers, name)
 }
 
-/// Hand-offs from an application's compare-and-delete to a waiting dlock.
-fn handoffs(ctx: &Ctx, store: &Store) -> Result<Vec<Duration>, String> {
-    let iters = ctx.o.iters.min(25);
-    let Store::Redis(url) = store else {
-        return Err("not a Redis store".into());
-    };
-    let app_url = url.trim_end_matches("?layout=plain").to_string();
-    let limit = (APP_HOLD + Duration::from_secs(1)) * iters as u32 + Duration::from_secs(20);
-    ctx.rt.block_on(with_timeout(limit, async move {
-        let b = open(store).await?;
-        let client = redis::Client::open(app_url).map_err(|e| e.to_string())?;
-        let mut app = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut samples = Vec::new();
-        let holder = bench_holder();
-        for _ in 0..iters {
-            if interrupted() {
-                break;
-            }
-            let mut set = redis::cmd("SET");
-            set.arg("bench-handoff")
-                .arg("app")
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000);
-            let taken: Option<String> =
-                set.query_async(&mut app).await.map_err(|e| e.to_string())?;
-            taken.ok_or("bench-handoff was held")?;
-            let (b2, holder) = (b.clone(), holder.clone());
-            let waiter = tokio::spawn(async move {
-                let req = request(&holder, "bench-handoff", Duration::from_secs(30), false);
-                let acq = b2.acquire(&req, &WaitOptions::until(None)).await;
-                (Instant::now(), acq)
+/// `dlock exec bench-app -- true` on `store`.
+fn dlock_peer(ctx: &Ctx, name: &str, store: Result<Store, String>, runs: usize) -> Peer {
+    let shown = "dlock exec bench-app -- true";
+    match store {
+        Ok(store) => {
+            let bin = ctx.dlock.clone();
+            let make: MakeCmd = Box::new(move || {
+                let mut c = dlock_cmd(&bin, &store);
+                c.args(["exec", "bench-app", "--", "true"]);
+                c
             });
-            tokio::time::sleep(APP_HOLD).await;
-            let released = Instant::now();
-            let mut del = redis::cmd("EVAL");
-            del.arg(RELEASE).arg(1).arg("bench-handoff").arg("app");
-            let _: i64 = del.query_async(&mut app).await.map_err(|e| e.to_string())?;
-            let (at, acq) = waiter.await.map_err(|e| e.to_string())?;
-            let acq = acq.map_err(|e| format!("acquire: {e}"))?;
-            samples.push(at.duration_since(released));
-            b.release("bench-handoff", &acq.lease.owner, ReleaseMode::All)
-                .await
-                .map_err(|e| format!("release: {e}"))?;
+            Peer::new(name, shown, make, runs)
         }
-        Ok(samples)
-    }))
+        Err(e) => Peer::failed(name, shown, e),
+    }
+}
+
+const REDLOCK_PLAIN: &str = "dlock exec (redlock, 3 servers, layout=plain)";
+const NODE_REDLOCK: &str = "node redlock 4 lock + unlock (3 servers)";
+
+/// One lock and unlock with node redlock 4 on ioredis, on the servers given as arguments.
+const NODE_ONCE: &str = r#"
+const Redis = require('ioredis');
+const Redlock = require('redlock');
+const clients = process.argv.slice(1).map((url) => new Redis(url));
+new Redlock(clients, { retryCount: 0 }).lock('bench-app', 30000)
+  .then((lock) => lock.unlock())
+  .then(() => process.exit(0), () => process.exit(75));
+"#;
+
+/// Redlock `?layout=plain` on three servers, and node redlock taking the same lock.
+fn redlock_peers(ctx: &mut Ctx, runs: usize) -> Vec<Peer> {
+    let redlock = ctx.redlock();
+    let plain = redlock.clone().map(|s| with_option(s, "layout=plain"));
+    let mut peers = vec![dlock_peer(ctx, REDLOCK_PLAIN, plain, runs)];
+    let shown = "node -e \"new Redlock([a, b, c]).lock(K, 30000).then(l => l.unlock())\"";
+    let node = redlock.and_then(|store| Ok((store, node_modules()?)));
+    peers.push(match node {
+        Ok((Store::Quorum(_, urls), modules)) => {
+            let make: MakeCmd = Box::new(move || {
+                let mut c = Command::new("node");
+                c.args(["-e", NODE_ONCE]).args(&urls);
+                c.env("NODE_PATH", &modules);
+                c
+            });
+            Peer::new(NODE_REDLOCK, shown, make, runs)
+        }
+        Ok(_) => Peer::failed(NODE_REDLOCK, shown, "not a quorum".into()),
+        Err(e) => Peer::failed(NODE_REDLOCK, shown, e),
+    });
+    peers
+}
+
+/// node redlock 4 and ioredis 4, installed by npm into the target's own directory once
+/// (where the interop tests install them too).
+fn node_modules() -> Result<PathBuf, String> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("node-redlock");
+    let modules = dir.join("node_modules");
+    if !modules.join("redlock/package.json").exists() {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let out = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .args(["redlock@4", "ioredis@4"])
+            .output()
+            .map_err(|e| format!("npm: {e} (.ci/install: apt-get install nodejs npm)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "npm install redlock failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(modules)
 }

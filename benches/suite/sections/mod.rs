@@ -1,6 +1,7 @@
 //! The nine sections. Each one measures and returns a [`Section`](crate::report::Section):
 //! its tables, JSON and targets, which the report prints and writes.
 
+mod app_sides;
 pub mod applock;
 pub mod contention;
 pub mod elect;

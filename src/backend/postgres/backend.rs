@@ -53,17 +53,22 @@ impl PostgresStore {
     }
 
     pub async fn connect_with(target: Target, tuning: Tuning) -> Result<PostgresStore> {
+        let store = Self::unopened(target, tuning)?;
+        drop(store.conn().await?);
+        Ok(store)
+    }
+
+    /// The store, its connection not opened yet (the first request opens it).
+    pub(super) fn unopened(target: Target, tuning: Tuning) -> Result<PostgresStore> {
         let names = Names::new(target.schema.as_deref(), &target.table);
-        let store = PostgresStore {
+        Ok(PostgresStore {
             server: Server::new(target, tuning)?,
             names,
             conn: Mutex::new(None),
             notes: broadcast::channel(NOTE_BACKLOG).0,
             watcher: Mutex::new(None),
             ended: Ended::default(),
-        };
-        drop(store.conn().await?);
-        Ok(store)
+        })
     }
 
     /// The request connection, opened (tables checked, statements prepared) if needed.

@@ -11,7 +11,7 @@ use super::conn::Conn;
 use super::connect::{tls_from_env, Endpoint, Server, Tuning};
 use super::keys::Keys;
 use super::scripts::{run_script, Lua};
-use super::url::{MinReplicas, Target};
+use super::url::{Layout, MinReplicas, Target};
 use crate::backend::url::redact as redact_url;
 use crate::backend::{install_crypto_provider, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
@@ -24,6 +24,9 @@ pub struct RedisBackend {
     pub(super) server: Server,
     /// `?min_replicas`: replicas that must acknowledge each grant and renewal.
     pub(super) min_replicas: Option<MinReplicas>,
+    /// `?layout=`: a server of a Redlock quorum keeps its locks in the plain layout when
+    /// its URL says so (on one server, [`PlainBackend`](super::PlainBackend) does).
+    pub(super) layout: Layout,
     /// The run kept for the release that follows it (see `runs.rs`).
     pub(super) kept: Mutex<Option<KeptRun>>,
 }
@@ -61,6 +64,7 @@ impl RedisBackend {
             conn: Mutex::new(Some(conn)),
             server,
             min_replicas: target.min_replicas,
+            layout: target.layout,
             kept: Mutex::new(None),
         };
         // No PING and no SCRIPT LOAD here: each costs a round trip on every `dlock` run.
@@ -68,6 +72,12 @@ impl RedisBackend {
         // missing one fails the first script call with NOAUTH, and scripts are sent by
         // `EVALSHA`, falling back to `EVAL` once per server when it does not know them.
         Ok(backend)
+    }
+
+    /// True when this server keeps the application's canonical lock on K itself
+    /// (`?layout=plain`): Redlock's requests go to the plain scripts then.
+    pub(super) fn plain(&self) -> bool {
+        self.layout == Layout::Plain
     }
 
     /// The shared connection, reopened if it broke.

@@ -22,6 +22,7 @@ use super::backend::RedisBackend;
 use super::keys::{run_keys, Keys};
 use super::reply::{holder_json, lock_info, parse_holder, parse_sharing, Reply};
 use super::scripts::{evalsha, millis, run_script, Lua, SCRIPTS};
+use crate::backend::store::Attempt;
 pub(crate) use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, Lease, ReleaseMode, Released, Sharing};
 use crate::error::{Error, Result};
@@ -77,6 +78,12 @@ impl RedisBackend {
     /// One Redlock attempt on this server: one round trip that never joins (nor respects) a
     /// queue, and raises the fencing counter to at least `floor` before a fresh grant.
     pub(crate) async fn try_grant(&self, req: &AcquireRequest, floor: u64) -> Result<Vote> {
+        if self.plain() {
+            return Ok(Vote::Tried(match self.plain_take(req, floor).await? {
+                Attempt::Granted(acquired) => Tried::Granted(acquired.lease),
+                Attempt::Busy(busy) => Tried::Busy(busy),
+            }));
+        }
         let json = holder_json(&req.holder);
         let queue = QueueArgs {
             waiter: "",
@@ -96,6 +103,9 @@ impl RedisBackend {
     /// holds the key here (the lease, or a place in the group that no other holder's
     /// `token` shares), stamps it with `token`. True when stamped.
     pub(crate) async fn confirm_token(&self, key: &str, owner: &str, token: u64) -> Result<bool> {
+        if self.plain() {
+            return self.plain_fence(key, owner, token).await;
+        }
         let k = Keys::new(key);
         let script = &SCRIPTS.fence;
         let mut cmd = evalsha(script, &[&k.lease, &k.fence, &k.group], 2);
@@ -343,6 +353,9 @@ impl RedisBackend {
 
     /// Redlock: takes back a grant without waking anyone (see [`Self::release_with`]).
     pub(crate) async fn take_back(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<()> {
+        if self.plain() {
+            return self.plain_release(key, owner, mode).await.map(|_| ());
+        }
         let how = (mode, false);
         self.release_with(key, owner, how, None).await.map(|_| ())
     }

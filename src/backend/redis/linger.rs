@@ -28,7 +28,11 @@ const MARKER_AT_LEAST: Duration = Duration::from_secs(60);
 
 impl RedisBackend {
     /// Leaves `owner`'s lease on `key` to expire `left` from now, marked for `status`.
+    /// In the plain layout, K's expiry is set to `left` (its renewal sets it exactly).
     pub(crate) async fn linger_lease(&self, key: &str, owner: &str, left: Duration) -> Result<()> {
+        if self.plain() {
+            return self.plain_renew(key, owner, left).await.map(|_| ());
+        }
         let k = Keys::new(key);
         let script = &SCRIPTS.linger;
         let what = || format!("cannot leave lock '{key}' held (--hold-at-least)");

@@ -62,13 +62,19 @@ pub(crate) async fn open(
     })
 }
 
-/// Refuses `?layout=plain` where it is not supported (`place`, e.g. "in a Redlock
-/// quorum"): exit 2, naming the URL as `shown`.
-pub(crate) fn refuse_plain(target: &Target, shown: &str, place: &str) -> crate::error::Result<()> {
-    if target.layout == self::url::Layout::Plain {
+/// Whether the servers of a Redlock quorum keep the plain layout (`?layout=plain` on
+/// every URL) or dlock's (on none); servers that disagree are refused (exit 2): the servers
+/// of one lock must keep it in one layout, or a key would be two different locks. Each
+/// server is given as its URL shown (redacted) and the target read from it.
+pub(crate) fn quorum_is_plain(servers: &[(String, &Target)]) -> crate::error::Result<bool> {
+    let layouts: Vec<_> = servers.iter().map(|(_, t)| t.layout).collect();
+    if let Some(i) = layouts.iter().position(|l| *l != layouts[0]) {
+        let shown = |i: usize| &servers[i].0;
         return Err(crate::error::Error::Usage(format!(
-            "invalid Redis URL {shown}: layout=plain is not supported {place} yet"
+            "Redlock servers {} and {} keep different layouts: put ?layout=plain on every URL of the quorum, or on none",
+            shown(0),
+            shown(i)
         )));
     }
-    Ok(())
+    Ok(layouts.first() == Some(&self::url::Layout::Plain))
 }

@@ -1,5 +1,6 @@
 //! Redis as a [`LockStore`]: the waiting loop in [`crate::backend::waiting`] drives the
-//! primitives of the other parts.
+//! primitives of the other parts. A server of a Redlock quorum whose URL says
+//! `?layout=plain` renews, releases and reads status with the plain scripts (`plain/`).
 
 use std::time::Duration;
 
@@ -71,6 +72,9 @@ impl LockStore for RedisBackend {
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+        if self.plain() {
+            return self.plain_renew(key, owner, ttl).await;
+        }
         self.renew_lease(key, owner, ttl).await
     }
 
@@ -79,6 +83,9 @@ impl LockStore for RedisBackend {
     /// its waiters wait, until it expires. Only a whole release is: taking one level of a
     /// re-entered lease twice (the first reply lost) would take its parent's.
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
+        if self.plain() {
+            return self.plain_release(key, owner, mode).await;
+        }
         let kept = self.kept_run(key, owner);
         let started = std::time::Instant::now();
         for round in 0u32.. {
@@ -97,6 +104,9 @@ impl LockStore for RedisBackend {
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
+        if self.plain() {
+            return self.plain_status(keys).await;
+        }
         self.read_status(keys).await
     }
 

@@ -57,6 +57,9 @@ pub struct RedlockBackend {
     pub(super) name: String,
     /// How the holders this process acquired hold their keys (see `renew.rs`).
     pub(super) modes: Modes,
+    /// `?layout=plain` on every server: the application's canonical lock on K itself,
+    /// taken on each server as node's `redlock` takes it (see `wait.rs` for the waiting).
+    pub(super) plain: bool,
 }
 
 impl RedlockBackend {
@@ -88,6 +91,8 @@ impl RedlockBackend {
                 "Redlock needs at least two Redis servers (three or more, an odd number, to survive a failure)".into(),
             ));
         }
+        let shown: Vec<_> = servers.iter().map(|(u, t)| (redact_url(u), *t)).collect();
+        let plain = crate::backend::redis::quorum_is_plain(&shown)?;
         let connecting = servers
             .iter()
             .map(|(url, target)| RedisBackend::connect_target(target, url, tuning.server));
@@ -128,6 +133,7 @@ impl RedlockBackend {
             name: format!("redlock({})", shown.join(",")),
             members,
             modes: Modes::default(),
+            plain,
         };
         let up = servers.len() - failed.len();
         if up < backend.quorum {
@@ -175,6 +181,10 @@ impl Backend for RedlockBackend {
     async fn acquire(&self, req: &AcquireRequest, wait: &WaitOptions) -> Result<Acquired> {
         let order = Some(crate::backend::ORDER_NONE);
         req.queue.check(&req.key, &Backend::describe(self), order)?;
+        if self.plain && !req.sharing.is_exclusive() {
+            let asked = req.sharing.describe();
+            return Err(Error::sharing_unsupported(&req.key, &self.name, &asked));
+        }
         if wait.cancel.is_cancelled() {
             return Err(self.cancelled(req));
         }

@@ -1,8 +1,10 @@
 //! Redlock: one lock held on a majority of several independent Redis servers, so that it
 //! survives the loss of a minority of them.
 //!
-//! Each server keeps the single-server layout and scripts of [`super::redis`]; this module
-//! runs one [`RedisBackend`](super::redis::RedisBackend) per server and adds the quorum.
+//! Each server keeps the single-server layout and scripts of [`super::redis`] (dlock's own,
+//! or `?layout=plain` on every URL: the application's canonical lock on K itself, as
+//! node's `redlock` takes it on each server); this module runs one
+//! [`RedisBackend`](super::redis::RedisBackend) per server and adds the quorum.
 //! With `N` servers the quorum is `Q = N/2 + 1` (2 of 3, 3 of 5), more for a semaphore
 //! ([`super::quorum::votes::quorum_for`]); the votes are counted by
 //! [`super::quorum::votes`]. Shared and semaphore holders are kept by each server as one

@@ -48,6 +48,13 @@
 //! overlap, and tokens increase in the order of those windows.
 //!
 //! **Not guaranteed**: that a token is never *reused* after data loss beyond the above, nor
+//! that tokens are consecutive.
+//!
+//! **In the plain layout** each server's counter is `dlock:plain:{T}:K:fence` beside the
+//! application's key, raised and stamped the same way (`plain/fence.lua`), so the above
+//! holds among dlock's holders. Applications taking K (node `redlock`, redis-py) bump no
+//! counter and carry no token: a token orders dlock's holders of K only, and says nothing
+//! about an application that held K between two of them.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

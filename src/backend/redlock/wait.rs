@@ -28,6 +28,10 @@
 //!   once, as the first attempt does: a stale lease left on the lead alone cannot block
 //!   the waiters.
 //!
+//! In the plain layout (`?layout=plain` on every server) nothing announces a release:
+//! applications publish nothing. The waiter subscribes to nothing and polls, asking every
+//! server, at most [`PLAIN_POLL_MAX`] apart (a back-off after a lost race too).
+//!
 //! # Why Redlock keeps its own loop
 //!
 //! The other network stores wait in the one generic loop of [`crate::backend::waiting`].
@@ -66,7 +70,7 @@ use super::round::{Refusal, Round};
 use super::tuning::{acquire_timeout, max_acquire_timeout, RedlockTuning};
 use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::{RedisBackend, PLAIN_POLL_MAX};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, Lease, ReleaseMode, WaitOptions, CANCEL_GRACE,
 };
@@ -223,7 +227,12 @@ impl RedlockBackend {
     /// Subscribes to the release channel of `key` on the lead server, which every release
     /// that went through it announces; when it cannot be reached, on every other server it
     /// can reach, at once. One subscription: each release wakes each waiter once.
+    /// In the plain layout nothing announces a release (applications publish nothing):
+    /// the waiter polls, at most [`PLAIN_POLL_MAX`] apart.
     async fn subscribe(&self, key: &str) -> Wakeups {
+        if self.plain {
+            return Wakeups { subs: Vec::new() };
+        }
         let what = format!("cannot wait for lock '{key}'");
         let limit = self.tuning.server.op_timeout;
         let subscribe = |b: Arc<RedisBackend>| async move { b.subscribe_released(key).await };
@@ -250,7 +259,11 @@ impl RedlockBackend {
     ) -> Result<Acquired> {
         let started = wait.since;
         let no_wait = wait.expired();
-        let mut pace = Pace::new(req, self.tuning);
+        let mut tuning = self.tuning;
+        if self.plain {
+            tuning.max_backoff = tuning.max_backoff.min(PLAIN_POLL_MAX);
+        }
+        let mut pace = Pace::new(req, tuning);
         let mut floor = 0;
         let mut wakeups: Option<Wakeups> = None;
         let mut last_gist = None;
@@ -341,7 +354,10 @@ impl RedlockBackend {
         pace: &mut Pace,
         wait: &WaitOptions,
     ) -> Result<bool> {
-        let heartbeat = self.tuning.server.heartbeat;
+        let heartbeat = match self.plain {
+            true => self.tuning.server.heartbeat.min(PLAIN_POLL_MAX),
+            false => self.tuning.server.heartbeat,
+        };
         let pause = refusal.retry.map_or(heartbeat, |r| r.min(heartbeat));
         match subs.wait(bounded(pause, wait), &wait.cancel).await {
             Wake::Cancelled => return Err(self.cancelled(req)),

@@ -36,36 +36,62 @@ pub struct AdvisoryStore {
     /// `"schema"."<table>_advisory"`.
     pub(super) counters: String,
     pub(super) held: Mutex<HashMap<String, Held>>,
+    /// A connection opened beside the table store's while that one is set up, for the
+    /// first lock session: `exec` then pays for one connection's set-up, not two in a row.
+    spare: std::sync::Mutex<Option<tokio_postgres::Client>>,
 }
 
 impl AdvisoryStore {
-    /// Connects, creating dlock's tables (and the counter table) if missing.
+    /// Connects, creating dlock's tables (and the counter table) if missing; the first lock
+    /// session's connection is opened meanwhile (see [`Self::spare`]).
     pub async fn connect(target: Target) -> Result<AdvisoryStore> {
         let counters = match &target.schema {
             Some(s) => format!("\"{s}\".\"{}_advisory\"", target.table),
             None => format!("\"{}_advisory\"", target.table),
         };
-        let inner = PostgresStore::connect(target).await?;
+        let inner = PostgresStore::unopened(target, Default::default())?;
         let store = AdvisoryStore {
             inner,
             counters,
             held: Mutex::new(HashMap::new()),
+            spare: std::sync::Mutex::new(None),
         };
+        let (ready, spare) = tokio::join!(store.set_up(), store.inner.server.open(None));
+        ready?;
+        // Failing here while the table store's connection worked is transient: the first
+        // session opens its own connection again, and says why if it fails.
+        *store.spare_slot() = spare.ok();
+        Ok(store)
+    }
+
+    /// The connection [`Self::connect`] opened for the first session, if it is still open.
+    pub(super) fn spare(&self) -> Option<tokio_postgres::Client> {
+        self.spare_slot().take().filter(|c| !c.is_closed())
+    }
+
+    fn spare_slot(&self) -> std::sync::MutexGuard<'_, Option<tokio_postgres::Client>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens the table store's connection (its tables made if missing) and makes the
+    /// counter table if missing.
+    async fn set_up(&self) -> Result<()> {
+        drop(self.inner.conn().await?);
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (lock text PRIMARY KEY, token bigint NOT NULL, \
              key text NOT NULL, owner text NOT NULL, pid integer NOT NULL, holder text)",
-            store.counters
+            self.counters
         );
         // The rule of `schema::ensure_tables`: two first users racing on `CREATE TABLE IF
         // NOT EXISTS` can collide in the catalog, and the loser's next try sees the table.
         let what = "cannot set up the counter table";
         for _ in 0..2 {
-            if store.on_inner(what, &sql, &[]).await.is_ok() {
-                return Ok(store);
+            if self.on_inner(what, &sql, &[]).await.is_ok() {
+                return Ok(());
             }
         }
-        store.on_inner(what, &sql, &[]).await?;
-        Ok(store)
+        self.on_inner(what, &sql, &[]).await?;
+        Ok(())
     }
 
     /// `postgres://host:port/db (advisory locks)`, for messages.

@@ -51,13 +51,24 @@ impl AdvisoryStore {
     /// Opens a session for `lock`, bounded for a lease of `ttl`.
     pub(super) async fn open_session(&self, lock: LockId, ttl: Duration) -> Result<Session> {
         let server = &self.inner.server;
-        let client = server.open(None).await?;
-        let setup = async {
-            client.simple_query(&settings(Bound::for_ttl(ttl))).await?;
-            let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
-            Ok(row.get::<_, i32>(0))
+        let client = match self.spare() {
+            Some(client) => client,
+            None => server.open(None).await?,
         };
-        let pid = server.within("cannot set up a lock session", setup).await?;
+        // One round trip: the settings, then the pid (the last row of the reply).
+        let sql = format!("{}; SELECT pg_backend_pid()", settings(Bound::for_ttl(ttl)));
+        let setup = client.simple_query(&sql);
+        let replies = server.within("cannot set up a lock session", setup).await?;
+        let pid = replies.iter().rev().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0)?.parse::<i32>().ok(),
+            _ => None,
+        });
+        let pid = pid.ok_or_else(|| {
+            crate::error::Error::Internal(format!(
+                "{}: no pid in the reply to SELECT pg_backend_pid()",
+                self.name()
+            ))
+        })?;
         Ok(Session { client, pid, lock })
     }
 

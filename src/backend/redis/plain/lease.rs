@@ -1,14 +1,18 @@
-//! One attempt, renew, release and the state of one key under `?layout=plain`, each one
-//! script (`*.lua` beside this file) sent by hash.
+//! One attempt, renew, release, Redlock's fencing confirmation and the state of one key
+//! under `?layout=plain`, each one script (`*.lua` beside this file) sent by hash. They
+//! are the server's (a [`RedisBackend`] whose URL says `?layout=plain`): [`PlainBackend`]
+//! runs them on one server, Redlock on each server of its quorum.
+//!
+//! [`PlainBackend`]: super::PlainBackend
 
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use super::keys::PlainKeys;
-use super::PlainBackend;
 use crate::backend::redis::reply::{holder_json, lock_info, Reply};
 use crate::backend::redis::scripts::{evalsha, millis, Lua};
+use crate::backend::redis::RedisBackend;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, Holder, Lease, LockInfo, ReleaseMode, Released,
@@ -28,6 +32,7 @@ static ACQUIRE: Lua = plain_lua!("acquire.lua", "DLOCK_LUA_SHA_PLAIN_ACQUIRE");
 static RENEW: Lua = plain_lua!("renew.lua", "DLOCK_LUA_SHA_PLAIN_RENEW");
 static RELEASE: Lua = plain_lua!("release.lua", "DLOCK_LUA_SHA_PLAIN_RELEASE");
 static STATUS: Lua = plain_lua!("status.lua", "DLOCK_LUA_SHA_PLAIN_STATUS");
+static FENCE: Lua = plain_lua!("fence.lua", "DLOCK_LUA_SHA_PLAIN_FENCE");
 
 /// What `status` and a waiter show for a key an application holds: its token as the
 /// owner, and no holder details (applications store none).
@@ -56,22 +61,27 @@ fn holder_of(key: &str, value: String, pttl: i64, fields: Vec<Option<String>>) -
     }
 }
 
-impl PlainBackend {
-    /// One attempt: `SET K owner NX PX ttl`, the counter bumped in the same script.
-    pub(super) async fn try_take(&self, req: &AcquireRequest) -> Result<Attempt> {
+impl RedisBackend {
+    /// One attempt: `SET K owner NX PX ttl`, the counter raised to at least `floor`
+    /// (Redlock's, 0 on one server) and bumped in the same script.
+    pub(in crate::backend::redis) async fn plain_take(
+        &self,
+        req: &AcquireRequest,
+        floor: u64,
+    ) -> Result<Attempt> {
         let k = PlainKeys::new(&req.key);
         let keys = [req.key.as_str(), &k.fence, &k.meta];
-        let mut cmd = evalsha(&ACQUIRE, &keys, 4 + req.reenter.len());
+        let mut cmd = evalsha(&ACQUIRE, &keys, 5 + req.reenter.len());
         let ttl = millis(req.ttl);
         cmd.arg(&req.owner).arg(ttl).arg(holder_json(&req.holder));
-        cmd.arg(req.holder.acquired_at_ms.max(1));
+        cmd.arg(req.holder.acquired_at_ms.max(1)).arg(floor);
         for owner in &req.reenter {
             cmd.arg(owner);
         }
         let sent_at = Instant::now();
         let what = || format!("cannot acquire lock '{}'", req.key);
-        let reply = self.inner.eval(what, &ACQUIRE, &cmd).await?;
-        let url = &self.inner.server.url;
+        let reply = self.eval(what, &ACQUIRE, &cmd).await?;
+        let url = &self.server.url;
         let mut r = Reply::new(reply, url)?;
         let lease = |owner: &str, token: u64, reentered: bool| Acquired {
             lease: Lease::timed(&req.key, owner, token, req.ttl, reentered, sent_at),
@@ -97,14 +107,19 @@ impl PlainBackend {
     }
 
     /// Compare-and-`PEXPIRE`.
-    pub(super) async fn renew_plain(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
+    pub(in crate::backend::redis) async fn plain_renew(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
         let meta = PlainKeys::new(key).meta;
         let mut cmd = evalsha(&RENEW, &[key, &meta], 2);
         cmd.arg(owner).arg(millis(ttl));
         let sent_at = Instant::now();
         let what = || format!("cannot renew lock '{key}'");
-        let reply = self.inner.eval(what, &RENEW, &cmd).await?;
-        let url = &self.inner.server.url;
+        let reply = self.eval(what, &RENEW, &cmd).await?;
+        let url = &self.server.url;
         let mut r = Reply::new(reply, url)?;
         match r.next::<i64>()? {
             1 => {
@@ -119,7 +134,7 @@ impl PlainBackend {
     }
 
     /// Compare-and-delete (by force: delete whoever's lock K is).
-    pub(super) async fn release_plain(
+    pub(in crate::backend::redis) async fn plain_release(
         &self,
         key: &str,
         owner: &str,
@@ -134,8 +149,8 @@ impl PlainBackend {
         let mut cmd = evalsha(&RELEASE, &[key, &meta], 2);
         cmd.arg(owner).arg(mode_arg);
         let what = || format!("cannot release lock '{key}'");
-        let reply = self.inner.eval(what, &RELEASE, &cmd).await?;
-        let url = &self.inner.server.url;
+        let reply = self.eval(what, &RELEASE, &cmd).await?;
+        let url = &self.server.url;
         let mut r = Reply::new(reply, url)?;
         match r.next::<i64>()? {
             1 => Ok(Released {
@@ -152,17 +167,38 @@ impl PlainBackend {
     }
 
     /// Who holds `key`, dlock or an application; `None` when it is free.
-    pub(super) async fn holder(&self, key: &str) -> Result<Option<LockInfo>> {
+    pub(in crate::backend::redis) async fn plain_holder(
+        &self,
+        key: &str,
+    ) -> Result<Option<LockInfo>> {
         let meta = PlainKeys::new(key).meta;
         let cmd = evalsha(&STATUS, &[key, &meta], 0);
         let what = || format!("cannot read lock '{key}'");
-        let reply: Value = self.inner.eval(what, &STATUS, &cmd).await?;
-        let mut r = Reply::new(reply, &self.inner.server.url)?;
+        let reply: Value = self.eval(what, &STATUS, &cmd).await?;
+        let mut r = Reply::new(reply, &self.server.url)?;
         let Some(value) = r.next::<Option<String>>()? else {
             return Ok(None);
         };
         let pttl: i64 = r.next()?;
         Ok(Some(holder_of(key, value, pttl, r.lease_fields()?)))
+    }
+
+    /// Redlock: raises dlock's fencing counter beside `key` to at least `token` and, when
+    /// `owner` holds K here, stamps its holder hash with `token`. True when stamped.
+    pub(in crate::backend::redis) async fn plain_fence(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> Result<bool> {
+        let k = PlainKeys::new(key);
+        let mut cmd = evalsha(&FENCE, &[key, &k.fence, &k.meta], 2);
+        cmd.arg(owner).arg(token);
+        let what = || format!("cannot acquire lock '{key}'");
+        let reply = self.eval(what, &FENCE, &cmd).await?;
+        redis::from_redis_value::<i64>(reply)
+            .map(|owned| owned == 1)
+            .map_err(|e| Error::Internal(format!("unexpected reply from {}: {e}", self.server.url)))
     }
 }
 
@@ -172,7 +208,7 @@ mod tests {
 
     #[test]
     fn build_time_hashes_match_the_scripts() {
-        for lua in [&ACQUIRE, &RENEW, &RELEASE, &STATUS] {
+        for lua in [&ACQUIRE, &RENEW, &RELEASE, &STATUS, &FENCE] {
             assert_eq!(redis::Script::new(lua.body).get_hash(), lua.sha);
         }
     }

@@ -1,6 +1,7 @@
 //! `?layout=plain` as a [`LockStore`]: the waiting loop in [`crate::backend::waiting`]
 //! polls its attempts with the shared back-off (the default sleep), at least every
-//! [`POLL_MAX`](super::POLL_MAX).
+//! [`POLL_MAX`](super::POLL_MAX); and the listing for `status`, the server's (also each
+//! Redlock server's).
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use async_trait::async_trait;
 
 use super::keys::{lock_name, SCAN_PATTERN};
 use super::PlainBackend;
+use crate::backend::redis::RedisBackend;
 use crate::backend::store::{Attempt, LockStore};
 use crate::backend::{
     AcquireRequest, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
@@ -31,7 +33,7 @@ impl LockStore for PlainBackend {
     }
 
     async fn attempt(&self, req: &AcquireRequest, _: &mut (), _enqueue: bool) -> Result<Attempt> {
-        self.try_take(req).await
+        self.inner.plain_take(req, 0).await
     }
 
     async fn leave(&self, _req: &AcquireRequest, _: ()) {}
@@ -40,27 +42,21 @@ impl LockStore for PlainBackend {
     /// own token is ever deleted).
     async fn leave_cancelled(&self, req: &AcquireRequest, _: ()) {
         let _ = self
-            .release_plain(&req.key, &req.owner, ReleaseMode::All)
+            .inner
+            .plain_release(&req.key, &req.owner, ReleaseMode::All)
             .await;
     }
 
     async fn renew(&self, key: &str, owner: &str, ttl: Duration) -> Result<Lease> {
-        self.renew_plain(key, owner, ttl).await
+        self.inner.plain_renew(key, owner, ttl).await
     }
 
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
-        self.release_plain(key, owner, mode).await
+        self.inner.plain_release(key, owner, mode).await
     }
 
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
-        if keys.is_empty() {
-            return self.list_ours().await;
-        }
-        let mut all = Vec::with_capacity(keys.len());
-        for key in keys {
-            all.push(KeyStatus::exclusive(key, self.holder(key).await?));
-        }
-        Ok(all)
+        self.inner.plain_status(keys).await
     }
 
     fn heartbeat(&self) -> Duration {
@@ -82,25 +78,39 @@ fn refuse_queueing(req: &AcquireRequest, url: &str) -> Result<()> {
         .check(&req.key, url, Some("it keeps no queue of waiters"))
 }
 
-impl PlainBackend {
+impl RedisBackend {
+    /// The state of the named keys, in order; with no key, dlock's holders.
+    pub(in crate::backend::redis) async fn plain_status(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<KeyStatus>> {
+        if keys.is_empty() {
+            return self.list_ours().await;
+        }
+        let mut all = Vec::with_capacity(keys.len());
+        for key in keys {
+            all.push(KeyStatus::exclusive(key, self.plain_holder(key).await?));
+        }
+        Ok(all)
+    }
+
     /// `status` with no key: the keys dlock holds in this layout (found by their holder
     /// hashes), sorted. Keys only applications hold are not listed: nothing marks them.
     async fn list_ours(&self) -> Result<Vec<KeyStatus>> {
         let mut keys = Vec::new();
-        for node in self.inner.scan_nodes().await? {
+        for node in self.scan_nodes().await? {
             let mut cursor = 0u64;
             loop {
                 let mut scan = redis::cmd("SCAN");
                 scan.arg(cursor).arg("MATCH").arg(SCAN_PATTERN);
                 scan.arg("COUNT").arg(SCAN_COUNT);
-                let mut conn = self.inner.conn().await?;
+                let mut conn = self.conn().await?;
                 let reply = self
-                    .inner
                     .call("cannot list locks", conn.on_node(node.as_ref(), &scan))
                     .await?;
                 let (next, batch): (u64, Vec<Vec<u8>>) =
                     redis::from_redis_value(reply).map_err(|e| {
-                        let url = &self.inner.server.url;
+                        let url = &self.server.url;
                         Error::Internal(format!("unexpected reply from {url}: {e}"))
                     })?;
                 let names = batch.iter().filter_map(|raw| std::str::from_utf8(raw).ok());
@@ -115,7 +125,7 @@ impl PlainBackend {
         keys.dedup();
         let mut held = Vec::new();
         for key in keys {
-            let lock = self.holder(&key).await?;
+            let lock = self.plain_holder(&key).await?;
             if lock.as_ref().is_some_and(|l| l.fencing_token > 0) {
                 held.push(KeyStatus::exclusive(key, lock));
             }
