@@ -324,7 +324,10 @@ impl Server {
             )));
         }
         let msg = self.line(format!("{}: {what}: {e}", self.url));
-        let passing = connection_lost(e) || self.fails_over && failing_over(e);
+        // A Cluster client reports a refused password as an I/O failure of its nodes.
+        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || e.to_string().contains("AuthenticationFailed");
+        let passing = !refused && (connection_lost(e) || self.fails_over && failing_over(e));
         match passing {
             true => Error::Transient(msg),
             false => Error::Unavailable(msg),
