@@ -43,7 +43,7 @@ complete -c dlock -n "__fish_dlock_needs_command" -f -a "leader" -d 'Show who le
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlock -n "__fish_dlock_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever. A store that cannot be reached is tried again for this long too (at least 2s; 30s without --timeout), then exit 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
@@ -57,7 +57,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -l kill-after -d 'With
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
-complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
+complete -c dlock -n "__fish_dlock_using_subcommand exec" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held (a store that cannot be reached is tried for 2s)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -l supersede -d 'At most one pending --supersede waiter per key: a newer one makes the older give up at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2) where --priority is'
@@ -66,7 +66,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand exec" -s q -l quiet -d 'Say 
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand exec" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever. A store that cannot be reached is tried again for this long too (at least 2s; 30s without --timeout), then exit 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
@@ -75,7 +75,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand lock" -l priority -d 'Queue 
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
-complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
+complete -c dlock -n "__fish_dlock_using_subcommand lock" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held (a store that cannot be reached is tried for 2s)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
 complete -c dlock -n "__fish_dlock_using_subcommand lock" -l supersede -d 'At most one pending --supersede waiter per key: a newer one makes the older give up at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2) where --priority is'
@@ -123,7 +123,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand wait" -s q -l quiet -d 'Say 
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s v -l verbose -d 'Say more on stderr: one line per event (-v), renewals too (-vv)'
 complete -c dlock -n "__fish_dlock_using_subcommand wait" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -l ttl -d 'Lease length; exec renews it every TTL/3 while the command runs. On etcd it is rounded up to whole seconds (never shortened)' -r
-complete -c dlock -n "__fish_dlock_using_subcommand elect" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever' -r
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s w -l timeout -d 'Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever. A store that cannot be reached is tried again for this long too (at least 2s; 30s without --timeout), then exit 69' -r
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -s E -l conflict-exit-code -d 'Exit code when the lock was not obtained (0-255)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -l if-unavailable -d 'When the backend cannot be reached: fail (exit 69), or skip: do nothing and exit with the conflict code (-E), with a note unless -q. There is no "run anyway"' -r -f -a "fail\t'Exit 69 (backend unavailable)'
 skip\t'Do not run: exit with the conflict code, as if the lock were held'"
@@ -135,7 +135,7 @@ complete -c dlock -n "__fish_dlock_using_subcommand elect" -s c -l command -d 'R
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -s u -l url -d 'Backend URL; $DLOCK_URL when not given (details: dlock --help)' -r
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -l log-format -d 'The events of -v as `text` lines or `json` objects, one per line on stderr (json shows them without -v)' -r -f -a "text\t'`dlock: acquired \'k\' …`, for people'
 json\t'One JSON object per line, for log shippers'"
-complete -c dlock -n "__fish_dlock_using_subcommand elect" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held'
+complete -c dlock -n "__fish_dlock_using_subcommand elect" -s n -l no-wait -l nonblock -d 'Fail at once if the lock is held (a store that cannot be reached is tried for 2s)'
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -l no-fair -d 'Let any waiter take a freed lock instead of serving waiters in arrival order (Redlock and Memcached never keep an order: there, waiters poll and any may win)'
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -s s -l shared -d 'Hold KEY shared, beside other --shared holders (readers), as flock -s does; a caller without it (a writer) holds KEY alone. In arrival order: a waiting writer stops later readers, so readers cannot starve it (Redlock and Memcached keep no queue, so there is no order)'
 complete -c dlock -n "__fish_dlock_using_subcommand elect" -l supersede -d 'At most one pending --supersede waiter per key: a newer one makes the older give up at once (exit 80); the holder and plain waiters are never touched. Refused (exit 2) where --priority is'

@@ -187,5 +187,43 @@ impl Error {
     }
 }
 
+/// An I/O failure of the connection that a new connection may not meet: refused (a server
+/// restarting), reset, closed or timed out. Anything else (bad data, a certificate
+/// refused) stays.
+pub fn passing_io(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(
+        kind,
+        ConnectionRefused
+            | ConnectionReset
+            | ConnectionAborted
+            | NotConnected
+            | BrokenPipe
+            | UnexpectedEof
+            | TimedOut
+            | Interrupted
+            | WouldBlock
+    )
+}
+
+/// The first I/O error in `e`'s chain of sources.
+pub fn io_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// A connection refused, reset, closed or timed out anywhere in `e`'s chain of sources:
+/// on every store, [`Error::Transient`] (a server restarting, a network blip); a refused
+/// handshake or password is no I/O failure of this kind.
+pub fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    io_error(e).is_some_and(|io| passing_io(io.kind()))
+}
+
 /// Shorthand used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

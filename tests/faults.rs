@@ -2,6 +2,8 @@
 //! store it applies to (`on_every_server!`, from the backend list of `macros.rs`), through
 //! the one [`Server`](crate::support::Server) trait. A quorum's servers all suffer it.
 //!
+//! - down when `exec` starts: it keeps trying for its `--timeout`, runs the command when
+//!   the servers come back in time, and exits 69 at the end of it when they do not;
 //! - killed while clients wait: they give up at the end of the wait allowed, exit 69, in
 //!   one line that names the key and never the password;
 //! - killed, or paused past the TTL, while `exec` holds: CMD is dead before the lease can
@@ -21,6 +23,8 @@ use std::time::{Duration, Instant};
 use crate::support::{self, alive, lines_of, now_ms, stderr_of, wait_exit, Reaped, Store};
 
 on_every_server!(
+    down_at_the_start_and_back_in_time_runs_the_command,
+    down_for_the_whole_timeout_is_69_at_its_end,
     killed_while_waiting_is_69_at_the_end_of_the_wait,
     killed_while_holding_kills_the_command_in_time,
     paused_past_the_ttl_while_holding_kills_the_command_in_time,
@@ -89,6 +93,73 @@ fn gave_up(store: &Store, waiter: (Reaped, Receiver<String>), key: &str, from: I
     );
     if let Some(password) = store.password() {
         assert!(!said.iter().any(|l| l.contains(password)), "{said:?}");
+    }
+}
+
+/// `exec` started while every server of the store is down keeps trying within its
+/// `--timeout`; the servers come back, and it takes the key and runs the command.
+fn down_at_the_start_and_back_in_time_runs_the_command(mut store: Store) {
+    for server in store.servers() {
+        server.kill();
+    }
+    let mut child = Reaped(
+        store
+            .dlock()
+            .args(["-v", "exec", "late", "--timeout", "60s", "--", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let lines = lines_of(child.stderr.take().unwrap());
+    let trying = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = trying.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains("trying again for up to") => break,
+            Ok(_) => {}
+            Err(e) => panic!("exec never said it tries again ({e})"),
+        }
+    }
+    for server in store.servers() {
+        server.restart();
+    }
+    let status = wait_exit(&mut child, Duration::from_secs(60));
+    let said = rest(lines);
+    let status = status.unwrap_or_else(|| panic!("exec never ran the command: {said:?}"));
+    assert_eq!(status.code(), Some(0), "{said:?}");
+}
+
+/// `exec --timeout` against a store whose every server stays down: exit 69 about the
+/// timeout after it started (never before), in a last line that names the key and the
+/// store and no line that shows the password.
+fn down_for_the_whole_timeout_is_69_at_its_end(mut store: Store) {
+    for server in store.servers() {
+        server.kill();
+    }
+    let timeout = format!("{}ms", ALLOWED.as_millis());
+    let started = Instant::now();
+    let out = store
+        .dlock()
+        .args(["exec", "gone", "--timeout", &timeout, "--", "true"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(69), "{said}");
+    assert!(
+        took >= ALLOWED && took < ALLOWED + Duration::from_secs(4),
+        "{took:?}: {said}"
+    );
+    let last = said.lines().last().unwrap_or_default();
+    let url = store.dlock_url();
+    let scheme = &url[..url.find("://").expect("a URL")];
+    assert!(
+        last.contains("'gone'") && last.contains(scheme),
+        "the error names the key and the store: {said}"
+    );
+    if let Some(password) = store.password() {
+        assert!(!said.contains(password), "{said}");
     }
 }
 

@@ -176,7 +176,8 @@ fn skip_when_unavailable_runs_nothing_and_holds_nothing(mut store: Store) {
     let touch = format!("touch '{}'", ran.display());
     let mut dlock = || {
         let mut c = make_unavailable(&mut store);
-        c.args(["exec", "job", "--if-unavailable"]);
+        // `-n`: a store that stays down is given the least ride-out, not 30 s.
+        c.args(["exec", "job", "-n", "--if-unavailable"]);
         c
     };
     let out = dlock().args(["skip", "-c", &touch]).output().unwrap();
@@ -331,7 +332,11 @@ fn hold_at_least_ends_with_a_long_run_and_not_when_reentered(store: Store) {
 /// `exec` and `lock` on a store that cannot be reached: exit 69, one line that names the
 /// key and the store (its URL, or the local directory).
 fn an_unreachable_backend_is_one_line_naming_the_key_and_the_backend(mut store: Store) {
-    for args in [&["exec", "gone", "--", "true"][..], &["lock", "gone"]] {
+    // `-n`: a store that stays down is given the least ride-out, not 30 s.
+    for args in [
+        &["exec", "gone", "-n", "--", "true"][..],
+        &["lock", "gone", "-n"],
+    ] {
         let out = make_unavailable(&mut store).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(69), "{args:?}: {out:?}");
         let err = text(&out.stderr);

@@ -72,7 +72,7 @@ fn ttls_memcached_cannot_keep_are_exit_2_and_nothing_is_taken() {
 fn unreachable_server_is_exit_69_in_one_line() {
     let url = format!("memcached://127.0.0.1:{}", free_port());
     let out = support::dlock()
-        .args(["exec", "k", "-u", &url, "--", "true"])
+        .args(["exec", "k", "-n", "-u", &url, "--", "true"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69));

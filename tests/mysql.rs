@@ -132,7 +132,11 @@ fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
     let mut store = Store::mysql();
     store.my().pause();
     let started = Instant::now();
-    let out = store.dlock().args(["lock", "frozen"]).output().unwrap();
+    let out = store
+        .dlock()
+        .args(["lock", "frozen", "-n"])
+        .output()
+        .unwrap();
     let took = started.elapsed();
     store.my().resume();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
@@ -151,7 +155,7 @@ fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
 fn unreachable_server_is_exit_69_in_one_line() {
     let url = format!("mysql://u:hidden-pw@127.0.0.1:{}/db", free_port());
     let out = support::dlock()
-        .args(["exec", "k", "-u", &url, "--", "true"])
+        .args(["exec", "k", "-n", "-u", &url, "--", "true"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69));

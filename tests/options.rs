@@ -78,10 +78,11 @@ fn wait_json_says_free_or_held_and_quiet_says_nothing(store: Store) {
 }
 
 /// `lock --if-unavailable skip` with the store gone: no owner printed, the conflict code
-/// (75, or `-E`), one line unless `-q`; the default still fails with 69.
+/// (75, or `-E`), one line unless `-q`; the default still fails with 69. (`-n`: a store
+/// that stays down is given the least ride-out, not 30 s.)
 fn lock_if_unavailable_skip_takes_nothing(mut store: Store) {
     let mut dlock = || crate::job_control::make_unavailable(&mut store);
-    let skipped = run(dlock(), &["lock", "job", "--if-unavailable", "skip"]);
+    let skipped = run(dlock(), &["lock", "job", "-n", "--if-unavailable", "skip"]);
     assert_eq!(skipped.status.code(), Some(75), "{skipped:?}");
     assert!(
         skipped.stdout.is_empty(),
@@ -93,14 +94,23 @@ fn lock_if_unavailable_skip_takes_nothing(mut store: Store) {
         err.contains("skipped 'job' (--if-unavailable skip)"),
         "{err}"
     );
-    let args = ["lock", "job", "--if-unavailable", "skip", "-q", "-E", "0"];
+    let args = [
+        "lock",
+        "job",
+        "-n",
+        "--if-unavailable",
+        "skip",
+        "-q",
+        "-E",
+        "0",
+    ];
     let quiet = run(dlock(), &args);
     assert_eq!(quiet.status.code(), Some(0), "{quiet:?}");
     assert!(
         quiet.stdout.is_empty() && quiet.stderr.is_empty(),
         "{quiet:?}"
     );
-    let failed = run(dlock(), &["lock", "job"]);
+    let failed = run(dlock(), &["lock", "job", "-n"]);
     assert_eq!(failed.status.code(), Some(69), "{failed:?}");
 }
 

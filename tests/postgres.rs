@@ -98,7 +98,11 @@ fn a_server_that_never_answers_is_exit_69_and_holds_nothing() {
     let mut store = Store::postgres();
     store.pg().pause();
     let started = Instant::now();
-    let out = store.dlock().args(["lock", "frozen"]).output().unwrap();
+    let out = store
+        .dlock()
+        .args(["lock", "frozen", "-n"])
+        .output()
+        .unwrap();
     let took = started.elapsed();
     store.pg().resume();
     assert_eq!(out.status.code(), Some(69), "{out:?}");

@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 
 use crate::support::{self, alive, free_port, stderr_of, wait_exit, RedisServer, Store};
 
+/// Nobody listens: `-n` tries for the brief ride-out, then one line naming the server.
 #[test]
 fn unreachable_server_is_exit_69_in_one_line() {
     let url = format!("redis://127.0.0.1:{}", free_port());
     let started = Instant::now();
     let out = support::dlock()
-        .args(["exec", "k", "-u", &url, "--", "true"])
+        .args(["exec", "k", "-n", "-u", &url, "--", "true"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69));

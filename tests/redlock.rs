@@ -135,15 +135,20 @@ fn two_of_three_down_fails_naming_both_and_leaves_nothing() {
     let mut servers = three();
     servers[0].kill();
     servers[2].kill();
+    // Down for the whole time allowed: at least the brief ride-out, also for `-n`.
     for args in [
         &["exec", "-n", "job", "--", "true"][..],
         &["exec", "job", "-w", "1s", "--", "true"],
-        &["lock", "job"],
+        &["lock", "job", "-w", "2s"],
     ] {
         let started = Instant::now();
         let out = dlock(&servers).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(69), "{args:?}: {out:?}");
-        assert!(started.elapsed() < Duration::from_secs(3));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(
@@ -172,12 +177,16 @@ async fn losing_a_majority_after_connecting_takes_every_grant_back() {
     // The survivor granted, then was told to take it back.
     assert_eq!(leases_on(&servers[2]), "");
 
-    // A waiting acquisition gives up once no majority answers for the operation timeout.
+    // A waiting acquisition rides a majority that is down out until its deadline.
     let t0 = Instant::now();
-    let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(5)));
+    let wait = WaitOptions::until(Some(Instant::now() + Duration::from_secs(3)));
     let e = refused(b.acquire(&req_ttl("k", "o", ttl), &wait).await);
     assert!(matches!(e, Error::Unavailable(_)), "{e}");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
     assert_eq!(leases_on(&servers[2]), "");
     // Renew and release cannot reach a majority either: Unavailable, not NotOwner.
     let e = b.renew("k", "o", ttl).await.unwrap_err();

@@ -177,7 +177,7 @@ fn the_waiting_line_says_no_majority_answers() {
     let urls = format!("{},{},{}", server.url(), silent[0].url(), silent[1].url());
     let mut cmd = support::dlock();
     cmd.env("DLOCK_URL", &urls)
-        .args(["exec", "k", "--timeout", "2s", "--", "true"]);
+        .args(["exec", "k", "--timeout", "4s", "--", "true"]);
     let (mut dlock, lines) = spawn(cmd);
     let line = next_line(&lines, Duration::from_secs(5));
     assert!(line.starts_with("dlock: no answer from "), "{line}");

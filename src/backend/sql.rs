@@ -11,6 +11,7 @@ use super::{
     now_ms, AcquireRequest, Acquired, Holder, KeyStatus, LastRuns, Lease, LockInfo, WaiterInfo,
 };
 use crate::error::Error;
+pub use crate::error::{io_error, passing_io};
 
 /// A table name dlock accepts: plain lower-case, so that it needs no quoting rules of its
 /// own in either dialect and leaves room for the `_waiters` suffix. The error completes
@@ -209,37 +210,6 @@ pub fn passing_state(state: &str) -> bool {
 /// running it again at once is the answer.
 pub fn rolled_back(state: &str) -> bool {
     matches!(state, "40001" | "40P01")
-}
-
-/// An I/O failure of the connection that a new connection may not meet: refused (a server
-/// restarting), reset, closed or timed out. Anything else (bad data, a certificate
-/// refused) stays.
-pub fn passing_io(kind: std::io::ErrorKind) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(
-        kind,
-        ConnectionRefused
-            | ConnectionReset
-            | ConnectionAborted
-            | NotConnected
-            | BrokenPipe
-            | UnexpectedEof
-            | TimedOut
-            | Interrupted
-            | WouldBlock
-    )
-}
-
-/// The first I/O error in `e`'s chain of sources.
-pub fn io_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return Some(io);
-        }
-        cur = err.source();
-    }
-    None
 }
 
 /// `e`, a failure of a request about `key` on the server `name`, naming the key: the

@@ -20,8 +20,10 @@ use crate::error::{Error, Result};
 
 mod holds;
 pub mod pace;
+mod reach;
 pub use self::holds::Holds;
-pub use self::pace::{backoff, backoff_within, RIDE_OUT};
+pub use self::pace::{backoff, backoff_within, ride_out_within, BRIEF_RIDE_OUT, LATE, RIDE_OUT};
+pub use self::reach::reach;
 
 /// Every lock store is a backend: the loop below does the waiting.
 #[async_trait]
@@ -102,6 +104,7 @@ pub async fn acquire<S: LockStore + ?Sized>(
     // A try of `--no-wait` has no wait to end: the store's own request timeout bounds it.
     let mut faltering = Faltering {
         late: deadline(wait).filter(|_| !wait.expired()).map(|d| d + LATE),
+        until: deadline(wait).map(|d| d.max(started + BRIEF_RIDE_OUT)),
         ..Faltering::default()
     };
     let mut waiter = loop {
@@ -147,12 +150,6 @@ pub async fn acquire<S: LockStore + ?Sized>(
 fn deadline(wait: &WaitOptions) -> Option<Instant> {
     wait.deadline.map(Instant::from_std)
 }
-
-/// How long past the deadline a try of a wait may go on. The deadline is the caller's:
-/// a store whose client would go on trying (reconnecting, failing over, waiting for a
-/// session) has not answered for the whole time allowed, and the wait ends (exit 69) as
-/// soon after the deadline as on any other store.
-pub const LATE: Duration = Duration::from_secs(2);
 
 /// Runs `step`, one try of the store, unless the wait is cancelled or the try goes on past
 /// [`LATE`] after the deadline (`faltering.late`).
@@ -254,11 +251,14 @@ struct Faltering {
     /// When a try that has not answered is given up on: [`LATE`] after the deadline of a
     /// wait; never for `--no-wait` or a wait without a deadline.
     late: Option<Instant>,
+    /// When failures stop being ridden out: the deadline, but no sooner than
+    /// [`BRIEF_RIDE_OUT`] after the start (`--no-wait` too); `None` without a deadline.
+    until: Option<Instant>,
 }
 
 impl Faltering {
     /// Waits a back-off before the next try after `e`, or stops with `e` when it is not
-    /// transient, has lasted [`RIDE_OUT`], or the deadline has come.
+    /// transient, has lasted [`RIDE_OUT`], or the time to ride it out (`until`) is over.
     async fn ride_out<S: LockStore + ?Sized>(
         &mut self,
         store: &S,
@@ -266,7 +266,8 @@ impl Faltering {
         wait: &WaitOptions,
         e: Error,
     ) -> std::result::Result<(), Stop> {
-        if !e.is_retryable() || wait.expired() {
+        let over = self.until.is_some_and(|u| Instant::now() >= u);
+        if !e.is_retryable() || over {
             return Err(Stop::Failed(e));
         }
         let since = *self.since.get_or_insert_with(Instant::now);
@@ -281,8 +282,8 @@ impl Faltering {
                 "waiting for '{key}': {e}; trying again for up to {}", humantime::format_duration(RIDE_OUT));
         }
         let mut pause = backoff(self.failures).min(left);
-        if let Some(d) = deadline(wait) {
-            pause = pause.min(d.saturating_duration_since(Instant::now()));
+        if let Some(u) = self.until {
+            pause = pause.min(u.saturating_duration_since(Instant::now()));
         }
         self.failures += 1;
         tokio::select! {

@@ -16,11 +16,13 @@ pub struct AcquireOpts {
     #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
-    /// Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait forever.
+    /// Give up waiting after DUR (500ms, 30s, 5m; a bare number is seconds). Default: wait
+    /// forever. A store that cannot be reached is tried again for this long too (at least
+    /// 2s; 30s without --timeout), then exit 69.
     #[arg(short = 'w', long, value_name = "DUR", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
-    /// Fail at once if the lock is held.
+    /// Fail at once if the lock is held (a store that cannot be reached is tried for 2s).
     #[arg(
         short = 'n',
         long,

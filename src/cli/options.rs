@@ -12,7 +12,8 @@ Exit codes:
   1        status: a named key is free
   2        usage error or invalid value
   3        leader: nobody leads NAME (--here: this host does not lead it)
-  69       backend unavailable (cannot connect, authentication refused)
+  69       backend unavailable: not reachable for the whole time allowed (--timeout, at
+           least 2s; 30s without it), or authentication refused
   70       internal error
   75       lock not obtained (held with --no-wait, or --timeout elapsed); see -E
   77       unlock/renew refused: not the owner, or the lease is gone

@@ -2,7 +2,7 @@
 //! "not obtained" into the `-E` exit code.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::time::timeout;
 
@@ -12,7 +12,7 @@ use crate::backend::{
     CANCEL_GRACE,
 };
 use crate::cli::{AcquireOpts, Global, IfUnavailable};
-use crate::config::{check_ttl, redact_url};
+use crate::config::check_ttl;
 use crate::env;
 use crate::error::{Error, Result};
 use crate::expect::Expectation;
@@ -80,6 +80,7 @@ async fn acquire(
     backend: &Arc<dyn Backend>,
     req: &AcquireRequest,
     opts: &AcquireOpts,
+    started: Instant,
     signals: &mut Signals,
 ) -> Result<(Acquired, Option<Estimate>)> {
     let expect = Expectation::default();
@@ -87,7 +88,6 @@ async fn acquire(
         line.connected(&backend.describe());
         line.expecting(&expect);
     }
-    let started = Instant::now();
     let wait = WaitOptions {
         progress: progress(line.as_ref(), backend, &req.key, &expect),
         since: started,
@@ -201,9 +201,18 @@ pub async fn acquire_request(
     signals: &mut Signals,
 ) -> Result<Acquisition> {
     let key = req.key.as_str();
-    let line = WaitLine::start(global, key, &named(global));
+    let line = WaitLine::start(global, key, &super::common::named(global));
+    // The time allowed counts from here: connecting to a store that is not there yet
+    // takes from it, as waiting for the key does.
+    let started = Instant::now();
+    let allowed = if opts.no_wait {
+        Some(Duration::ZERO)
+    } else {
+        opts.timeout
+    };
+    let until = super::common::ride_out_until(started, allowed);
     let backend = tokio::select! {
-        opened = super::common::open(global, Some(key)) => match opened {
+        opened = super::common::open(global, Some(key), until) => match opened {
             Ok((_, backend)) => backend,
             Err(e) => return conflict_code(global, opts, key, e).map(Acquisition::NotObtained),
         },
@@ -213,23 +222,13 @@ pub async fn acquire_request(
             return Err(Error::Cancelled(msg, sig as i32));
         }
     };
-    match acquire(line, &backend, &req, opts, signals).await {
+    match acquire(line, &backend, &req, opts, started, signals).await {
         Ok((acquired, estimate)) => Ok(Acquisition::Held(backend, acquired, estimate)),
         Err(e) => {
             let e = super::common::naming(Some(key), e);
             conflict_code(global, opts, key, e).map(Acquisition::NotObtained)
         }
     }
-}
-
-/// The store the global options name, for messages before it is connected (passwords
-/// hidden).
-fn named(global: &Global) -> String {
-    if global.urls.is_empty() {
-        return "the local store".into();
-    }
-    let urls: Vec<String> = global.urls.iter().map(|u| redact_url(u)).collect();
-    urls.join(",")
 }
 
 /// Turns "not obtained" — and, with `--if-unavailable skip`, "backend unavailable" — into

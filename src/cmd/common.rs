@@ -4,29 +4,61 @@
 //! show.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::backend::spec::{self, BackendSpec};
+use crate::backend::waiting;
 use crate::backend::{Backend, LastRuns};
 use crate::cli::Global;
-use crate::config::check_key;
+use crate::config::{check_key, redact_url};
 use crate::error::{Error, Result};
 
-/// Checks `key` and opens the backend the global options name.
+/// Checks `key` and opens the backend the global options name, trying again while it
+/// cannot be reached for a reason that may pass, until `until` (see
+/// [`ride_out_within`](crate::backend::waiting::ride_out_within)).
 pub(super) async fn open(
     global: &Global,
     key: Option<&str>,
+    until: Instant,
 ) -> Result<(BackendSpec, Arc<dyn Backend>)> {
     if let Some(key) = key {
         check_key(key)?;
     }
     let spec = BackendSpec::from_urls(&global.urls)?;
-    let t0 = std::time::Instant::now();
-    let backend = spec::open_exclusive(&spec)
+    let t0 = Instant::now();
+    let name = named(global);
+    let backend = waiting::reach(&name, until, || spec::open_exclusive(&spec))
         .await
         .map_err(|e| naming(key, e))?;
     let (d, ms) = (backend.describe(), t0.elapsed().as_millis() as u64);
     log::info!(target: "dlock", event = "connected", backend = d.as_str(), ms = ms; "connected to {d} in {ms}ms");
     Ok((spec, backend))
+}
+
+/// The store the global options name, for messages before it is connected (passwords
+/// hidden).
+pub(super) fn named(global: &Global) -> String {
+    if global.urls.is_empty() {
+        return "the local store".into();
+    }
+    let urls: Vec<String> = global.urls.iter().map(|u| redact_url(u)).collect();
+    urls.join(",")
+}
+
+/// When a command that began at `started` and allows `allowed` (see
+/// [`waiting::ride_out_within`]) stops trying a store that cannot be reached. A time
+/// past what the clock can count is no limit, as for the deadline of a wait.
+pub(super) fn ride_out_until(started: Instant, allowed: Option<Duration>) -> Instant {
+    let within = waiting::ride_out_within(allowed);
+    started
+        .checked_add(within)
+        .unwrap_or_else(|| started + waiting::ride_out_within(None))
+}
+
+/// [`ride_out_until`] for a one-shot command (`status`, `unlock`, `renew`, `leader`): it
+/// allows no wait, so the store gets the least ride-out.
+pub(super) fn one_shot() -> Instant {
+    ride_out_until(Instant::now(), Some(Duration::ZERO))
 }
 
 /// A store that cannot be reached is named by its own error; the key the command was for

@@ -2,6 +2,7 @@
 
 use super::common::last_runs;
 use crate::backend::sharing::Admission;
+use crate::backend::waiting;
 use crate::backend::{KeyStatus, Sharing};
 use crate::cli::{Global, StatusArgs};
 use crate::config::check_key;
@@ -19,13 +20,19 @@ pub async fn run(global: &Global, args: StatusArgs) -> Result<u8> {
     if args.watch {
         return super::watch::run(global, &args.keys).await;
     }
-    let (_, backend) = super::common::open(global, None).await?;
-    let (states, unreadable) = if args.keys.is_empty() {
-        let listing = backend.list().await?;
-        (listing.held, listing.unreadable)
-    } else {
-        (backend.status(&args.keys).await?, Vec::new())
+    let until = super::common::one_shot();
+    let (_, backend) = super::common::open(global, None, until).await?;
+    // A store that connects at its first request is ridden out there, as at opening.
+    let (b, keys) = (&backend, &args.keys);
+    let read = move || async move {
+        if keys.is_empty() {
+            let listing = b.list().await?;
+            Ok((listing.held, listing.unreadable))
+        } else {
+            Ok((b.status(keys).await?, Vec::new()))
+        }
     };
+    let (states, unreadable) = waiting::reach(&backend.describe(), until, read).await?;
     let runs = last_runs(&*backend, &args.keys, !global.quiet).await;
     let backend_name = backend.describe();
     if global.json {

@@ -44,7 +44,7 @@ pub async fn run(global: &Global, args: WaitArgs) -> Result<u8> {
     let started = Instant::now();
     let deadline = args.timeout.and_then(|t| started.checked_add(t));
     let backend = tokio::select! {
-        opened = super::common::open(global, None) => opened.map_err(|e| about(key, e))?.1,
+        opened = super::common::open(global, None, super::common::ride_out_until(started, args.timeout)) => opened.map_err(|e| about(key, e))?.1,
         sig = signals.recv() => {
             return Err(Error::Cancelled(format!("cancelled by {sig} while connecting for '{key}'"), sig as i32));
         }

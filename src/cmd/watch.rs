@@ -26,7 +26,7 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// Runs the view until a signal ends it.
 pub async fn run(global: &Global, keys: &[String]) -> Result<u8> {
     let mut signals = Signals::catch()?;
-    let (_, backend) = super::common::open(global, None).await?;
+    let (_, backend) = super::common::open(global, None, super::common::one_shot()).await?;
     let live = !global.json && std::io::stdout().is_terminal();
     let mut last_gist = None;
     loop {

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::time::short_duration;
+use crate::backend::waiting::BRIEF_RIDE_OUT;
 use crate::backend::{now_ms, ProgressFn, WaitInfo};
 use crate::cli::Global;
 use crate::expect::Expectation;
@@ -48,9 +49,10 @@ impl WaitLine {
     /// Nothing is shown for waits shorter than this (a quick hand-off is not news).
     const QUIET_FOR: Duration = Duration::from_millis(300);
     /// Nor for a store that has not answered yet, for this long: connecting to a store of
-    /// several nodes over TLS can take that on a loaded machine, and a refusal that
-    /// follows (a wrong password) must stay the one line the run prints.
-    const SILENT_FOR: Duration = Duration::from_secs(1);
+    /// several nodes over TLS can take a second on a loaded machine, and a refusal that
+    /// follows (a wrong password), or a store that stays down for the least ride-out
+    /// (`--no-wait`), must stay the one line the run prints.
+    const SILENT_FOR: Duration = BRIEF_RIDE_OUT.saturating_add(Duration::from_millis(500));
 
     /// Starts the line for `key` while connecting to `backend`, or returns `None` under `-q`.
     pub fn start(global: &Global, key: &str, backend: &str) -> Option<WaitLine> {

@@ -13,7 +13,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::failure::Failure;
 use super::proto::*;
 use crate::backend::waiting::backoff;
-use crate::error::{Error, Result};
+use crate::error::{connection_lost, Error, Result};
 
 /// How long one request may take before the store counts as unreachable.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,8 +87,6 @@ impl Client {
         credentials: Option<(String, String)>,
         tls: bool,
     ) -> Result<Client> {
-        let unavailable =
-            |e: &dyn std::fmt::Display| Error::Unavailable(format!("{name}: cannot connect: {e}"));
         let mut eps = Vec::new();
         for host in endpoints {
             let bad = |e: &dyn std::fmt::Display| {
@@ -120,9 +118,7 @@ impl Client {
             }
         }
         let Some(current) = current else {
-            return Err(unavailable(
-                &last.map_or_else(String::new, |e| e.to_string()),
-            ));
+            return Err(not_connected(name, last));
         };
         let client = Client {
             endpoints: Arc::new(eps),
@@ -201,11 +197,12 @@ impl Client {
     }
 
     /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]);
-    /// no connection to a cluster that never answered is no transient failure.
+    /// no connection to a cluster that never answered says so, and is transient as every
+    /// lost connection is (a refused handshake already failed [`Client::connect_with`]).
     pub(super) fn error(&self, path: &str, f: Failure) -> Error {
         let what = format!("{}: {}", self.name, path_name(path));
         match self.unreached(&f) {
-            true => Error::Unavailable(format!("{what}: cannot connect: {}", f.text())),
+            true => Error::Transient(format!("{what}: cannot connect: {}", f.text())),
             false => f.into_error(&what),
         }
     }
@@ -429,4 +426,19 @@ impl Drop for Pending<'_> {
 /// key can be put on the lease in the same breath as the lease is granted.
 pub fn new_lease_id() -> i64 {
     (crate::ids::random_u64() >> 1).max(1) as i64
+}
+
+/// No endpoint of `name` took a connection; `last` says why the last one did not. A
+/// refused or lost connection may pass ([`Error::Transient`]); a refused handshake will not.
+fn not_connected(name: &str, last: Option<tonic::transport::Error>) -> Error {
+    let lost = last.as_ref().is_some_and(|e| connection_lost(e));
+    let why = last.map_or_else(String::new, |e| match crate::error::io_error(&e) {
+        Some(io) => format!("{e} ({io})"),
+        None => e.to_string(),
+    });
+    let msg = format!("{name}: cannot connect: {why}");
+    match lost {
+        true => Error::Transient(msg),
+        false => Error::Unavailable(msg),
+    }
 }

@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{passing_io, Error, Result};
 
 /// Timing knobs. The defaults suit production; tests may shrink them.
 #[derive(Debug, Clone, Copy)]
@@ -184,8 +184,9 @@ impl Client {
     ) -> Result<T> {
         match got {
             Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if passing_io(e.kind()) => Err(self.lost(what, &e.to_string())),
             Ok(Err(e)) => Err(self.unavailable(what, &e.to_string())),
-            Err(_) => Err(self.unavailable(
+            Err(_) => Err(self.lost(
                 what,
                 &format!(
                     "timed out after {} (server not answering)",
@@ -201,6 +202,15 @@ impl Client {
         Error::Unavailable(crate::terminal::escape(&line).into_owned())
     }
 
+    /// [`Client::unavailable`] for a lost, refused or silent connection, which a new one
+    /// may well not meet: [`Error::Transient`], as on every store.
+    pub fn lost(&self, what: &str, why: &str) -> Error {
+        match self.unavailable(what, why) {
+            Error::Unavailable(line) => Error::Transient(line),
+            other => other,
+        }
+    }
+
     async fn conn(&self, what: &str) -> Result<Conn> {
         if let Some(c) = self.idle.lock().await.pop() {
             return Ok(c);
@@ -213,8 +223,11 @@ impl Client {
                     stream: BufReader::new(s),
                 })
             }
+            Ok(Err(e)) if passing_io(e.kind()) => {
+                Err(self.lost(what, &format!("cannot connect: {e}")))
+            }
             Ok(Err(e)) => Err(self.unavailable(what, &format!("cannot connect: {e}"))),
-            Err(_) => Err(self.unavailable(
+            Err(_) => Err(self.lost(
                 what,
                 &format!(
                     "cannot connect: timed out after {}",

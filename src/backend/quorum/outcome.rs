@@ -19,6 +19,16 @@ pub fn joined(errors: &[Error]) -> String {
     lines.join("; ")
 }
 
+/// The error `msg` of too few servers answering, `failed` saying why the others did not:
+/// [`Error::Transient`] when each of them may come back (refused, lost or silent
+/// connections), which the caller rides out within the time allowed; else `Unavailable`.
+pub fn short_of_majority(failed: &[Error], msg: String) -> Error {
+    match !failed.is_empty() && failed.iter().all(Error::is_retryable) {
+        true => Error::Transient(msg),
+        false => Error::Unavailable(msg),
+    }
+}
+
 /// The error of a renewal or release that did not get a majority: `NotOwner` when a
 /// majority refused (the caller surely lost the lease), `Unavailable` otherwise.
 pub fn refusal(verdict: Verdict, msg: String) -> Error {

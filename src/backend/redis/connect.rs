@@ -261,6 +261,13 @@ pub(super) fn failing_over(e: &RedisError) -> bool {
     }
 }
 
+/// A connection refused, reset or timed out, on any server: one made again may well
+/// not meet it (a server restarting, a network blip). A refused handshake or password
+/// is not this.
+fn connection_lost(e: &RedisError) -> bool {
+    e.is_connection_refusal() || e.is_connection_dropped() || e.is_timeout()
+}
+
 /// TLS to the Sentinels and to the master alike (`rediss+sentinel://`).
 fn sentinel_tls(
     builder: SentinelClientBuilder,
@@ -292,8 +299,8 @@ pub(super) struct Server {
     pub(super) secrets: Vec<String>,
     pub(super) tuning: Tuning,
     /// The master may change under us (Sentinel, Cluster): a failure that
-    /// [`failing_over`] recognises, or a master that does not answer, is
-    /// [`Error::Transient`], which waiters ride out and holders retry.
+    /// [`failing_over`] recognises is [`Error::Transient`], which waiters ride out and
+    /// holders retry. On every server, a lost connection or one that does not answer is.
     pub(super) fails_over: bool,
 }
 
@@ -317,7 +324,11 @@ impl Server {
             )));
         }
         let msg = self.line(format!("{}: {what}: {e}", self.url));
-        match self.fails_over && failing_over(e) {
+        // A Cluster client reports a refused password as an I/O failure of its nodes.
+        let refused = e.kind() == redis::ErrorKind::AuthenticationFailed
+            || e.to_string().contains("AuthenticationFailed");
+        let passing = !refused && (connection_lost(e) || self.fails_over && failing_over(e));
+        match passing {
             true => Error::Transient(msg),
             false => Error::Unavailable(msg),
         }
@@ -329,10 +340,7 @@ impl Server {
             self.url,
             humantime::format_duration(limit)
         ));
-        match self.fails_over {
-            true => Error::Transient(msg),
-            false => Error::Unavailable(msg),
-        }
+        Error::Transient(msg)
     }
 
     /// Runs one request within `limit`, mapping every failure to `Unavailable`.
@@ -398,14 +406,24 @@ mod tests {
             let direct = server(false).unavailable("x", &e);
             assert!(matches!(direct, Error::Unavailable(_)), "{resp}");
         }
-        let dropped = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
-        assert!(failing_over(&dropped));
         assert!(server(true)
             .timed_out("x", Duration::from_secs(1))
             .is_retryable());
-        assert!(!server(false)
-            .timed_out("x", Duration::from_secs(1))
-            .is_retryable());
+    }
+
+    /// A server restarting, a network blip: every server, failover or not, is tried again.
+    #[test]
+    fn lost_connections_are_transient_on_every_server() {
+        use std::io::ErrorKind::{ConnectionRefused, ConnectionReset, TimedOut};
+        for kind in [ConnectionRefused, ConnectionReset, TimedOut] {
+            let e = RedisError::from(std::io::Error::from(kind));
+            for fails_over in [true, false] {
+                let error = server(fails_over).unavailable("x", &e);
+                assert!(error.is_retryable(), "{kind:?} {fails_over}: {error}");
+            }
+        }
+        let silent = server(false).timed_out("x", Duration::from_secs(1));
+        assert!(silent.is_retryable());
     }
 
     #[test]

@@ -36,7 +36,7 @@ use futures_util::future::join_all;
 use super::member::{same_server_twice, Member, State};
 use super::tuning::RedlockTuning;
 use crate::backend::quorum::modes::Modes;
-use crate::backend::quorum::outcome::{self, joined};
+use crate::backend::quorum::outcome::{self, joined, short_of_majority};
 use crate::backend::quorum::votes;
 use crate::backend::quorum::votes::quorum;
 use crate::backend::redis::{parse_url, RedisBackend, Target};
@@ -68,8 +68,8 @@ impl RedlockBackend {
         Self::connect_with(urls, RedlockTuning::default()).await
     }
 
-    /// Connects to every server at once. Fails (`Unavailable`, naming every server that
-    /// failed) when fewer than a majority answer; servers that did not answer are retried in
+    /// Connects to every server at once. Fails (naming every server that failed;
+    /// `Transient` when each of them may come back) when fewer than a majority answer; servers that did not answer are retried in
     /// the background later.
     pub async fn connect_with(urls: &[String], tuning: RedlockTuning) -> Result<RedlockBackend> {
         let auth = std::env::var(crate::env::REDIS_AUTH).ok();
@@ -137,12 +137,13 @@ impl RedlockBackend {
         };
         let up = servers.len() - failed.len();
         if up < backend.quorum {
-            return Err(Error::Unavailable(format!(
+            let msg = format!(
                 "{}: cannot reach a majority: {}: {}",
                 backend.name,
                 votes::answered(up, servers.len(), backend.quorum),
                 joined(&failed)
-            )));
+            );
+            return Err(short_of_majority(&failed, msg));
         }
         Ok(backend)
     }

@@ -11,12 +11,12 @@ pub struct RedlockTuning {
     /// Each server's timing: `connect_timeout` when connecting, `op_timeout` for one release,
     /// status or subscribe request, `heartbeat` as the longest sleep of a waiter without news.
     pub server: Tuning,
-    /// Longest random delay before a retry; doubles with each split vote, up to 16x.
+    /// Longest random delay before the retry that follows a release message.
     pub jitter: Duration,
     /// Longest back-off of a waiter that lost races or got no answer in time.
     pub max_backoff: Duration,
-    /// A waiter gives up (`Unavailable`) when a majority is connected but has answered no
-    /// request in time for this long (frozen, not just busy).
+    /// A waiter without a deadline gives up (`Unavailable`) when no majority has answered
+    /// in time (frozen, not just busy), or a majority was down, for this long.
     pub stall: Duration,
     /// A server that could not be reached is tried again at most this often.
     pub reconnect_every: Duration,
@@ -34,7 +34,7 @@ impl Default for RedlockTuning {
             },
             jitter: Duration::from_millis(10),
             max_backoff: Duration::from_secs(1),
-            stall: Duration::from_secs(30),
+            stall: crate::backend::waiting::RIDE_OUT,
             reconnect_every: Duration::from_secs(1),
         }
     }

@@ -16,14 +16,15 @@
 //!   grants one of them, instead of splitting the vote between them;
 //! * a race lost (someone else got the lock first), a split vote, or a round without a
 //!   majority of answers in time is a sign of contention: the waiter backs off for a
-//!   random time, *not* listening, whose bound doubles with each, up to
-//!   [`RedlockTuning::max_backoff`]; then it looks once more (lead first) and listens
+//!   random time, *not* listening: the one back-off of every store
+//!   ([`backoff`]), at most [`RedlockTuning::max_backoff`]; then it looks once more (lead first) and listens
 //!   again. The more waiters, the more races each one loses, so the fewer of them are
 //!   listening at each release;
 //! * a server that did not answer in time is busy, not dead: the next attempt gives it
 //!   twice as long, up to [`max_acquire_timeout`]. The wait fails with `Unavailable` when
-//!   no majority answered for [`RedlockTuning::stall`] (a frozen server), or when a
-//!   majority is down (connection refused or reset) for the operation timeout;
+//!   no majority answered, or a majority was down (connection refused or reset), for the
+//!   whole time allowed: the deadline, at least [`BRIEF_RIDE_OUT`] (`--no-wait` too), and
+//!   at most [`RedlockTuning::stall`];
 //! * looking again after a heartbeat or at the expiry of the lease asks every server at
 //!   once, as the first attempt does: a stale lease left on the lead alone cannot block
 //!   the waiters.
@@ -71,6 +72,7 @@ use super::tuning::{acquire_timeout, max_acquire_timeout, RedlockTuning};
 use crate::backend::quorum::outcome::joined;
 use crate::backend::quorum::votes;
 use crate::backend::redis::{RedisBackend, PLAIN_POLL_MAX};
+use crate::backend::waiting::{backoff, BRIEF_RIDE_OUT};
 use crate::backend::{
     AcquireRequest, Acquired, Backend, Lease, ReleaseMode, WaitOptions, CANCEL_GRACE,
 };
@@ -200,14 +202,10 @@ impl Pace {
         Step::BackOff(self.backoff())
     }
 
-    /// A random delay up to the jitter doubled once per loss, at most `max_backoff`.
+    /// The one back-off of every store ([`backoff`]) after this many losses, at most
+    /// `max_backoff`.
     fn backoff(&self) -> Duration {
-        let bound = self
-            .tuning
-            .jitter
-            .saturating_mul(1u32 << self.losses.min(16))
-            .min(self.tuning.max_backoff);
-        random_up_to(bound)
+        backoff(self.losses).min(self.tuning.max_backoff)
     }
 }
 
@@ -319,9 +317,15 @@ impl RedlockBackend {
                     random_up_to(self.tuning.jitter)
                 }
             };
+            // Past the deadline only while riding out servers that are down: back off.
+            let delay = if wait.expired() {
+                delay
+            } else {
+                bounded(delay, wait)
+            };
             tokio::select! {
                 _ = wait.cancel.cancelled() => return Err(self.cancelled(req)),
-                _ = tokio::time::sleep(bounded(delay, wait)) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }
@@ -383,16 +387,21 @@ impl RedlockBackend {
         started: Instant,
     ) -> Option<Error> {
         if refusal.answered < self.needed(req) && !refusal.at_lead {
+            // Ridden out as on every store: until the deadline, but at least the brief
+            // ride-out (`--no-wait` too), and for `stall` without a deadline.
             let down_for = pace.down_since.map(|t| t.elapsed());
             let silent = pace
                 .silent_since
                 .filter(|t| t.elapsed() >= self.tuning.stall);
-            if no_wait
-                || wait.expired()
+            let ridden_out = started.elapsed() >= BRIEF_RIDE_OUT;
+            if wait.expired() && ridden_out
                 || silent.is_some()
-                || down_for.is_some_and(|d| d >= self.tuning.server.op_timeout)
+                || down_for.is_some_and(|d| d >= self.tuning.stall)
             {
                 return Some(self.unreachable(req, refusal, silent));
+            }
+            if wait.expired() {
+                return None;
             }
         }
         wait.expired().then(|| {

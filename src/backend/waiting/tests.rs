@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{acquire, backoff, RIDE_OUT};
+use super::{acquire, backoff, BRIEF_RIDE_OUT, RIDE_OUT};
 use crate::backend::memory::MemoryStore;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
@@ -430,11 +430,48 @@ async fn a_failure_that_is_not_transient_ends_the_wait_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn no_wait_does_not_ride_out() {
-    let store = Faulty::failing(1, transient);
+async fn no_wait_rides_out_a_failing_store_briefly() {
+    // A store that comes back within the brief ride-out answers the one try.
+    let store = Faulty::failing(3, transient);
     let now = WaitOptions::until(Some(Instant::now().into_std()));
+    let got = acquire(&store, &req("k", "a"), &now).await;
+    assert!(got.is_ok(), "{:?}", got.err());
+    // One that keeps failing is reported when it is over, and not later.
+    let store = Faulty::failing(usize::MAX, transient);
+    let t0 = Instant::now();
+    let now = WaitOptions::until(Some(t0.into_std()));
     let e = acquire(&store, &req("k", "a"), &now).await.unwrap_err();
     assert_eq!(e.exit_code(), crate::exit::UNAVAILABLE, "{e}");
+    assert_eq!(t0.elapsed(), BRIEF_RIDE_OUT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn reaching_a_store_rides_out_transient_failures_until_the_time_allowed() {
+    use super::{reach, ride_out_within};
+    use std::sync::atomic::AtomicU32;
+    let tries = AtomicU32::new(0);
+    let open = || async {
+        match tries.fetch_add(1, Ordering::SeqCst) {
+            0..=4 => Err(transient()),
+            _ => Ok(()),
+        }
+    };
+    let until = (Instant::now() + ride_out_within(Some(Duration::from_secs(5)))).into_std();
+    assert!(reach("t", until, open).await.is_ok());
+    // Down for the whole time allowed: what the store said, at the end of it.
+    let t0 = Instant::now();
+    let until = (t0 + ride_out_within(Some(Duration::ZERO))).into_std();
+    let e = reach("t", until, || async { Err::<(), _>(transient()) })
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Transient(_)), "{e:?}");
+    assert_eq!(t0.elapsed(), BRIEF_RIDE_OUT);
+    // A failure that will not pass ends it at once.
+    let t0 = Instant::now();
+    let until = (t0 + ride_out_within(None)).into_std();
+    let refused = || async { Err::<(), _>(Error::Unavailable("password refused".into())) };
+    assert!(reach("t", until, refused).await.is_err());
+    assert_eq!(t0.elapsed(), Duration::ZERO);
 }
 
 #[tokio::test(start_paused = true)]

@@ -153,21 +153,25 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A session that could not be opened. When some server of the ensemble still accepts
 /// connections, it is there but grants no session yet (an election, a member catching
-/// up, a server that is frozen): the next try may meet a leader, so it is transient. When
-/// none does, nothing serves the ensemble at all. Over TLS a refused handshake (a wrong
-/// CA, a missing client certificate) looks the same from here as a server that grants no
-/// session, and is the likelier cause: it stays fatal.
+/// up, a server that is frozen); when none does, the ensemble is down or restarting. The
+/// next try may meet a leader either way, so it is transient, as a refused connection is
+/// on every store. Over TLS a refused handshake (a wrong CA, a missing client
+/// certificate) to a server that listens looks the same from here as a server that
+/// grants no session, and is the likelier cause: it stays fatal.
 async fn not_connected(t: &Target, what: &str, e: zookeeper_client::Error) -> Error {
     use zookeeper_client::Error as ZkError;
-    let fatal = t.tls || matches!(e, ZkError::AuthFailed | ZkError::NoAuth);
-    if fatal || !any_listening(&t.servers).await {
-        let e = unavailable(&t.name, what, e);
-        return Error::Unavailable(e.to_string());
+    if matches!(e, ZkError::AuthFailed | ZkError::NoAuth) {
+        return Error::Unavailable(unavailable(&t.name, what, e).to_string());
     }
-    Error::Transient(format!(
-        "{}: {what}: no server of the ensemble grants a session yet ({e})",
-        t.name
-    ))
+    let listening = any_listening(&t.servers).await;
+    if t.tls && listening {
+        return Error::Unavailable(unavailable(&t.name, what, e).to_string());
+    }
+    let why = match listening {
+        true => "no server of the ensemble grants a session yet",
+        false => "no server of the ensemble accepts a connection",
+    };
+    Error::Transient(format!("{}: {what}: {why} ({e})", t.name))
 }
 
 /// True when one of `servers` accepts a TCP connection.
@@ -235,16 +239,17 @@ mod tests {
         }
     }
 
-    /// Nothing listening on any server: exit 69 at once, not ridden out.
+    /// Nothing listening on any server, or a server that grants no session: ridden out
+    /// within the time allowed, as a refused connection is on every store.
     #[tokio::test]
-    async fn no_server_listening_is_fatal() {
+    async fn an_ensemble_down_or_electing_is_transient() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap()
             .port();
         let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();
         let e = not_connected(&t, "cannot connect", ZkError::NoHosts).await;
-        assert!(!e.is_retryable(), "{e}");
+        assert!(e.is_retryable(), "{e}");
         let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listening.local_addr().unwrap().port();
         let t = super::super::url::parse(&format!("zk://127.0.0.1:{port}")).unwrap();

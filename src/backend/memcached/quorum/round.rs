@@ -30,7 +30,7 @@ use futures_util::future::join_all;
 use super::member::OnSuspect;
 use super::store::MemcachedQuorum;
 use crate::backend::memcached::{fence, ttl};
-use crate::backend::quorum::outcome::joined;
+use crate::backend::quorum::outcome::{joined, short_of_majority};
 use crate::backend::quorum::round::{self, Failure};
 use crate::backend::quorum::votes::{self, Answer, Decision, GiveBack, Tally};
 use crate::backend::store::{Attempt, Busy};
@@ -149,10 +149,11 @@ impl MemcachedQuorum {
             } else {
                 format!(": {}", joined(&tally.failed))
             };
-            return Err(Error::Unavailable(format!(
+            let msg = format!(
                 "cannot acquire lock '{}' on {}: {why}{failed}",
                 req.key, self.name
-            )));
+            );
+            return Err(short_of_majority(&tally.failed, msg));
         }
         Ok(Attempt::Busy(Busy {
             holder: tally.holder.map(|(lock, _)| lock),
