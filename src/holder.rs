@@ -18,6 +18,20 @@ pub fn current(command: &[String]) -> Holder {
     }
 }
 
+impl Holder {
+    /// How long it has held (or waited), in ms; `None` when the store does not know when it
+    /// began (an application's lock, which records no time), rather than the whole epoch.
+    pub fn held_for_ms(&self) -> Option<u64> {
+        (self.acquired_at_ms > 0).then(|| now_ms().saturating_sub(self.acquired_at_ms))
+    }
+
+    /// [`Self::held_for_ms`] as `status` and the waiting line show it: `?` when unknown.
+    pub fn held_for_text(&self) -> String {
+        self.held_for_ms()
+            .map_or("?".into(), crate::output::short_duration)
+    }
+}
+
 /// This host's name, as leases record it.
 pub fn hostname() -> String {
     nix::unistd::gethostname()

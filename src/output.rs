@@ -135,11 +135,12 @@ impl<'a> StatusJson<'a> {
             key: &s.key,
             held: s.lock.is_some(),
             lock: s.lock.as_ref(),
-            acquired_at: s.lock.as_ref().map(|l| rfc3339_ms(l.holder.acquired_at_ms)),
-            held_for_ms: s
+            acquired_at: s
                 .lock
                 .as_ref()
-                .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms)),
+                .filter(|l| l.holder.acquired_at_ms > 0)
+                .map(|l| rfc3339_ms(l.holder.acquired_at_ms)),
+            held_for_ms: s.lock.as_ref().and_then(|l| l.holder.held_for_ms()),
             held_until: s
                 .lock
                 .as_ref()
@@ -289,10 +290,7 @@ fn escape_cells(row: Vec<String>) -> Vec<String> {
 /// The waiters of one key, in queue order, under its row, each with its priority when it
 /// has one and its expected wait when runs take `typical` ms.
 fn queue_lines(state: &KeyStatus, typical: Option<u64>, out: &mut Vec<String>) {
-    let holder_ran = state
-        .lock
-        .as_ref()
-        .map(|l| now_ms().saturating_sub(l.holder.acquired_at_ms));
+    let holder_ran = state.lock.as_ref().and_then(|l| l.holder.held_for_ms());
     for (i, w) in state.waiters.iter().flatten().enumerate() {
         let waited = short_duration(now_ms().saturating_sub(w.holder.acquired_at_ms));
         let h = &w.holder;
@@ -401,7 +399,7 @@ fn status_row(s: &KeyStatus, lock: Option<&LockInfo>) -> Vec<String> {
         l.holder.host.clone(),
         l.holder.pid.to_string(),
         l.holder.user.clone(),
-        short_duration(now_ms().saturating_sub(l.holder.acquired_at_ms)),
+        l.holder.held_for_text(),
         l.ttl_left_ms.map_or("while alive".into(), short_duration),
         waiters,
         match l.why_held() {

@@ -193,12 +193,20 @@ pub(crate) fn second_waits_for_first(
     let held = status_json(&urls, "app:lock");
     let token = held["fencing_token"].as_u64().unwrap();
     match first {
-        Some(_) => assert_eq!(
-            (token, held["host"].as_str()),
-            (0, Some("application")),
-            "{held}"
-        ),
-        None => assert!(token >= 1, "{held}"),
+        Some(_) => {
+            assert_eq!(
+                (token, held["host"].as_str()),
+                (0, Some("application")),
+                "{held}"
+            );
+            // An application records no acquisition time: left out, not the whole epoch.
+            assert!(held["held_for_ms"].is_null(), "{held}");
+            assert!(held["acquired_at"].is_null(), "{held}");
+        }
+        None => {
+            assert!(token >= 1, "{held}");
+            assert!(held["held_for_ms"].is_u64(), "{held}");
+        }
     }
     assert!(held["ttl_left_ms"].as_u64().unwrap() > 0, "{held}");
     let refused = run(second, "refused", false).output().unwrap();

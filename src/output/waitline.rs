@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::time::short_duration;
 use crate::backend::waiting::BRIEF_RIDE_OUT;
-use crate::backend::{now_ms, ProgressFn, WaitInfo};
+use crate::backend::{ProgressFn, WaitInfo};
 use crate::cli::Global;
 use crate::expect::Expectation;
 
@@ -174,14 +174,13 @@ impl LineState {
         };
         let mut s = format!("waiting for '{}' on {}", self.key, self.backend);
         if let Some(h) = &info.holder {
-            let held = now_ms().saturating_sub(h.holder.acquired_at_ms);
             s += &format!(
                 ", held by {}@{} pid {} ({}) for {}",
                 h.holder.user,
                 h.holder.host,
                 h.holder.pid,
                 h.holder.command,
-                short_duration(held)
+                h.holder.held_for_text()
             );
         }
         match (info.position, info.waiters) {
