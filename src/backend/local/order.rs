@@ -82,15 +82,7 @@ impl Session<'_> {
             list.retain(|w| w.ticket != UNLISTED);
             let listed: Vec<u64> = list.iter().map(|w| w.ticket).collect();
             for ticket in self.unlisted_tickets(&listed, me, usize::MAX)? {
-                list.push(WaiterRecord {
-                    ticket,
-                    owner: String::new(),
-                    holder: Default::default(),
-                    sharing: Default::default(),
-                    priority: 0,
-                    supersede: false,
-                    superseded_by: None,
-                });
+                list.push(WaiterRecord::unlisted(ticket));
             }
         }
         list.sort_by_key(|w| place(w.priority, w.ticket));

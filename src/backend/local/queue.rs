@@ -48,15 +48,7 @@ impl Session<'_> {
         } else if list.iter().all(|w| w.ticket != UNLISTED) {
             // Too many to list (each join and leave rewrites the list): from now on the
             // list is incomplete, and readers say they cannot tell.
-            list.push(WaiterRecord {
-                ticket: UNLISTED,
-                owner: String::new(),
-                holder: Default::default(),
-                sharing: Default::default(),
-                priority: 0,
-                supersede: false,
-                superseded_by: None,
-            });
+            list.push(WaiterRecord::unlisted(UNLISTED));
         }
         match self.write_waiters(list) {
             Ok(list) => Ok((t, list)),

@@ -131,6 +131,22 @@ pub struct WaiterRecord {
     pub superseded_by: Option<Superseder>,
 }
 
+impl WaiterRecord {
+    /// A waiter known only by its ticket (the list was full when it joined), or the
+    /// [`UNLISTED`] mark itself: exclusive, priority 0, nobody shown.
+    pub fn unlisted(ticket: u64) -> WaiterRecord {
+        WaiterRecord {
+            ticket,
+            owner: String::new(),
+            holder: Holder::default(),
+            sharing: Sharing::default(),
+            priority: 0,
+            supersede: false,
+            superseded_by: None,
+        }
+    }
+}
+
 /// Who superseded a waiter, for its one line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Superseder {
