@@ -198,12 +198,13 @@ impl Client {
 
     /// The error `f` is for a call of `path`, of its kind (see [`Failure::into_error`]);
     /// no connection to a cluster that never answered says so, and is transient as every
-    /// lost connection is (a refused handshake already failed [`Client::connect_with`]).
+    /// lost connection is, unless the handshake was refused (it would be again).
     pub(super) fn error(&self, path: &str, f: Failure) -> Error {
         let what = format!("{}: {}", self.name, path_name(path));
-        match self.unreached(&f) {
-            true => Error::Transient(format!("{what}: cannot connect: {}", f.text())),
-            false => f.into_error(&what),
+        match (self.unreached(&f), f.handshake_refused) {
+            (true, false) => Error::Transient(format!("{what}: cannot connect: {}", f.text())),
+            (true, true) => Error::Unavailable(format!("{what}: cannot connect: {}", f.text())),
+            (false, _) => f.into_error(&what),
         }
     }
 

@@ -17,6 +17,9 @@ pub struct Failure {
     /// No answer because there was no connection (refused, broken, or its TLS handshake
     /// refused), not for want of an answer in time.
     pub unconnected: bool,
+    /// The connection was refused at its handshake (a TLS alert: no client certificate, an
+    /// unknown CA), which the next try would meet again; a refused or reset connection is not.
+    pub handshake_refused: bool,
     /// The call was sent more than once: an earlier try may have been applied.
     pub retried: bool,
 }
@@ -26,12 +29,17 @@ impl Failure {
     /// error of the connection (it keeps that error as its source).
     pub fn answered(status: tonic::Status) -> Failure {
         if let Some(cause) = std::error::Error::source(&status) {
-            return Failure::unconnected(format!("{}: {cause}", status.message()));
+            let io = crate::error::io_error(cause);
+            return Failure {
+                handshake_refused: io.is_some_and(|io| !crate::error::passing_io(io.kind())),
+                ..Failure::unconnected(format!("{}: {cause}", status.message()))
+            };
         }
         Failure {
             status: Some(Box::new(status)),
             silence: String::new(),
             unconnected: false,
+            handshake_refused: false,
             retried: false,
         }
     }
@@ -42,6 +50,7 @@ impl Failure {
             status: None,
             silence: why.to_string(),
             unconnected: false,
+            handshake_refused: false,
             retried: false,
         }
     }
