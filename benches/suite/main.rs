@@ -104,8 +104,17 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// `Err` for a store left out by `--stores`: its rows say so instead of a figure.
+    fn selected(&self, store: &str) -> Result<(), String> {
+        match self.o.wants_store(store) {
+            true => Ok(()),
+            false => Err("not selected (--stores)".into()),
+        }
+    }
+
     /// The Redis server shared by the sections (started on first use).
     pub fn redis(&mut self) -> Result<Store, String> {
+        self.selected("redis")?;
         let r = self.redis.get_or_insert_with(Redis::start);
         r.as_ref()
             .map(|s| Store::Redis(s.url()))
@@ -114,6 +123,7 @@ impl Ctx {
 
     /// The Redis Cluster shared by the sections (started on first use).
     pub fn redis_cluster(&mut self) -> Result<Store, String> {
+        self.selected("redis-cluster")?;
         let c = self.redis_cluster.get_or_insert_with(Cluster::start);
         c.as_ref()
             .map(|c| Store::RedisCluster(c.url()))
@@ -123,6 +133,7 @@ impl Ctx {
     /// A master with one replica, its URL asking for `?min_replicas=1` (started on first
     /// use).
     pub fn redis_replicated(&mut self) -> Result<Store, String> {
+        self.selected("redis")?;
         let r = self.redis_replicated.get_or_insert_with(Replicated::start);
         r.as_ref()
             .map(|r| Store::Redis(r.url()))
@@ -144,6 +155,7 @@ impl Ctx {
 
     /// The memcached server shared by the sections (started on first use).
     pub fn memcached(&mut self) -> Result<Store, String> {
+        self.selected("memcached")?;
         let m = self.memcached.get_or_insert_with(Memcached::start);
         m.as_ref()
             .map(|s| Store::Memcached(s.url()))
@@ -152,6 +164,7 @@ impl Ctx {
 
     /// Redlock over three Redis servers of its own (started on first use).
     pub fn redlock(&mut self) -> Result<Store, String> {
+        self.selected("redlock")?;
         let r = self
             .redlock
             .get_or_insert_with(|| (0..3).map(|_| Redis::start()).collect());
@@ -164,6 +177,7 @@ impl Ctx {
 
     /// A quorum of three memcached servers of its own (started on first use).
     pub fn memcached_quorum(&mut self) -> Result<Store, String> {
+        self.selected("memcached")?;
         let m = self
             .memcached_quorum
             .get_or_insert_with(|| (0..3).map(|_| Memcached::start()).collect());
@@ -174,6 +188,7 @@ impl Ctx {
 
     /// The PostgreSQL server shared by the sections (started on first use), and its port.
     pub fn postgres(&mut self) -> Result<(Store, u16), String> {
+        self.selected("postgres")?;
         let p = self.postgres.get_or_insert_with(|| {
             if !test_servers::pg_bin("initdb").exists() {
                 return Err("PostgreSQL is not installed (apt-get install postgresql)".into());
@@ -187,6 +202,7 @@ impl Ctx {
 
     /// The MariaDB server shared by the sections (started on first use), and its port.
     pub fn mysql(&mut self) -> Result<(Store, u16), String> {
+        self.selected("mysql")?;
         let m = self.mysql.get_or_insert_with(|| {
             let installed = Path::new("/usr/sbin/mariadbd").exists()
                 || crate::procs::which("mariadbd").is_some();
@@ -202,12 +218,14 @@ impl Ctx {
 
     /// The etcd endpoint (started on first use).
     pub fn etcd(&mut self) -> Result<String, String> {
+        self.selected("etcd")?;
         let e = self.etcd.get_or_insert_with(EtcdServer::start);
         e.as_ref().map(|s| s.endpoint.clone()).map_err(Clone::clone)
     }
 
     /// The ZooKeeper server (started on first use, by the tests' harness).
     pub fn zookeeper(&mut self) -> Result<Store, String> {
+        self.selected("zookeeper")?;
         let z = self.zookeeper.get_or_insert_with(|| {
             let jar = std::path::Path::new(test_servers::ZOOKEEPER_JAR);
             if crate::procs::which("java").is_none() || !jar.exists() {

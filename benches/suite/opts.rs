@@ -35,6 +35,11 @@ struct Args {
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = section)]
     only: Option<Vec<String>>,
 
+    /// Comma-separated stores to start and measure (redis, redis-cluster, memcached, redlock,
+    /// postgres, mysql, etcd, zookeeper); flock and the local store always run. Default: all.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = store)]
+    stores: Option<Vec<String>>,
+
     /// Exec overhead: runs per command (default 200; etcdctl gets N/4). Election takeover:
     /// rounds per store (at most 20 after a clean exit, 5 after a SIGKILL).
     #[arg(long, value_name = "N", value_parser = number)]
@@ -65,8 +70,8 @@ struct Args {
     out: Option<PathBuf>,
 
     /// Another dlock binary (an older build) measured beside this one, in the same rounds:
-    /// rows `dlock (baseline) …` on the local store and Redis in exec, contention, rss and
-    /// status, and their ratios (this / baseline). Hand-off and throughput go through the
+    /// rows `dlock (baseline) …` on the local store and Redis in exec, rss and status, on
+    /// every store in contention, and their ratios (this / baseline). Hand-off and throughput go through the
     /// library, not the binary, and are not compared.
     #[arg(long, value_name = "PATH")]
     baseline: Option<PathBuf>,
@@ -80,6 +85,8 @@ struct Args {
 pub struct Opts {
     pub quick: bool,
     pub only: Vec<String>,
+    /// `None`: every store.
+    pub stores: Option<Vec<String>>,
     pub runs: usize,
     pub cycles: usize,
     pub iters: usize,
@@ -101,6 +108,7 @@ impl Opts {
         Opts {
             quick,
             only: only.unwrap_or_else(|| SECTIONS.iter().map(|s| s.to_string()).collect()),
+            stores: a.stores,
             runs: a.runs.unwrap_or(if quick { 40 } else { 200 }),
             cycles: a.cycles.unwrap_or(if quick { 96 } else { 480 }),
             iters: a.iters.unwrap_or(if quick { 50 } else { 200 }),
@@ -116,11 +124,19 @@ impl Opts {
         self.only.iter().any(|s| s == section)
     }
 
+    /// True when `store` is to be started and measured (see `--stores`).
+    pub fn wants_store(&self, store: &str) -> bool {
+        self.stores
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|x| x == store))
+    }
+
     pub fn json(&self) -> Value {
         json!({
             "quick": self.quick, "only": self.only, "runs": self.runs, "cycles": self.cycles,
             "iters": self.iters, "secs": self.secs, "requests": self.requests,
             "locks": self.locks, "baseline": self.baseline,
+            "stores": self.stores,
         })
     }
 }
@@ -131,6 +147,28 @@ fn section(v: &str) -> Result<String, String> {
         Ok(v.to_string())
     } else {
         Err(format!("unknown section '{v}'"))
+    }
+}
+
+pub const STORES: [&str; 8] = [
+    "redis",
+    "redis-cluster",
+    "memcached",
+    "redlock",
+    "postgres",
+    "mysql",
+    "etcd",
+    "zookeeper",
+];
+
+fn store(v: &str) -> Result<String, String> {
+    let v = v.trim();
+    match STORES.contains(&v) {
+        true => Ok(v.to_string()),
+        false => Err(format!(
+            "unknown store '{v}' (one of {})",
+            STORES.join(", ")
+        )),
     }
 }
 

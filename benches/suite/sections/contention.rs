@@ -120,7 +120,6 @@ fn peers(ctx: &mut Ctx) -> Peers {
             c
         })),
     ));
-    let (base_local, base_redis) = (local.clone(), redis.clone());
     let mut stores: Vec<_> = [
         ("local", Ok(local)),
         ("redis", redis),
@@ -132,9 +131,14 @@ fn peers(ctx: &mut Ctx) -> Peers {
     ]
     .map(|(label, store)| ("dlock", ctx.dlock.clone(), label, store))
     .into();
+    // The baseline runs beside this binary on every store: a change in one store's
+    // statements shows only there.
     if let Some(base) = &ctx.o.baseline {
-        stores.push((BASELINE, base.clone(), "local", Ok(base_local)));
-        stores.push((BASELINE, base.clone(), "redis", base_redis));
+        let same: Vec<_> = stores
+            .iter()
+            .map(|(_, _, label, store)| (BASELINE, base.clone(), *label, store.clone()))
+            .collect();
+        stores.extend(same);
     }
     for (who, bin, label, store) in stores {
         let name = format!("{who} exec ({label})");
