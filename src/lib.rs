@@ -39,7 +39,8 @@
 //!   stands in a queue is [`backend::queueing`], below it);
 //!   [`backend::waiting::pace`] (the back-off and the ride-out) sits below both the seam
 //!   and the loop; the store folders come above them and the shared recipes
-//!   ([`backend::sharing`], [`backend::group`], [`backend::sql`], [`backend::quorum`]);
+//!   ([`backend::sharing`], [`backend::group`], [`backend::sql`], [`backend::quorum`],
+//!   [`backend::line`]);
 //!   [`backend::target`] (a URL's typed target, and opening it) above the stores;
 //!   [`backend::registry`] (the schemes, each reading its URLs into a target) above it;
 //!   and on top [`backend::spec`], which reads `--url` into a
@@ -66,9 +67,12 @@
 //!     and its status), `queue.rs` the waiter list `status` shows, `waiter.rs` how an
 //!     acquisition sleeps, `wait.rs` the bridge from blocking kernel locks to async code.
 //!   - `etcd/` and `zookeeper/`: a line of contenders ordered by creation, as
-//!     `etcdctl lock` and Curator write it: the pure part in `recipe.rs`/`layout.rs`,
-//!     the line's I/O in `line.rs` (ZooKeeper), who at the head holds in
-//!     `holders.rs`/`shared.rs`, TLS in `tls.rs` (neither has a `connect.rs`).
+//!     `etcdctl lock` and Curator write it. What both decide alike is
+//!     [`backend::line`]'s (an entry's metadata and its JSON, who at the head holds, what
+//!     a waiter watches, a line's status; each store's entry implements its
+//!     `Contender`); each store's own part is `recipe.rs`/`layout.rs` (its keys or node
+//!     names, its transactions), the line's I/O in `line.rs` (ZooKeeper), TLS in
+//!     `tls.rs` (neither has a `connect.rs`).
 //!     etcd's own gRPC client in `client.rs`, `streams.rs`, `failure.rs`, `proto.rs`
 //!     (its `connect.rs`), its `LockStore` in `seam.rs` (its `store.rs` is the value and
 //!     its acquisition pieces, `took.rs` the release of what it took), a waiter's wait

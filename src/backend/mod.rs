@@ -20,6 +20,8 @@ pub mod etcd;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "memcached"))]
 pub mod group;
 pub mod key_status;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub mod line;
 pub mod local;
 #[cfg(feature = "memcached")]
 pub mod memcached;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::proto::{RangeRequest, Request, ResponseHeader, TxnResponse};
 use super::recipe;
 use super::store::{whole_seconds, EtcdStore};
+use crate::backend::line::Contender;
 use crate::backend::now_ms;
 use crate::error::{Error, Result};
 

@@ -6,9 +6,9 @@
 //!   next member while they fail for a while (a leader change, a dead member).
 //! * [`failure`]: how a call failed, by its gRPC status: retried, or reported.
 //! * [`streams`]: the keep-alive and watch streams, opened again when they break.
-//! * [`recipe`]: the lock keys, their values and the transactions, as pure functions.
-//! * [`holders`]: who of a lock's contenders holds when some share it (`--shared`,
-//!   `--limit N`), and their transactions, as pure functions.
+//! * [`recipe`]: the lock keys, their values and the transactions (a shared or semaphore
+//!   contender's too), as pure functions; who of the line holds, what a key's value says
+//!   and a line's status are [`crate::backend::line`]'s, shared with ZooKeeper.
 //! * [`shared`]: the attempt and the wait of a shared or semaphore contender.
 //! * [`proclaim`]: an election's keys: the bare proclamation, dlock's record beside it.
 //! * [`runs`]: the last run and last success of each lock name.
@@ -25,7 +25,6 @@
 pub mod client;
 pub mod deletion;
 pub mod failure;
-pub mod holders;
 pub mod linger;
 pub mod proclaim;
 pub mod proto;

@@ -10,7 +10,8 @@
 //! itself, and nothing else is written.
 
 use super::proto::*;
-use super::recipe::{Entry, Meta};
+use super::recipe::Entry;
+use crate::backend::line::Meta;
 
 /// What every sibling key of election `name` starts with.
 pub fn meta_dir(prefix: &str, name: &str) -> Vec<u8> {

@@ -5,35 +5,10 @@
 //! each attached to its contender's lease. The holder is the key with the lowest create
 //! revision; the others wait in create-revision order.
 
-use serde::{Deserialize, Serialize};
-
 use super::client::prefix_end;
 use super::proto::*;
-use crate::backend::{Holder, LockInfo, Sharing, WaiterInfo};
-
-/// What dlock stores in its lock keys (`etcdctl lock` stores nothing).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Meta {
-    pub owner: String,
-    pub depth: u32,
-    /// The fencing token once the key was rewritten after it was acquired (re-entered);
-    /// until then it is the key's mod revision: its creation when it took a free lock, the
-    /// write that marked its turn when it waited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
-    /// How this contender holds beside others; absent (an older dlock's key, or none at
-    /// all: `etcdctl lock`'s) it is an exclusive writer.
-    #[serde(default, skip_serializing_if = "Sharing::is_exclusive")]
-    pub sharing: Sharing,
-    #[serde(flatten)]
-    pub holder: Holder,
-}
-
-impl Meta {
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-}
+use crate::backend::line::{Contender, Meta};
+use crate::backend::{Holder, Sharing};
 
 /// One contender's key, read back.
 #[derive(Debug, Clone)]
@@ -50,47 +25,45 @@ impl Entry {
         let meta = serde_json::from_slice::<Meta>(&kv.value).unwrap_or_else(|_| Meta {
             owner: format!("{:x}", kv.lease),
             depth: 1,
-            token: None,
-            sharing: Sharing::Exclusive,
             holder: Holder {
                 command: "(etcdctl lock)".into(),
                 value: (!kv.value.is_empty())
                     .then(|| String::from_utf8_lossy(&kv.value).into_owned()),
                 ..Holder::default()
             },
+            ..Meta::default()
         });
         Entry { kv, meta }
     }
+}
 
-    pub fn token(&self) -> u64 {
-        self.meta
-            .token
-            .unwrap_or(self.kv.mod_revision.max(0) as u64)
+impl Contender for Entry {
+    type Own = ();
+
+    fn meta(&self) -> &Meta {
+        &self.meta
     }
 
-    /// True when `owner` names this entry: its owner id, or its lease in hex.
-    pub fn owned_by(&self, owner: &str) -> bool {
-        self.meta.owner == owner || format!("{:x}", self.kv.lease) == owner
+    /// The key's mod revision: its creation when it took a free lock, the write that
+    /// marked its turn when it waited.
+    fn written(&self) -> u64 {
+        self.kv.mod_revision.max(0) as u64
     }
 
-    pub fn info(&self, name: &str, ttl_left_ms: Option<u64>) -> LockInfo {
-        LockInfo {
-            key: name.to_string(),
-            owner: self.meta.owner.clone(),
-            fencing_token: self.token(),
-            holder: self.meta.holder.clone(),
-            ttl_left_ms,
-            depth: self.meta.depth.max(1),
-        }
+    /// Its lease in hex, as `etcdctl lease` names it.
+    fn named(&self, owner: &str) -> bool {
+        format!("{:x}", self.kv.lease) == owner
     }
 
-    pub fn waiter(&self) -> WaiterInfo {
-        WaiterInfo {
-            id: self.meta.owner.clone(),
-            holder: self.meta.holder.clone(),
-            sharing: self.meta.sharing,
-            priority: 0,
-        }
+    /// As its value says: etcd keeps it nowhere else.
+    fn sharing(&self) -> Sharing {
+        self.meta.sharing
+    }
+
+    /// A lease's time left is the server's to say: `status` asks it (one round trip per
+    /// holder), the rest do without.
+    fn ttl_left_ms(&self) -> Option<u64> {
+        None
     }
 }
 
@@ -221,6 +194,27 @@ pub fn run_lease(resp: &TxnResponse) -> i64 {
         .rposition(|r| matches!(r.response, Some(Response::Range(_))));
     last.and_then(|i| range_kvs(resp, i).first())
         .map_or(0, |kv| kv.lease)
+}
+
+/// A shared or semaphore contender's attempt, in one round trip: creates our key on `lease`
+/// if absent, then reads every contender (oldest first) and the lease of the run records.
+/// Answers: [put, contenders, runs] when created, else [contenders, runs].
+pub fn enter_shared(dir: &[u8], key: &[u8], value: Vec<u8>, lease: i64, runs: &[u8]) -> TxnRequest {
+    let (absent, put) = create_if_absent(key, value, lease);
+    let all = || op(Request::Range(contenders(dir, 0)));
+    TxnRequest {
+        compare: vec![absent],
+        success: vec![op(Request::Put(put)), all(), run_lease_range(runs)],
+        failure: vec![all(), run_lease_range(runs)],
+    }
+}
+
+/// Marks the admission of a shared or semaphore contender that waited: rewrites its key
+/// (created at `created`) with `value` if it is still there, so that the key's mod
+/// revision, the revision of this very write, is its own fencing token, later than any
+/// token handed out before, even to a contender admitted by the same release.
+pub fn stamp(key: &[u8], created: i64, value: Vec<u8>) -> TxnRequest {
+    put_if(created_at(key, created), value)
 }
 
 /// Where a queued waiter stands, read with no write: the answers of an [`enter`] that
@@ -464,6 +458,6 @@ mod tests {
         assert_eq!(e.meta.owner, "1f");
         assert!(e.owned_by("1f"));
         assert_eq!(e.token(), 7);
-        assert_eq!(e.info("job", None).depth, 1);
+        assert_eq!(e.info("job").depth, 1);
     }
 }

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::recipe;
 use super::store::{whole_seconds, EtcdStore, EtcdWaiter};
+use crate::backend::line::Contender;
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord, Sharing,
@@ -39,7 +40,7 @@ impl LockStore for EtcdStore {
         self.name.clone()
     }
 
-    /// Every mode: each contender says in its key how it holds (see [`super::holders`]).
+    /// Every mode: each contender says in its key how it holds (see [`crate::backend::line`]).
     fn supports(&self, _sharing: Sharing) -> bool {
         true
     }

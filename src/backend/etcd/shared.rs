@@ -1,19 +1,19 @@
 //! Shared locks (`--shared`) and semaphores (`--limit N`) on etcd: the attempt and the wait
-//! of a contender that may hold beside others (see [`super::holders`] for who holds).
+//! of a contender that may hold beside others (see [`crate::backend::line`] for who holds).
 //!
 //! An attempt is one transaction that creates our key if absent and reads every contender.
 //! Admitted by the read of the transaction that created our key, its create revision is our
-//! token; admitted later, one more write stamps our key ([`holders::stamp`]) and its
+//! token; admitted later, one more write stamps our key ([`recipe::stamp`]) and its
 //! revision is our token, so two contenders let in by one release never share one. A
 //! waiter watches every deletion under the lock's name: any holder ahead may let it in.
 
 use std::time::{Duration, Instant};
 
 use super::client;
-use super::holders;
 use super::proto::*;
-use super::recipe::{self, Entry, Meta};
+use super::recipe::{self, Entry};
 use super::store::{EtcdStore, EtcdWaiter};
+use crate::backend::line::{self, Contender, Meta};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, Released};
@@ -32,7 +32,7 @@ impl EtcdStore {
         let key = recipe::contender_key(&dir, id);
         let runs = super::runs::last_key(&self.prefix, &req.key);
         let meta = self.meta_of(req);
-        let txn = holders::enter_shared(&dir, &key, meta.encode(), id, &runs);
+        let txn = recipe::enter_shared(&dir, &key, meta.encode(), id, &runs);
         let resp = self.granted_txn(req, w, id, txn).await?;
         w.runs = recipe::run_lease(&resp);
         w.seen = resp.header.as_ref().map_or(0, |h| h.revision);
@@ -48,7 +48,7 @@ impl EtcdStore {
         };
         let created = entries[i].kv.create_revision;
         w.queued_at = Some(created);
-        let n = holders::holders(&entries).len();
+        let n = line::holders(&entries).len();
         if i < n {
             return self.admitted(req, w, &entries[i], resp.succeeded).await;
         }
@@ -58,7 +58,7 @@ impl EtcdStore {
             return Err(req.sharing.conflict(&req.key, &self.name, h));
         }
         Ok(Attempt::Busy(Busy {
-            holder: Some(entries[0].info(&req.key, None)),
+            holder: Some(entries[0].info(&req.key)),
             position: Some((i - n + 1) as u64),
             waiters: Some((entries.len() - n) as u64),
             ..Busy::default()
@@ -74,7 +74,7 @@ impl EtcdStore {
         key: &str,
         owner: &str,
     ) -> Result<&'a Entry> {
-        let holders = holders::holders(entries);
+        let holders = line::holders(entries);
         match holders.iter().find(|h| h.owned_by(owner)) {
             Some(h) => Ok(h),
             None if holders.is_empty() => Err(Error::lease_gone(what, key, &self.name)),
@@ -84,7 +84,7 @@ impl EtcdStore {
 
     /// `unlock --force`: ends the lease of every holder among `entries`.
     pub(super) async fn free_all(&self, entries: &[Entry]) -> Result<Released> {
-        let holders = holders::holders(entries);
+        let holders = line::holders(entries);
         for h in holders {
             self.client.revoke(h.kv.lease).await?;
         }
@@ -99,9 +99,9 @@ impl EtcdStore {
         let mut meta = Meta {
             owner: req.owner.clone(),
             depth: 1,
-            token: None,
             sharing: req.sharing,
             holder: req.holder.clone(),
+            ..Meta::default()
         };
         meta.holder.acquired_at_ms = now_ms();
         meta
@@ -128,7 +128,7 @@ impl EtcdStore {
             let meta = self.meta_of(req);
             let done = self
                 .client
-                .txn(holders::stamp(&ours.kv.key, created, meta.encode()))
+                .txn(recipe::stamp(&ours.kv.key, created, meta.encode()))
                 .await?;
             if !done.succeeded {
                 // Our key is gone (unlocked by force, or its lease expired): queue again.

@@ -1,12 +1,14 @@
 //! `dlock status` on etcd: each lock's holders (with what is left of their leases) and its
 //! waiters, in queue order; with no key named, every lock under the prefix.
 
+use std::collections::HashMap;
+
 use super::client::prefix_end;
-use super::holders;
 use super::proto::RangeRequest;
 use super::recipe::{self, Entry};
 use super::store::EtcdStore;
-use crate::backend::{KeyStatus, Sharing};
+use crate::backend::line;
+use crate::backend::KeyStatus;
 use crate::error::Result;
 
 impl EtcdStore {
@@ -33,21 +35,20 @@ impl EtcdStore {
     /// The status of lock `name`; `None` when it is free and `held_only`.
     async fn key_status_of(&self, name: &str, held_only: bool) -> Result<Option<KeyStatus>> {
         let (entries, _) = self.entries(name).await?;
-        let held = holders::holders(&entries);
+        let held = line::holders(&entries);
         if held_only && held.is_empty() {
             return Ok(None);
         }
-        let mut infos = Vec::with_capacity(held.len());
+        // What is left of each holder's lease, by lease id (each contender has its own).
+        let mut left = HashMap::with_capacity(held.len());
         for h in held {
             let ttl = self.client.time_to_live(h.kv.lease).await?;
-            let left = (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000);
-            infos.push(h.info(name, left));
+            left.insert(h.kv.lease, (ttl.ttl > 0).then(|| ttl.ttl as u64 * 1000));
         }
-        let sharing = held.first().map_or(Sharing::Exclusive, |h| h.meta.sharing);
-        let waiters = entries[held.len()..].iter().map(Entry::waiter).collect();
-        Ok(Some(
-            KeyStatus::group(name, sharing, infos).with_waiters(waiters),
-        ))
+        let status = line::status(name, &entries, |h: &Entry| {
+            left.get(&h.kv.lease).copied().flatten()
+        });
+        Ok(Some(status))
     }
 
     /// The names of every lock under the prefix, told from other keys by their shape.

@@ -24,12 +24,12 @@ use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
 use super::client::{self, Client};
-use super::holders;
 use super::proclaim;
 use super::proto::*;
-use super::recipe::{self, Entry, Meta};
+use super::recipe::{self, Entry};
 use super::streams::KeepAlive;
 use super::url::Target;
+use crate::backend::line::{self, Contender, Meta};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Acquired, Lease, RunRecord, Sharing};
 use crate::error::{Error, Result};
@@ -155,7 +155,7 @@ impl EtcdStore {
         }
         let sent = Instant::now();
         let (entries, _) = self.entries(&req.key).await?;
-        let held = holders::holders(&entries).iter();
+        let held = line::holders(&entries).iter();
         let Some(holder) = held
             .clone()
             .find(|h| req.reenter.iter().any(|o| h.owned_by(o)))
@@ -325,7 +325,7 @@ impl EtcdStore {
         let holder = line.first().map(|&kv| Entry::read(kv.clone()));
         let (position, waiters) = recipe::queue_place(&line, ours);
         Busy {
-            holder: holder.map(|h| h.info(&req.key, None)),
+            holder: holder.map(|h| h.info(&req.key)),
             position,
             waiters,
             ..Busy::default()

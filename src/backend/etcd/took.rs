@@ -11,8 +11,9 @@ use tokio::task::JoinHandle;
 
 use super::client::Client;
 use super::proto::KeyValue;
-use super::recipe::{self, Meta};
+use super::recipe;
 use super::store::{EtcdStore, Took};
+use crate::backend::line::Meta;
 use crate::backend::{now_ms, AcquireRequest, RunRecord};
 use crate::error::Result;
 

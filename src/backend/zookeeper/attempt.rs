@@ -1,15 +1,16 @@
 //! One attempt on a lock's line: join it, see whether our node holds (alone, or beside
-//! others as `--shared` or `--limit N` allow: see [`shared`]), and if not, what to watch.
+//! others as `--shared` or `--limit N` allow: see [`crate::backend::line`]), and if not,
+//! what to watch.
 
 use std::time::{Duration, Instant};
 
 use zookeeper_client::Error as ZkError;
 
-use super::layout::Meta;
+use super::layout;
 use super::line::{self, Line};
 use super::session;
-use super::shared::{self, Blocker};
 use super::store::{Watch, ZkStore, ZkWaiter};
+use crate::backend::line::{blocker, holding, verdict, Blocker, Contender};
 use crate::backend::sharing::Admission;
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{AcquireRequest, Acquired};
@@ -28,7 +29,7 @@ impl ZkStore {
             Some(s) => session::lease_ttl(s.session_timeout()),
             None => req.ttl,
         };
-        let meta = Meta::fresh(req);
+        let meta = layout::fresh_meta(req);
         let sent = Instant::now();
         let stat = match client.set_data(node, &meta.encode(), None).await {
             Ok(stat) => stat,
@@ -99,11 +100,11 @@ impl ZkStore {
             // without a node of ours.
             let (_, line) = self.line(&req.key, true).await?;
             let ahead = line.sharings();
-            match shared::verdict(req.sharing, &ahead) {
+            match verdict(req.sharing, &ahead) {
                 Admission::Admit => {}
                 Admission::Conflict(held) => return Err(self.refuse(req, w, held).await),
                 Admission::Wait => {
-                    let queued = ahead.len() - shared::holders(&ahead);
+                    let queued = ahead.len() - holding(&ahead);
                     return Ok(Some(Attempt::Busy(busy_behind(req, &line, None, queued))));
                 }
             }
@@ -122,12 +123,12 @@ impl ZkStore {
             return Ok(None);
         };
         let ahead = line.sharings();
-        match shared::verdict(req.sharing, &ahead) {
+        match verdict(req.sharing, &ahead) {
             Admission::Admit => return self.admitted(req, w, &node, &line).await.map(Some),
             Admission::Conflict(held) => return Err(self.refuse(req, w, held).await),
             Admission::Wait => {}
         }
-        w.blocker = Some(match shared::blocker(req.sharing, &ahead) {
+        w.blocker = Some(match blocker(req.sharing, &ahead) {
             Blocker::Node(i) => Watch::Node(format!("{path}/{}", line.entries[i].name)),
             Blocker::Line => Watch::Line {
                 path,
@@ -135,7 +136,7 @@ impl ZkStore {
             },
         });
         // Our place counts the waiters ahead of us, not the holders.
-        let queued = ahead.len() - shared::holders(&ahead);
+        let queued = ahead.len() - holding(&ahead);
         let waiters = queued + usize::from(enqueue) + behind;
         let position = enqueue.then_some(queued as u64 + 1);
         let busy = busy_behind(req, &line, position, waiters);

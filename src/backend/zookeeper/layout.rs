@@ -14,7 +14,8 @@
 use serde::{Deserialize, Serialize};
 use zookeeper_client::Stat;
 
-use crate::backend::{now_ms, AcquireRequest, Holder, LockInfo, Sharing, WaiterInfo};
+use crate::backend::line::{self, Contender};
+use crate::backend::{now_ms, AcquireRequest, Holder, Sharing};
 
 /// What an exclusive contender's name holds between its uuid and its sequence.
 pub const LOCK_NAME: &str = "-lock-";
@@ -153,41 +154,33 @@ pub fn contenders(mut children: Vec<String>) -> Vec<String> {
     children
 }
 
-/// What dlock stores in its contender nodes.
+/// What dlock stores in its contender nodes: the line's [`line::Meta`], with ZooKeeper's
+/// own [`Detached`] (how a node holds is its name's to say, not its JSON's).
+pub type Meta = line::Meta<Detached>;
+
+/// What a ZooKeeper contender's JSON keeps that no other store's does.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Meta {
-    pub owner: String,
-    pub depth: u32,
-    /// The fencing token once known: until the node is rewritten after acquisition
-    /// (renewed, re-entered) it is the node's mzxid, the zxid of the write that stamped it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<u64>,
+pub struct Detached {
     /// A detached lease (a persistent TTL node): when it ends, ms since the Unix epoch.
     /// dlock honours it itself: the server reaps TTL nodes only now and then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
-    #[serde(flatten)]
-    pub holder: Holder,
 }
 
-impl Meta {
-    /// The data of `req`'s node from now: depth 1, no token yet, and a detached lease's
-    /// expiry.
-    pub fn fresh(req: &AcquireRequest) -> Meta {
-        Meta {
-            owner: req.owner.clone(),
-            depth: 1,
-            token: None,
+/// The data of `req`'s node from now: depth 1, no token yet, and a detached lease's
+/// expiry.
+pub fn fresh_meta(req: &AcquireRequest) -> Meta {
+    Meta {
+        owner: req.owner.clone(),
+        depth: 1,
+        own: Detached {
             expires_at_ms: req.detached.then(|| now_ms() + req.ttl.as_millis() as u64),
-            holder: Holder {
-                acquired_at_ms: now_ms(),
-                ..req.holder.clone()
-            },
-        }
-    }
-
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        },
+        holder: Holder {
+            acquired_at_ms: now_ms(),
+            ..req.holder.clone()
+        },
+        ..Meta::default()
     }
 }
 
@@ -258,45 +251,40 @@ impl Entry {
         entry
     }
 
-    pub fn token(&self) -> u64 {
-        self.meta.token.unwrap_or(self.mzxid.max(0) as u64)
-    }
-
-    /// True when `owner` names this entry: its owner id, or its node name.
-    pub fn owned_by(&self, owner: &str) -> bool {
-        self.meta.owner == owner || self.name == owner
-    }
-
     /// True for a detached lease whose time is up: it is free, whatever the server says.
     pub fn expired(&self) -> bool {
-        self.meta.expires_at_ms.is_some_and(|at| now_ms() >= at)
+        self.meta.own.expires_at_ms.is_some_and(|at| now_ms() >= at)
+    }
+}
+
+impl Contender for Entry {
+    type Own = Detached;
+
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    /// The node's mzxid: the zxid of the write that stamped it.
+    fn written(&self) -> u64 {
+        self.mzxid.max(0) as u64
+    }
+
+    /// Its node name, as a Curator holder is known.
+    fn named(&self, owner: &str) -> bool {
+        self.name == owner
+    }
+
+    /// As its name says.
+    fn sharing(&self) -> Sharing {
+        self.sharing
     }
 
     /// Time left on a detached lease; `None` for a session's node.
-    pub fn ttl_left_ms(&self) -> Option<u64> {
+    fn ttl_left_ms(&self) -> Option<u64> {
         self.meta
+            .own
             .expires_at_ms
             .map(|at| at.saturating_sub(now_ms()))
-    }
-
-    pub fn info(&self, key: &str) -> LockInfo {
-        LockInfo {
-            key: key.to_string(),
-            owner: self.meta.owner.clone(),
-            fencing_token: self.token(),
-            holder: self.meta.holder.clone(),
-            ttl_left_ms: self.ttl_left_ms(),
-            depth: self.meta.depth.max(1),
-        }
-    }
-
-    pub fn waiter(&self) -> WaiterInfo {
-        WaiterInfo {
-            id: self.meta.owner.clone(),
-            holder: self.meta.holder.clone(),
-            sharing: self.sharing,
-            priority: 0,
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 use zookeeper_client::{Client, CreateOptions, Error as ZkError, Stat};
 
 use super::layout::{self, Entry};
-use super::shared;
+use crate::backend::line;
 use crate::backend::Sharing;
 
 /// What a lock's line looks like now.
@@ -29,12 +29,12 @@ impl Line {
 
     /// How each contender holds the key, in line order.
     pub fn sharings(&self) -> Vec<Sharing> {
-        self.entries.iter().map(|e| e.sharing).collect()
+        line::sharings(&self.entries)
     }
 
-    /// The contenders that hold the key (see [`shared::holders`]), the first first.
+    /// The contenders that hold the key (see [`line::holding`]), the first first.
     pub fn holding(&self) -> &[Entry] {
-        &self.entries[..shared::holders(&self.sharings())]
+        line::holders(&self.entries)
     }
 }
 

@@ -7,7 +7,7 @@
 //! TTL node (servers started with `zookeeper.extendedTypesEnabled=true`) whose expiry dlock
 //! writes into the node and honours itself, since the server reaps TTL nodes only now and
 //! then. An exclusive waiter watches only the contender just before it; shared and
-//! semaphore contenders hold together as [`super::shared`] says. The fencing token is the
+//! semaphore contenders hold together as [`crate::backend::line`] says. The fencing token is the
 //! zxid of the write that stamps a holder's node once it is admitted: later than every
 //! earlier holder's release, distinct for holders admitted together, and zxids grow
 //! across leader changes.
@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
-use super::layout::{self, Entry, Meta};
+use super::layout::{self, Entry};
 use super::line::{self, Line};
 use super::session::{self, acls, unavailable};
 use super::url::Target;
+use crate::backend::line::{status as line_status, Contender};
 use crate::backend::store::{Attempt, Busy, LockStore, Woken};
 use crate::backend::{
     now_ms, AcquireRequest, Acquired, KeyStatus, LastRuns, Lease, ReleaseMode, Released, RunRecord,
@@ -186,7 +187,7 @@ impl ZkStore {
         if self.found_lost_create(&client, req, w, path).await? {
             return Ok(());
         }
-        let meta = Meta::fresh(req);
+        let meta = layout::fresh_meta(req);
         let uuid = w.lost_create.take().unwrap_or_else(layout::protection_id);
         let prefix = layout::node_prefix(path, &uuid, req.sharing);
         let acl = acls(&self.target);
@@ -276,7 +277,7 @@ impl ZkStore {
             Err(e) => return Err(self.fail(&req.key, e)),
         };
         let mut meta = Entry::read("", &data, &stat).meta;
-        meta.expires_at_ms = Some(now_ms() + req.ttl.as_millis() as u64);
+        meta.own.expires_at_ms = Some(now_ms() + req.ttl.as_millis() as u64);
         let _ = client
             .set_data(node, &meta.encode(), Some(stat.version))
             .await;
@@ -361,7 +362,7 @@ impl LockStore for ZkStore {
         self.target.name.clone()
     }
 
-    /// Every mode: a contender's name says how it holds the key (see [`super::shared`]).
+    /// Every mode: a contender's name says how it holds the key (see [`crate::backend::line`]).
     fn supports(&self, _sharing: Sharing) -> bool {
         true
     }
@@ -450,7 +451,7 @@ impl LockStore for ZkStore {
         let (path, line) = self.line(key, true).await?;
         let h = self.holder_for("renew", key, owner, &line)?;
         let node = format!("{path}/{}", h.name);
-        if h.meta.expires_at_ms.is_none() {
+        if h.meta.own.expires_at_ms.is_none() {
             // Another process's session (a nested exec re-entered it): that process keeps
             // it alive; all this one can tell is that it still holds.
             let sent = Instant::now();
@@ -458,7 +459,7 @@ impl LockStore for ZkStore {
         }
         let mut meta = h.meta.clone();
         meta.token = Some(h.token());
-        meta.expires_at_ms = Some(now_ms() + ttl.as_millis() as u64);
+        meta.own.expires_at_ms = Some(now_ms() + ttl.as_millis() as u64);
         let sent = Instant::now();
         let client = self.client(key).await?;
         match client
@@ -515,16 +516,10 @@ impl LockStore for ZkStore {
         let mut all = Vec::new();
         for key in names {
             let (_, line) = self.line(&key, false).await?;
-            let holding = line.holding();
-            let lock = holding.first().map(|h| h.info(&key));
-            if keys.is_empty() && lock.is_none() {
+            if keys.is_empty() && line.holding().is_empty() {
                 continue;
             }
-            let sharing = holding.first().map_or(Sharing::Exclusive, |h| h.sharing);
-            let holders = holding.iter().map(|h| h.info(&key)).collect();
-            let waiters = line.entries[holding.len()..].iter();
-            let waiters = waiters.map(Entry::waiter).collect();
-            all.push(KeyStatus::group(key, sharing, holders).with_waiters(waiters));
+            all.push(line_status(&key, &line.entries, Entry::ttl_left_ms));
         }
         Ok(all)
     }
