@@ -12,14 +12,8 @@ use crate::support::{
 };
 
 /// `dlock exec job -u URL` printing its fencing token; it must succeed.
-fn exec_token(url: &str) -> String {
-    let out = support::dlock()
-        .args(["exec", "job", "-u", url, "--", "sh", "-c"])
-        .arg("echo $DLOCK_FENCING_TOKEN")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    text(&out.stdout)
+fn exec_token(url: &str) -> u64 {
+    support::token_of(support::dlock().args(["exec", "job", "-u", url]))
 }
 
 /// Kills every connection of the test account but the one asking; returns how many it
@@ -226,16 +220,11 @@ fn an_account_without_ddl_works_on_tables_made_ahead_of_time() {
         "mysql://worker:worker-pw@127.0.0.1:{}/dlock?table=jobs",
         my.port
     );
-    assert_eq!(exec_token(&url), "1");
+    assert_eq!(exec_token(&url), 1);
     assert_eq!(my.sql("SELECT token FROM jobs WHERE lock_key = 'job'"), "1");
     // Shared holders need nothing more: they live in the same row.
-    let shared = support::dlock()
-        .args(["exec", "job", "--shared", "-u", &url, "--", "sh", "-c"])
-        .arg("echo $DLOCK_FENCING_TOKEN")
-        .output()
-        .unwrap();
-    assert!(shared.status.success(), "{shared:?}");
-    assert_eq!(text(&shared.stdout), "2");
+    let shared = support::token_of(support::dlock().args(["exec", "job", "--shared", "-u", &url]));
+    assert_eq!(shared, 2);
     // The same account may not create tables of its own.
     let other = url.replace("table=jobs", "table=other");
     let out = support::dlock()
@@ -297,7 +286,7 @@ fn tables_from_before_priorities_are_upgraded() {
 fn tables_are_created_on_first_use() {
     let mut store = Store::mysql();
     let url = format!("{}?table=fresh", store.my().url());
-    assert_eq!(exec_token(&url), "1");
+    assert_eq!(exec_token(&url), 1);
     let tables = store.my().sql("SHOW TABLES LIKE 'fresh%'");
     assert_eq!(
         tables.lines().collect::<Vec<_>>(),
