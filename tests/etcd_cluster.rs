@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::loops::{self, check_marks, ended, exit_codes, quoted, Unended};
-use crate::support::{dlock, read_when_ready, wait_exit, wait_for, EtcdCluster, EtcdServer};
+use crate::support::{self, dlock, read_when_ready, wait_exit, wait_for, EtcdCluster, EtcdServer};
 
 /// The index of the member that leads, as the members report it.
 fn leader(cluster: &EtcdCluster) -> usize {
@@ -110,16 +110,7 @@ fn a_member_killed_while_a_lock_is_held(
     let status = wait_exit(&mut holder, Duration::from_secs(20)).expect("exits");
     assert!(status.success(), "{status:?}");
     // The next holder's token is larger.
-    let next = dlock()
-        .env("DLOCK_URL", &url)
-        .args(["exec", "job", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
-        .output()
-        .unwrap();
-    assert!(next.status.success(), "{next:?}");
-    let next: u64 = String::from_utf8_lossy(&next.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let next = support::token_of(dlock().env("DLOCK_URL", &url).args(["exec", "job"]));
     assert!(next > token, "{token} then {next}");
 }
 
@@ -249,15 +240,7 @@ fn a_restart_shorter_than_the_ttl_keeps_the_lock() {
     std::fs::write(&go, "").unwrap();
     let status = wait_exit(&mut holder, Duration::from_secs(20)).expect("exits");
     assert!(status.success(), "{status:?}");
-    let next = dlock()
-        .env("DLOCK_URL", server.url())
-        .args(["exec", "job", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
-        .output()
-        .unwrap();
-    let next: u64 = String::from_utf8_lossy(&next.stdout)
-        .trim()
-        .parse()
-        .unwrap();
+    let next = support::token_of(dlock().env("DLOCK_URL", server.url()).args(["exec", "job"]));
     assert!(next > token, "{token} then {next}");
 }
 

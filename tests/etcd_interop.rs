@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::{dlock, read_when_ready, wait_exit, wait_for, EtcdServer};
+use crate::support::{self, dlock, read_when_ready, wait_exit, wait_for, EtcdServer};
 
 /// A shell script that records its start, waits for `go`, records its end.
 fn critical_section(dir: &Path, who: &str, token: &str) -> String {
@@ -451,15 +451,7 @@ fn etcds_with_a_private_ca_and_a_client_certificate() {
         ("DLOCK_TLS_CERT", &pki.client_cert),
         ("DLOCK_TLS_KEY", &pki.client_key),
     ];
-    let out = with(&all)
-        .args(["exec", "job", "--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse::<u64>()
-        .is_ok());
+    support::token_of(with(&all).args(["exec", "job"]));
     let held = with(&all)
         .args(["lock", "held", "--ttl", "1m"])
         .output()

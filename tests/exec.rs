@@ -56,14 +56,7 @@ fn runs_the_command_with_the_lease_in_its_environment(store: Store) {
     assert_eq!(fields[0], "env-key");
     let first: u64 = fields[1].parse().unwrap();
     assert_eq!(fields[2].len(), 16, "owner id: {}", fields[2]);
-    let again = sh(&store, "env-key", "echo $DLOCK_FENCING_TOKEN")
-        .output()
-        .unwrap();
-    let second: u64 = String::from_utf8(again.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let second = support::token_of(store.dlock().args(["exec", "env-key"]));
     assert!(
         second > first,
         "tokens must increase: {first} then {second}"

@@ -16,17 +16,7 @@ fn servers(store: &mut Store) -> &mut Vec<MemcachedServer> {
 
 /// `dlock exec KEY` printing its fencing token: the token, or the exit code and stderr.
 fn exec_token(store: &Store, key: &str) -> Result<u64, (Option<i32>, String)> {
-    let out = store
-        .dlock()
-        .args(["exec", "--ttl", "5s", key, "--", "sh", "-c"])
-        .arg("echo $DLOCK_FENCING_TOKEN")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    match (out.status.code(), stdout.trim().parse()) {
-        (Some(0), Ok(token)) => Ok(token),
-        (code, _) => Err((code, String::from_utf8_lossy(&out.stderr).to_string())),
-    }
+    support::try_token_of(store.dlock().args(["exec", "--ttl", "5s", key]))
 }
 
 /// What one server holds for lock `key`: the item's value, if any.

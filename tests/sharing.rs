@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::{dlock_bin, read_when_ready, send_signal, text, wait_exit, wait_for, Store};
+use crate::support::{
+    dlock_bin, read_when_ready, send_signal, text, wait_exit, wait_for, Store, ECHO_TOKEN,
+};
 
 on_every_backend!(
     a_semaphore_admits_n_and_queues_the_next,
@@ -136,12 +138,11 @@ fn a_semaphore_admits_n_and_queues_the_next(store: Store) {
     );
     assert!(text_status.contains("sem (2 of 2)"), "{text_status}");
     // A third waits in line, and runs once the holders leave, with a newer token.
-    let third = ["exec", "--limit", "2", "sem", "--timeout", "30s", "--"];
-    let echo = ["sh", "-c", "echo $DLOCK_FENCING_TOKEN"];
+    let third = ["exec", "--limit", "2", "sem", "--timeout", "30s"];
     let third = waiting(
         &store,
         "sem",
-        &[&third[..], &echo].concat(),
+        &[&third[..], &ECHO_TOKEN].concat(),
         dir.path(),
         "c",
     );

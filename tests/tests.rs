@@ -56,7 +56,8 @@
 //! - `postgres`: connections cut, the server killed, restarted and frozen, passwords, a
 //!   role without DDL.
 //! - `mysql` (on MariaDB): connections killed, the server killed, restarted and frozen,
-//!   passwords, an account without DDL, tables made on first use, TLS.
+//!   passwords, an account without DDL, tables made on first use, TLS; `mysql_waiters`
+//!   (the queue, contending loops, semaphore holders, `dlock wait`).
 //! - `sql_faults` (PostgreSQL and MariaDB): waiters behind a client frozen in a
 //!   transaction, whose sessions are killed, or whose server pauses; errors naming the key.
 //! - `applock_redlock`: `?layout=plain` on every Redlock server, with node `redlock`;
@@ -143,6 +144,8 @@ mod memcached;
 mod memcached_quorum;
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(feature = "mysql")]
+mod mysql_waiters;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]

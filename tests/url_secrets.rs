@@ -1,6 +1,7 @@
 //! No password, nor a piece of one, in what `dlock` prints about a URL it cannot use,
 //! whatever the password holds, on every scheme: the real binary, a bad URL (exit 2) or
-//! a port nobody listens on (exit 69).
+//! a port nobody listens on (exit 69); nor in its log lines (`-vv`, text and JSON), its
+//! status or a child's environment when the URL works.
 
 use std::net::TcpListener;
 use std::process::Output;
@@ -56,7 +57,8 @@ fn pieces(password: &str) -> Vec<String> {
     out
 }
 
-fn status(url: &str) -> Output {
+/// `dlock -u URL ARGS…` with no password from the environment.
+fn run(url: &str, args: &[&str]) -> Output {
     let mut c = dlock();
     for var in [
         "PGPASSWORD",
@@ -66,11 +68,15 @@ fn status(url: &str) -> Output {
     ] {
         c.env_remove(var);
     }
-    c.args(["-u", url, "status"]).output().unwrap()
+    c.args(["-u", url]).args(args).output().unwrap()
 }
 
-fn check(url: &str, password: &str, codes: &[i32]) {
-    let out = status(url);
+fn status(url: &str) -> Output {
+    run(url, &["status"])
+}
+
+/// All that `out` printed, stdout then stderr; it must show no piece of `password`.
+fn shown(url: &str, password: &str, out: &Output) -> String {
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -79,6 +85,12 @@ fn check(url: &str, password: &str, codes: &[i32]) {
     for piece in pieces(password) {
         assert!(!all.contains(&piece), "{url}: shows {piece:?}: {all}");
     }
+    all
+}
+
+fn check(url: &str, password: &str, codes: &[i32]) {
+    let out = status(url);
+    let all = shown(url, password, &out);
     let code = out.status.code().unwrap_or(-1);
     assert!(codes.contains(&code), "{url}: exit {code}: {all}");
     assert_eq!(all.trim_end().lines().count(), 1, "{url}: one line: {all}");
@@ -128,6 +140,65 @@ fn url_passwords_never_show_in_errors_on_any_scheme() {
             });
         }
     });
+}
+
+/// The most `dlock` says: every event and renewal, as text lines and as JSON objects.
+const LOUD: [&[&str]; 2] = [&["-vv"], &["-vv", "--log-format", "json"]];
+
+#[test]
+fn url_passwords_never_show_in_log_lines_on_any_scheme() {
+    let port = closed_port().to_string();
+    let mut cases = Vec::new();
+    for (i, template) in TEMPLATES.iter().enumerate() {
+        let password = NASTY[i % NASTY.len()];
+        let written = if i % 2 == 0 {
+            encode(password)
+        } else {
+            password.to_string()
+        };
+        let url = template.replace("{p}", &written).replace("{port}", &port);
+        for loud in LOUD {
+            cases.push((url.clone(), password, loud));
+        }
+    }
+    std::thread::scope(|s| {
+        for chunk in cases.chunks(cases.len().div_ceil(4)) {
+            s.spawn(move || {
+                for (url, password, loud) in chunk {
+                    let args = [*loud, &["exec", "-n", "k", "--", "true"]].concat();
+                    let out = run(url, &args);
+                    assert!(!out.status.success(), "{url}: {out:?}");
+                    shown(url, password, &out);
+                }
+            });
+        }
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn url_passwords_never_show_in_log_lines_status_nor_a_child_s_environment() {
+    for password in [NASTY[2], NASTY[4]] {
+        let server = crate::support::RedisServer::start_with(&["--requirepass", password]);
+        let url = format!("redis://:{}@127.0.0.1:{}", encode(password), server.port);
+        for loud in LOUD {
+            let args = [loud, &["exec", "k", "--", "env"]].concat();
+            let out = run(&url, &args);
+            assert!(out.status.success(), "{out:?}");
+            let all = shown(&url, password, &out);
+            assert!(all.contains("DLOCK_URL=redis://127.0.0.1:"), "{all}");
+            let held = run(&url, &[loud, &["lock", "held", "--ttl", "1m"]].concat());
+            assert!(held.status.success(), "{held:?}");
+            shown(&url, password, &held);
+            for extra in [&[][..], &["--json"]] {
+                let out = run(&url, &[loud, &["status"], extra].concat());
+                shown(&url, password, &out);
+                assert!(out.status.success(), "{out:?}");
+            }
+            let out = run(&url, &[loud, &["unlock", "held", "--force"]].concat());
+            shown(&url, password, &out);
+        }
+    }
 }
 
 #[cfg(feature = "redis")]

@@ -171,15 +171,6 @@ pub fn last_runs(row: Option<(Option<String>, Option<String>)>) -> LastRuns {
     }
 }
 
-/// `msg` on one line, with `secret` (the password) scrubbed as a last line of defence.
-pub fn one_line(msg: String, secret: Option<&str>) -> String {
-    let mut msg = msg.replace(['\r', '\n'], " ");
-    if let Some(secret) = secret.filter(|s| !s.is_empty()) {
-        msg = msg.replace(secret, "***");
-    }
-    msg
-}
-
 /// `what` on the server `name` got no answer within `limit`: a paused server, or a
 /// statement stuck behind a row lock. The connection is dropped and made again by the next
 /// try, which may well be answered.

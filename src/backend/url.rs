@@ -12,6 +12,7 @@
 //! [`redact`] is how any URL is shown: nothing between `://` and that last `@` when there
 //! is a password (or when the URL cannot be read), `user@` when there is only a user, and
 //! `pass=`/`password=` values as `***`. Parse errors never quote the credentials.
+//! [`one_line`] is the last scrub of a message that may quote a password.
 
 use crate::error::Error;
 
@@ -413,6 +414,52 @@ pub fn strip_password(url: &str) -> String {
         "{}://{user}{}{}{query}{fragment}",
         parts.scheme, parts.authority, parts.path
     )
+}
+
+/// `msg` on one line, with each of `secrets` (passwords) replaced by `***` as a last line
+/// of defence wherever it stands as a whole part: not glued to a letter, digit or `_` on
+/// an end where the secret itself has one, and not a URL's scheme. So a password `p` is
+/// scrubbed from `u:p@h` and `password=p` but leaves `postgres://` readable, while one of
+/// punctuation goes wherever it stands.
+pub fn one_line<S: AsRef<str>>(msg: &str, secrets: &[S]) -> String {
+    let mut msg = msg.replace(['\r', '\n'], " ");
+    for secret in secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()) {
+        msg = scrub(&msg, secret);
+    }
+    msg
+}
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// `msg` with every whole-part occurrence of `secret` (see [`one_line`]) as `***`.
+fn scrub(msg: &str, secret: &str) -> String {
+    let word_start = secret.starts_with(is_word);
+    let word_end = secret.ends_with(is_word);
+    let scheme_like = secret
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let mut out = String::with_capacity(msg.len());
+    let mut prev: Option<char> = None;
+    let mut rest = msg;
+    while let Some(c) = rest.chars().next() {
+        if let Some(after) = rest.strip_prefix(secret) {
+            let left = !word_start || !prev.is_some_and(is_word);
+            let right = !word_end || !after.starts_with(is_word);
+            let scheme = scheme_like && after.starts_with("://");
+            if left && right && !scheme {
+                out.push_str("***");
+                prev = secret.chars().next_back();
+                rest = after;
+                continue;
+            }
+        }
+        out.push(c);
+        prev = Some(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// The usage error (exit 2) for a bad URL of `kind`: `bad KIND URL <redacted>: WHY`.

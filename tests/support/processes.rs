@@ -189,6 +189,25 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).trim().to_string()
 }
 
+/// The command that prints the fencing token of the lock it holds: the tail of an
+/// `exec` whose arguments come before it.
+pub const ECHO_TOKEN: [&str; 4] = ["--", "sh", "-c", "echo $DLOCK_FENCING_TOKEN"];
+
+/// Runs `dlock`, an `exec` whose command is still to come, with [`ECHO_TOKEN`]: its
+/// fencing token, or the exit code and stderr when it fails.
+pub fn try_token_of(dlock: &mut Command) -> Result<u64, (Option<i32>, String)> {
+    let out = dlock.args(ECHO_TOKEN).output().unwrap();
+    match (out.status.code(), text(&out.stdout).parse()) {
+        (Some(0), Ok(token)) => Ok(token),
+        (code, _) => Err((code, String::from_utf8_lossy(&out.stderr).to_string())),
+    }
+}
+
+/// As [`try_token_of`], which must succeed.
+pub fn token_of(dlock: &mut Command) -> u64 {
+    try_token_of(dlock).unwrap_or_else(|(code, err)| panic!("exit {code:?}: {err}"))
+}
+
 /// A child killed (SIGKILL) and reaped when the test ends, a failed one included: a test
 /// that panics must not leave a process running.
 pub struct Reaped(pub std::process::Child);

@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, SslOpts};
 
 use super::url::Target;
-use crate::backend::sql;
+use crate::backend::{sql, url};
 use crate::env;
 use crate::error::{Error, Result};
 
@@ -118,7 +118,7 @@ impl Server {
 
     /// One line naming what failed and the server, never the password.
     pub fn line(&self, msg: String) -> String {
-        sql::one_line(msg, self.target.secret.as_deref())
+        url::one_line(&msg, self.target.secret.as_slice())
     }
 
     /// A failed request as an error of its kind (see [`passing`]), in one line.

@@ -11,7 +11,7 @@ use tokio_postgres::{AsyncMessage, Client, Connection, Socket};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::url::Target;
-use crate::backend::sql;
+use crate::backend::{sql, url};
 use crate::env;
 use crate::error::{Error, Result};
 
@@ -102,7 +102,7 @@ impl Server {
 
     /// One line naming what failed and the server, never the password.
     pub fn line(&self, msg: String) -> String {
-        sql::one_line(msg, self.target.secret.as_deref())
+        url::one_line(&msg, self.target.secret.as_slice())
     }
 
     /// A failed request as an error of its kind (see [`passing`]), in one line.

@@ -307,11 +307,7 @@ pub(super) struct Server {
 impl Server {
     /// One line naming what failed and the server, never the password.
     pub(super) fn line(&self, msg: String) -> String {
-        let mut msg = msg.replace(['\r', '\n'], " ");
-        for secret in self.secrets.iter().filter(|s| !s.is_empty()) {
-            msg = msg.replace(secret.as_str(), "***");
-        }
-        msg
+        url::one_line(&msg, &self.secrets)
     }
 
     pub(super) fn unavailable(&self, what: &str, e: &RedisError) -> Error {

@@ -1,11 +1,11 @@
 //! Property: whatever a password holds, written raw or `%XX`-escaped, on every scheme,
 //! neither the shown URL nor the error of a bad URL nor the spec of a good one (the
-//! name `status` and every message give its store) nor a child's `DLOCK_URL` holds it
-//! or a piece of it.
+//! name `status` and every message give its store) nor a child's `DLOCK_URL` nor a
+//! client's message scrubbed by [`one_line`] holds it or a piece of it.
 
 use proptest::prelude::*;
 
-use super::{percent_encode, redact};
+use super::{one_line, percent_encode, redact};
 use crate::backend::spec::BackendSpec;
 use crate::backend::target::Target;
 
@@ -125,6 +125,13 @@ proptest! {
             (s, false) => format!("{url}{s}"),
         };
         check(&url, &password)?;
+        // A client's message that quotes the URL as written, and the password alone.
+        if !encoded {
+            let line = one_line(&format!("{url}: refused\n'{password}' ({password})"), &[&password]);
+            if let Some(piece) = leaks(&line, &password) {
+                return Err(TestCaseError::fail(format!("one_line shows {piece:?}: {line}")));
+            }
+        }
     }
 
     #[test]

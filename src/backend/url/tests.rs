@@ -148,3 +148,37 @@ fn credentials_come_both_or_not_at_all() {
     let err = ok("etcds://u@h").both_credentials("etcd://").unwrap_err();
     assert_eq!(err, "give both user and password: etcd://USER:PASSWORD@…");
 }
+
+#[test]
+fn a_short_password_is_scrubbed_where_it_stands_and_nowhere_else() {
+    let msg = "postgres://u:p@h:5432/db: password=p rejected\nfor 'p' (p)";
+    assert_eq!(
+        one_line(msg, &["p"]),
+        "postgres://u:***@h:5432/db: password=*** rejected for '***' (***)"
+    );
+    let msg = "postgresql://u:pg@h/postgres?password=pg: pg_hba.conf says no";
+    assert_eq!(
+        one_line(msg, &["pg"]),
+        "postgresql://u:***@h/postgres?password=***: pg_hba.conf says no"
+    );
+}
+
+#[test]
+fn a_password_named_like_the_scheme_leaves_the_scheme_readable() {
+    let msg = "mysql://u:mysql@h/db: access denied for mysql";
+    assert_eq!(
+        one_line(msg, &["mysql"]),
+        "mysql://u:***@h/db: access denied for ***"
+    );
+}
+
+#[test]
+fn a_password_of_punctuation_goes_wherever_it_stands() {
+    let msg = "redis://u:@:/@h: AUTH @:/ failed, x@:/y";
+    assert_eq!(
+        one_line(msg, &["@:/"]),
+        "redis://u:***@h: AUTH *** failed, x***y"
+    );
+    // Every secret is scrubbed; an empty one is no secret.
+    assert_eq!(one_line("a:Xy@b c:Zw", &["Xy", "", "Zw"]), "a:***@b c:***");
+}
