@@ -97,15 +97,12 @@ struct Fields<'a>(&'a mut serde_json::Map<String, serde_json::Value>);
 
 impl<'kvs> VisitSource<'kvs> for Fields<'_> {
     fn visit_pair(&mut self, key: Key<'kvs>, value: Value<'kvs>) -> Result<(), log::kv::Error> {
-        let v = if let Some(n) = value.to_u64() {
-            n.into()
-        } else if let Some(n) = value.to_i64() {
-            n.into()
-        } else if let Some(b) = value.to_bool() {
-            b.into()
-        } else {
-            value.to_string().into()
-        };
+        // Numbers, booleans and text as JSON has them; an absent optional field (`None`)
+        // is left out, not written as the text "None".
+        let v = serde_json::to_value(&value).unwrap_or_else(|_| value.to_string().into());
+        if v.is_null() {
+            return Ok(());
+        }
         self.0.insert(key.as_str().to_string(), v);
         Ok(())
     }
@@ -114,12 +111,14 @@ impl<'kvs> VisitSource<'kvs> for Fields<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use log::kv::ToValue;
 
     #[test]
     fn json_lines_carry_the_fields() {
         let kvs: &[(&str, Value)] = &[
             ("event", Value::from("acquired")),
             ("token", Value::from(12u64)),
+            ("estimated_ms", None::<u64>.to_value()),
         ];
         let args = format_args!("acquired 'k'");
         let record = Record::builder()
@@ -131,6 +130,7 @@ mod tests {
         let line: serde_json::Value = serde_json::from_str(&json_line(&record, 1.25)).unwrap();
         assert_eq!(line["event"], "acquired");
         assert_eq!(line["token"], 12);
+        assert!(line.get("estimated_ms").is_none(), "{line}");
         assert_eq!(line["level"], "info");
         assert_eq!(line["message"], "acquired 'k'");
         assert!(line["ts"].as_str().unwrap().ends_with('Z'));
