@@ -336,8 +336,9 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 /// Renews the lease every TTL/3. When renewal keeps failing with [`Error::Transient`]
 /// failures, sends `Term` in time for the child to be dead (`Kill`) before the lease may
-/// expire; when it fails otherwise (the lease gone, credentials refused), `Kill` at once. A bound lease cannot expire while we live: only the
-/// backend's word that it is gone ends it.
+/// expire; when it fails otherwise (the lease gone, credentials refused), `Kill` at once.
+/// A bound lease cannot expire while we live: only the backend's word that it is gone
+/// ends it.
 async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Doom>) {
     if lease.bound {
         return keep_bound(backend, lease, tx).await;
