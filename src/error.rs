@@ -14,14 +14,17 @@ pub enum Error {
     /// Bad command line or value: exit 2.
     #[error("{0}")]
     Usage(String),
-    /// The backend cannot be reached or refused us: exit 69.
+    /// The backend cannot be used and trying again will not change that (refused
+    /// credentials, a missing database, a protocol mismatch), or a [`Error::Transient`]
+    /// failure lasted for the whole time allowed: exit 69.
     #[error("{0}")]
     Unavailable(String),
     /// The store answered with a failure that the next try may well not meet: a lock-wait
     /// timeout, a serialization failure or deadlock, a leader change, a dropped connection
     /// or session that can be made again. The one waiting loop tries again for up to
-    /// [`RIDE_OUT`](crate::backend::waiting::RIDE_OUT) within the caller's deadline; exit 69
-    /// only when the failure lasted that long.
+    /// [`RIDE_OUT`](crate::backend::waiting::RIDE_OUT) within the caller's deadline, and a
+    /// holder's renewals within its lease; exit 69 (79 for a holder) only when the failure
+    /// lasted that long.
     #[error("{0}")]
     Transient(String),
     /// A bug, or state we cannot trust (corrupt file): exit 70.
@@ -59,13 +62,9 @@ impl Error {
         }
     }
 
-    /// True when retrying the same operation later may succeed (network trouble): a
-    /// holder keeps renewing through these.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Unavailable(_) | Error::Transient(_))
-    }
-
-    /// True for a failure a waiter rides out (see [`Error::Transient`]).
+    /// True for a failure that is tried again (see [`Error::Transient`]): a waiter and a
+    /// caller still connecting ride it out within their deadline, a holder keeps renewing
+    /// through it within its lease. Any other error ends the command at once.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Transient(_))
     }

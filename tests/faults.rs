@@ -4,6 +4,8 @@
 //!
 //! - down when `exec` starts: it keeps trying for its `--timeout`, runs the command when
 //!   the servers come back in time, and exits 69 at the end of it when they do not;
+//! - down when `unlock` and `status` start: they keep trying to reach the store for the
+//!   least ride-out (the release itself is sent once), whichever store connects lazily;
 //! - killed while clients wait: they give up at the end of the wait allowed, exit 69, in
 //!   one line that names the key and never the password;
 //! - killed, or paused past the TTL, while `exec` holds: CMD is dead before the lease can
@@ -25,6 +27,7 @@ use crate::support::{self, alive, lines_of, now_ms, stderr_of, wait_exit, Reaped
 on_every_server!(
     down_at_the_start_and_back_in_time_runs_the_command,
     down_for_the_whole_timeout_is_69_at_its_end,
+    down_when_unlock_and_status_start_is_ridden_out_briefly,
     killed_while_waiting_is_69_at_the_end_of_the_wait,
     killed_while_holding_kills_the_command_in_time,
     paused_past_the_ttl_while_holding_kills_the_command_in_time,
@@ -42,6 +45,14 @@ fn lease(store: &Store, shortest: Duration) -> Duration {
 
 /// A waiter started with `args` and `-v`, once it says it waits for `key`; and its stderr.
 fn waiter(store: &Store, args: &[&str], key: &str) -> (Reaped, Receiver<String>) {
+    saying(store, args, &format!("waiting for '{key}'"))
+}
+
+/// What a command says when it cannot reach its store and keeps trying.
+const TRYING: &str = "trying again for up to";
+
+/// `dlock -v ARGS`, once it has said `what` on stderr; and its stderr.
+fn saying(store: &Store, args: &[&str], what: &str) -> (Reaped, Receiver<String>) {
     let mut child = Reaped(
         store
             .dlock()
@@ -53,14 +64,13 @@ fn waiter(store: &Store, args: &[&str], key: &str) -> (Reaped, Receiver<String>)
             .unwrap(),
     );
     let lines = lines_of(child.stderr.take().unwrap());
-    let waiting = format!("waiting for '{key}'");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match lines.recv_timeout(left) {
-            Ok(line) if line.contains(&waiting) => break,
+            Ok(line) if line.contains(what) => break,
             Ok(_) => {}
-            Err(e) => panic!("{args:?} never said it waits ({e})"),
+            Err(e) => panic!("{args:?} never said {what:?} ({e})"),
         }
     }
     (child, lines)
@@ -160,6 +170,49 @@ fn down_for_the_whole_timeout_is_69_at_its_end(mut store: Store) {
     );
     if let Some(password) = store.password() {
         assert!(!said.contains(password), "{said}");
+    }
+}
+
+/// `unlock` and `status` started while every server of the store is down keep trying to
+/// reach it for the least ride-out (2 s), on the stores that connect on their first
+/// request too: servers back within it are answered (the lease is released where the
+/// store kept it across the restart, 77 where the restart lost it); servers back later,
+/// exit 69 at the end of the ride-out.
+fn down_when_unlock_and_status_start_is_ridden_out_briefly(mut store: Store) {
+    let (owner, _) = store.lock_token("once", "5m");
+    for server in store.servers() {
+        server.kill();
+    }
+    let unlock = (
+        Instant::now(),
+        ["unlock", "once", "--owner", owner.as_str()],
+    );
+    let unlock = (unlock.0, saying(&store, &unlock.1, TRYING));
+    let status = (Instant::now(), saying(&store, &["status", "once"], TRYING));
+    for server in store.servers() {
+        server.restart();
+    }
+    let back = Instant::now();
+    let released = if store.caps().durable { 0 } else { 77 };
+    // `status` answers 0 (held) or 1 (free), as the release came before it or not.
+    for ((started, (mut child, lines)), answered) in [(unlock, [released; 2]), (status, [0, 1])] {
+        let status = wait_exit(&mut child, Duration::from_secs(15));
+        let back = back - started;
+        let said = format!(
+            "{:?} (back {back:?}, ended {:?} after it started)",
+            rest(lines),
+            started.elapsed()
+        );
+        let status = status.unwrap_or_else(|| panic!("it never ended: {said}"));
+        // The last try of the ride-out is made at its end, 2 s after the command started.
+        if back > Duration::from_millis(2200) {
+            assert_eq!(status.code(), Some(69), "{said}");
+        } else if back < Duration::from_millis(1800) {
+            assert!(
+                answered.map(Some).contains(&status.code()),
+                "{status}: {said}"
+            );
+        }
     }
 }
 

@@ -184,3 +184,44 @@ fn a_holder_resumed_past_its_deadline_records_its_run_once_the_server_answers() 
         "{st}; dlock said: {err}"
     );
 }
+
+/// A holder whose ACL user is deleted on the server (its connection closed with it) meets
+/// a refused password when it reconnects to renew: that will not pass, so CMD is killed at
+/// that renewal, long before the lease's TTL, and the one line names the key, the server
+/// and why (exit 79), never the password.
+#[test]
+fn a_holder_whose_user_is_deleted_is_killed_at_its_next_renewal() {
+    let server = RedisServer::start_with(&["--user", "carol", "on", ">c4r0l", "~*", "&*", "+@all"]);
+    let url = format!("redis://carol:c4r0l@127.0.0.1:{}", server.port);
+    let dir = tempfile::tempdir().unwrap();
+    let mut dlock = support::dlock();
+    dlock.env("DLOCK_URL", &url);
+    // Renewed every 10 s; a renewal that kept failing would end CMD only near 30 s.
+    let (mut dlock, pid) = support::hold_with(
+        dlock,
+        "revoked",
+        &["--ttl", "30s"],
+        "exec sleep 60",
+        dir.path(),
+    );
+    let deleted = Instant::now();
+    assert_eq!(server.cli(&["ACL", "DELUSER", "carol"]), "1");
+    let dead = support::wait_for(Duration::from_secs(20), || !alive(pid));
+    assert!(dead, "the command outlived a refused renewal");
+    assert!(
+        deleted.elapsed() < Duration::from_secs(15),
+        "killed at the next renewal, not near the TTL: {:?}",
+        deleted.elapsed()
+    );
+    let status = wait_exit(&mut dlock, Duration::from_secs(10)).expect("dlock ends");
+    assert_eq!(status.code(), Some(79));
+    let err = stderr_of(dlock);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("'revoked'")
+            && last.contains(&server.port.to_string())
+            && last.contains("will not pass"),
+        "{err}"
+    );
+    assert!(!err.contains("c4r0l"), "{err}");
+}

@@ -432,6 +432,14 @@ pub trait Backend: Send + Sync {
     /// Releases as `mode` says. `NotOwner` when `owner` does not hold it (except `Force`).
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released>;
 
+    /// Connects now, for a store that connects on its first request, naming `key` (when not
+    /// empty) in its errors: reaching a store is ridden out ([`waiting::reach`]), a request
+    /// sent only once (`unlock`'s release) is not, so it must not be the one that finds the
+    /// store down. By default nothing: the store connected when it was opened.
+    async fn ready(&self, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// Releases a lease this process acquired, then drops its guard. A backend whose guard
     /// alone ends the lease (the local store's bound leases) drops the guard first instead,
     /// so that the next waiter is woken before any bookkeeping: what `exec` does last.

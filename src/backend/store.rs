@@ -153,6 +153,11 @@ pub trait LockStore: Send + Sync {
     /// The state of the named keys, in order; with no key, every held lock.
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>>;
 
+    /// See [`Backend::ready`](super::Backend::ready): by default nothing.
+    async fn ready(&self, _key: &str) -> Result<()> {
+        Ok(())
+    }
+
     /// The longest sleep without news: a waiter looks again at least this often.
     fn heartbeat(&self) -> Duration {
         Duration::from_secs(1)

@@ -44,6 +44,10 @@ impl<S: LockStore> Backend for S {
         LockStore::release(self, key, owner, mode).await
     }
 
+    async fn ready(&self, key: &str) -> Result<()> {
+        LockStore::ready(self, key).await
+    }
+
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         LockStore::status(self, keys).await
     }

@@ -35,6 +35,21 @@ pub(super) async fn open(
     Ok((spec, backend))
 }
 
+/// [`open`], and a store that connects on its first request connected too, for a command
+/// whose request is sent only once or is not tried again (`unlock`, `leader`): reaching
+/// the store is ridden out until `until`, the request is not (see docs/waiting.md).
+pub(super) async fn open_ready(
+    global: &Global,
+    key: &str,
+    until: Instant,
+) -> Result<(BackendSpec, Arc<dyn Backend>)> {
+    let (spec, backend) = open(global, Some(key), until).await?;
+    waiting::reach(&backend.describe(), until, || backend.ready(key))
+        .await
+        .map_err(|e| naming(Some(key), e))?;
+    Ok((spec, backend))
+}
+
 /// The store the global options name, for messages before it is connected (passwords
 /// hidden).
 pub(super) fn named(global: &Global) -> String {

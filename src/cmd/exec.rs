@@ -334,10 +334,11 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// Renews the lease every TTL/3. When renewal keeps failing, sends `Term` in time for the
-/// child to be dead (`Kill`) before the lease may expire; when the backend says the lease
-/// is gone, sends `Kill` at once. A bound lease cannot expire while we live: only the
-/// backend's word that it is gone ends it.
+/// Renews the lease every TTL/3. When renewal keeps failing with [`Error::Transient`]
+/// failures, sends `Term` in time for the child to be dead (`Kill`) before the lease may
+/// expire; when it fails otherwise (the lease gone, credentials refused), `Kill` at once.
+/// A bound lease cannot expire while we live: only the backend's word that it is gone
+/// ends it.
 async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Doom>) {
     if lease.bound {
         return keep_bound(backend, lease, tx).await;
@@ -374,8 +375,10 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
                 next = sent + plan.renew_every;
                 continue;
             }
-            Ok(Err(e)) if !e.is_transient() => {
-                let _ = tx.send(Doom::Kill(e.to_string())).await;
+            // The one rule of waiting: what may pass is tried again within the lease;
+            // anything else (the lease gone, a password refused) ends the hold now.
+            Ok(Err(e)) if !e.is_retryable() => {
+                let _ = tx.send(Doom::Kill(fatal_renewal(e))).await;
                 return;
             }
             Ok(Err(e)) => last_error = e.to_string(),
@@ -400,6 +403,16 @@ async fn keep_alive(backend: Arc<dyn Backend>, lease: Lease, tx: mpsc::Sender<Do
         .await;
     sleep_until(plan.kill_at(last_ok, lease.ttl).into()).await;
     let _ = tx.send(Doom::Kill(why)).await;
+}
+
+/// Why a renewal that failed for good ends the hold. The lease is gone or not ours: the
+/// store's word. Anything else (refused credentials, a dropped database) says why it will
+/// not pass, so that the one line tells what to fix.
+fn fatal_renewal(e: Error) -> String {
+    match e {
+        Error::NotOwner(_) | Error::LeaseLost(_) => e.to_string(),
+        e => format!("renewal failed and will not pass by trying again ({e})"),
+    }
 }
 
 /// [`keep_alive`], and for a lock held by a session of dlock's (see

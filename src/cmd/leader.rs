@@ -46,7 +46,8 @@ pub async fn run(global: &Global, args: LeaderArgs) -> Result<u8> {
     if args.watch {
         return watch(global, &args.name).await;
     }
-    let (_, backend) = super::common::open(global, None, super::common::one_shot()).await?;
+    let (_, backend) =
+        super::common::open_ready(global, &args.name, super::common::one_shot()).await?;
     let leader = leader(&*backend, &args.name).await?;
     if args.here {
         let here = crate::holder::hostname();
@@ -138,7 +139,7 @@ fn json<'a>(name: &'a str, leader: Option<&'a LockInfo>, backend: &'a str) -> Le
 /// SIGINT, SIGTERM or SIGHUP (exit 0) or until stdout's reader goes away.
 async fn watch(global: &Global, name: &str) -> Result<u8> {
     let mut signals = Signals::catch()?;
-    let (_, backend) = super::common::open(global, None, super::common::one_shot()).await?;
+    let (_, backend) = super::common::open_ready(global, name, super::common::one_shot()).await?;
     let keys = [name.to_string()];
     let mut last: Option<Option<(String, u64)>> = None;
     loop {

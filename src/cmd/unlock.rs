@@ -7,8 +7,8 @@ use crate::exit;
 
 /// Releases one acquisition of the owner's lease, or the whole lock with `--force`.
 pub async fn run(global: &Global, args: UnlockArgs) -> Result<u8> {
-    let (_, backend) =
-        super::common::open(global, Some(&args.key), super::common::one_shot()).await?;
+    let until = super::common::one_shot();
+    let (_, backend) = super::common::open_ready(global, &args.key, until).await?;
     if args.force {
         let released = backend.release(&args.key, "", ReleaseMode::Force).await?;
         if !global.quiet {

@@ -177,6 +177,14 @@ impl Client {
         Ok(lines)
     }
 
+    /// Makes one connection now (see [`Backend::ready`](crate::backend::Backend::ready)) and
+    /// keeps it for the next call; `what` names the operation in errors.
+    pub async fn ready(&self, what: &str) -> Result<()> {
+        let conn = self.conn(what).await?;
+        self.put_back(conn).await;
+        Ok(())
+    }
+
     fn outcome<T>(
         &self,
         what: &str,

@@ -131,6 +131,11 @@ impl LockStore for MemcachedStore {
         self.release_lease(key, owner, mode).await
     }
 
+    /// The server is connected on the first request: connect now.
+    async fn ready(&self, key: &str) -> Result<()> {
+        self.client.ready(&format!("lock '{key}'")).await
+    }
+
     async fn status(&self, keys: &[String]) -> Result<Vec<KeyStatus>> {
         self.read_status(keys).await
     }

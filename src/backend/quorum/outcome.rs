@@ -22,20 +22,27 @@ pub fn joined(errors: &[Error]) -> String {
 /// The error `msg` of too few servers answering, `failed` saying why the others did not:
 /// [`Error::Transient`] when each of them may come back (refused, lost or silent
 /// connections), which the caller rides out within the time allowed; else `Unavailable`.
-pub fn short_of_majority(failed: &[Error], msg: String) -> Error {
-    match !failed.is_empty() && failed.iter().all(Error::is_retryable) {
+pub fn short_of_majority<E: std::borrow::Borrow<Error>>(failed: &[E], msg: String) -> Error {
+    match !failed.is_empty() && failed.iter().all(|e| e.borrow().is_retryable()) {
         true => Error::Transient(msg),
         false => Error::Unavailable(msg),
     }
 }
 
 /// The error of a renewal or release that did not get a majority: `NotOwner` when a
-/// majority refused (the caller surely lost the lease), `Unavailable` otherwise.
-pub fn refusal(verdict: Verdict, msg: String) -> Error {
+/// majority refused (the caller surely lost the lease), else as [`short_of_majority`]
+/// says of the servers that failed (`errors`, refusals among them, are not counted).
+pub fn refusal(verdict: Verdict, errors: &[Error], msg: String) -> Error {
     match verdict {
         Verdict::Refused => Error::NotOwner(msg),
-        _ => Error::Unavailable(msg),
+        _ => short_of_majority(&not_refusals(errors), msg),
     }
+}
+
+/// The failures among `errors` that are not a server's refusal (`NotOwner`).
+fn not_refusals(errors: &[Error]) -> Vec<&Error> {
+    let failed = errors.iter().filter(|e| !matches!(e, Error::NotOwner(_)));
+    failed.collect()
 }
 
 /// The answers to a renewal sent to every server, gathered until the outcome is known.
@@ -93,7 +100,8 @@ pub fn renewed(
     let verdict = votes::verdict(r.renewed.len(), r.refused.len(), quorum);
     if verdict == Verdict::Done {
         let Some(validity) = votes::validity(ttl, granted_at.elapsed()) else {
-            return Err(Error::Unavailable(format!(
+            // Slow servers may answer the next renewal in time: transient.
+            return Err(Error::Transient(format!(
                 "cannot renew lock '{key}' on {name}: the servers answered too late for the lease to be valid"
             )));
         };
@@ -107,7 +115,7 @@ pub fn renewed(
         votes::done_on("renewed", r.renewed.len(), r.asked, quorum),
         joined(&errors)
     );
-    Err(refusal(verdict, msg))
+    Err(refusal(verdict, &errors, msg))
 }
 
 /// A release sent to every server: done when a majority released (the previous owner
@@ -145,7 +153,7 @@ pub fn released(
         votes::done_on("released", released.len(), n, quorum),
         joined(&errors)
     );
-    Err(refusal(verdict, msg))
+    Err(refusal(verdict, &errors, msg))
 }
 
 /// A request every server must do (hold a lease on, `exec --hold-at-least`): done
@@ -161,11 +169,12 @@ pub fn done_on_majority(
     if n - errors.len() >= quorum {
         return Ok(());
     }
-    Err(Error::Unavailable(format!(
+    let msg = format!(
         "{what} on {name}: {}: {}",
         votes::done_on("held on", n - errors.len(), n, quorum),
         joined(&errors)
-    )))
+    );
+    Err(short_of_majority(&errors, msg))
 }
 
 /// A run record written to every server counts as kept when a majority stored it.
@@ -177,10 +186,11 @@ pub fn run_kept(name: &str, key: &str, replies: Vec<Result<()>>, quorum: usize) 
         return Ok(());
     }
     let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-    Err(Error::Unavailable(format!(
+    let msg = format!(
         "cannot record the run of '{key}' on {name}: {kept} of {n} servers kept it, {quorum} needed: {}",
         joined(&errors)
-    )))
+    );
+    Err(short_of_majority(&errors, msg))
 }
 
 /// The newest records a majority of servers tell of: any two majorities share a server,
@@ -195,11 +205,12 @@ pub fn newest_runs(
     let answered = replies.iter().filter(|r| r.is_ok()).count();
     if answered < quorum {
         let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-        return Err(Error::Unavailable(format!(
+        let msg = format!(
             "cannot read the last run of '{key}' on {name}: {}: {}",
             votes::answered(answered, n, quorum),
             joined(&errors)
-        )));
+        );
+        return Err(short_of_majority(&errors, msg));
     }
     Ok(LastRuns::newest(replies.into_iter().flatten()))
 }
@@ -209,7 +220,8 @@ pub type View = std::result::Result<HashMap<String, KeyStatus>, String>;
 
 /// `status` on a quorum: every server's reply (in the order of `servers`, their
 /// redacted names) combined. The named keys in order, or, with none, every lock a
-/// majority agrees on, sorted by key. `Unavailable` when fewer than a majority answered.
+/// majority agrees on, sorted by key. An error ([`short_of_majority`]) when fewer than a
+/// majority answered.
 pub fn status(
     name: &str,
     servers: &[String],
@@ -220,11 +232,12 @@ pub fn status(
     let answered = replies.iter().filter(|r| r.is_ok()).count();
     if answered < quorum {
         let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
-        return Err(Error::Unavailable(format!(
+        let msg = format!(
             "cannot read lock status on {name}: {}: {}",
             votes::answered(answered, servers.len(), quorum),
             joined(&errors)
-        )));
+        );
+        return Err(short_of_majority(&errors, msg));
     }
     let views: Vec<View> = replies
         .into_iter()

@@ -277,6 +277,51 @@ mod outcomes {
         );
     }
 
+    /// Short of a majority because servers are refused, reset or silent (transient), the
+    /// renewal, release or read is transient too: a holder renews on, `unlock` and
+    /// `status` ride it out; one server that refused the password makes it fatal.
+    #[test]
+    fn short_of_a_majority_is_transient_when_every_failure_is() {
+        let lost = |s: &str| Error::Transient(format!("{s}: lock 'k': connection reset"));
+        let gone = || Err(Error::lease_gone("release", "k", "m"));
+        let freed = || {
+            Ok(Released {
+                previous_owner: None,
+                still_held: false,
+            })
+        };
+        let e = released("q", "k", vec![gone(), Err(lost("b")), freed()], 2).unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+        let fatal = vec![Err(lost("a")), Err(down("b")), freed()];
+        assert!(!released("q", "k", fatal, 2).unwrap_err().is_retryable());
+        let r = |failed| Renewals {
+            failed,
+            asked: 3,
+            ..Renewals::default()
+        };
+        let (ttl, now) = (Duration::from_secs(3), Instant::now());
+        let e = renewed(
+            "q",
+            ("k", "me"),
+            (ttl, now),
+            r(vec![lost("a"), lost("b")]),
+            2,
+        );
+        assert!(e.unwrap_err().is_retryable());
+        let e = renewed(
+            "q",
+            ("k", "me"),
+            (ttl, now),
+            r(vec![lost("a"), down("b")]),
+            2,
+        );
+        assert!(matches!(e.unwrap_err(), Error::Unavailable(_)));
+        let servers = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let replies = vec![Err(lost("a")), Err(lost("b")), Ok(vec![])];
+        let e = status("q", &servers, &[], replies, 2).unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+    }
+
     #[test]
     fn run_records_need_a_majority_to_write_and_to_read() {
         assert!(run_kept("q", "k", vec![Ok(()), Err(down("b")), Ok(())], 2).is_ok());

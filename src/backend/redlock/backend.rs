@@ -5,9 +5,11 @@
 //!
 //! Renew goes to every server at once and succeeds when a majority renewed, with the
 //! validity measured from when the requests were sent. `NotOwner` when a majority
-//! definitely says the caller is not the owner (then `exec` kills at once), `Unavailable`
-//! when no majority can be reached (then `exec` retries on its schedule and kills before
-//! the lease can expire). Release goes to every server at once.
+//! definitely says the caller is not the owner (then `exec` kills at once), `Transient`
+//! when no majority answers but each server that failed may come back (then `exec`
+//! retries on its schedule and kills before the lease can expire), `Unavailable` when one
+//! will not (a refused password: `exec` kills at once). Release goes to every server at
+//! once.
 //!
 //! # Safety of the lock itself, and its limits
 //!
@@ -104,11 +106,7 @@ impl RedlockBackend {
                 Ok(b) => State::Up(Arc::new(b)),
                 Err(e @ Error::Usage(_)) => return Err(e),
                 Err(e) => {
-                    let state = State::Down {
-                        error: e.to_string(),
-                        retry_at: Instant::now() + tuning.reconnect_every,
-                        connecting: false,
-                    };
+                    let state = State::down(&e, Instant::now() + tuning.reconnect_every);
                     failed.push(e);
                     state
                 }

@@ -27,9 +27,25 @@ pub(super) enum State {
     Up(Arc<RedisBackend>),
     Down {
         error: String,
+        /// Whether that error may pass (a refused or dropped connection): the requests
+        /// this server fails meanwhile are of the same kind, so that the quorum's one rule
+        /// ([`crate::backend::quorum::outcome::short_of_majority`]) can tell.
+        passing: bool,
         retry_at: Instant,
         connecting: bool,
     },
+}
+
+impl State {
+    /// A server that could not be connected with `e`, tried again at `retry_at`.
+    pub(super) fn down(e: &Error, retry_at: Instant) -> State {
+        State::Down {
+            error: e.to_string(),
+            passing: e.is_retryable(),
+            retry_at,
+            connecting: false,
+        }
+    }
 }
 
 impl Member {
@@ -45,6 +61,7 @@ impl Member {
             State::Up(b) => Ok(b.clone()),
             State::Down {
                 error,
+                passing,
                 retry_at,
                 connecting,
             } => {
@@ -55,7 +72,10 @@ impl Member {
                         runtime.spawn(async move { me.reconnect().await });
                     }
                 }
-                Err(Error::Unavailable(error.clone()))
+                Err(match passing {
+                    true => Error::Transient(error.clone()),
+                    false => Error::Unavailable(error.clone()),
+                })
             }
         }
     }
@@ -64,17 +84,14 @@ impl Member {
         let next =
             match RedisBackend::connect_target(&self.target, &self.url, self.tuning.server).await {
                 Ok(b) => State::Up(Arc::new(b)),
-                Err(e) => State::Down {
-                    error: e.to_string(),
-                    retry_at: Instant::now() + self.tuning.reconnect_every,
-                    connecting: false,
-                },
+                Err(e) => State::down(&e, Instant::now() + self.tuning.reconnect_every),
             };
         *self.lock() = next;
     }
 
+    /// A server that did not answer in time may answer the next request: transient.
     fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        Error::Unavailable(format!(
+        Error::Transient(format!(
             "{}: {what}: timed out after {} (server not answering)",
             self.shown,
             humantime::format_duration(limit)

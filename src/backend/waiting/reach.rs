@@ -13,7 +13,10 @@ use crate::error::{Error, Result};
 
 /// Runs `open` until it succeeds, fails for good, or `until` has come; a try that has not
 /// answered by [`LATE`] past `until` is dropped. `name` names the store (redacted)
-/// in the error of that try.
+/// in the error of that try. A try that began before `until` and failed after it is
+/// followed by one more: a server that was starting when it was tried (listening, not
+/// answering yet: a ZooKeeper server) may have come up meanwhile, and the ride-out
+/// promises a try at its end.
 pub async fn reach<T, F, Fut>(name: &str, until: std::time::Instant, mut open: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -23,6 +26,7 @@ where
     let late = until.checked_add(LATE).unwrap_or(until);
     let mut last: Option<Error> = None;
     for round in 0u32.. {
+        let began = Instant::now();
         let tried = tokio::time::timeout_at(late, open()).await;
         let e = match tried {
             Ok(Ok(opened)) => return Ok(opened),
@@ -30,7 +34,7 @@ where
             Err(_) => return Err(no_answer(name, last)),
         };
         let left = until.saturating_duration_since(Instant::now());
-        if !e.is_retryable() || left.is_zero() {
+        if !e.is_retryable() || (left.is_zero() && began >= until) {
             return Err(e);
         }
         if round == 0 {

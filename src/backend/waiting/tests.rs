@@ -474,6 +474,38 @@ async fn reaching_a_store_rides_out_transient_failures_until_the_time_allowed() 
     assert_eq!(t0.elapsed(), Duration::ZERO);
 }
 
+/// A try that began before the deadline and failed after it (a server starting, which
+/// listens and does not answer yet) is followed by one more, and only one.
+#[tokio::test(start_paused = true)]
+async fn a_try_that_fails_past_the_deadline_is_followed_by_one_more() {
+    use super::reach;
+    use std::sync::atomic::AtomicU32;
+    let (tries, slow_ones) = (AtomicU32::new(0), 1);
+    let open = || async {
+        if tries.fetch_add(1, Ordering::SeqCst) < slow_ones {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            return Err(transient());
+        }
+        Ok(())
+    };
+    let until = (Instant::now() + Duration::from_secs(2)).into_std();
+    assert!(reach("t", until, open).await.is_ok());
+    assert_eq!(tries.load(Ordering::SeqCst), 2);
+    // Still not answering: the last try is dropped LATE past the deadline.
+    let (tries, t0) = (AtomicU32::new(0), Instant::now());
+    let slow = || async {
+        tries.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Err::<(), _>(transient())
+    };
+    let until = (t0 + Duration::from_secs(2)).into_std();
+    assert!(reach("t", until, slow).await.is_err());
+    assert_eq!(
+        (tries.load(Ordering::SeqCst), t0.elapsed()),
+        (2, Duration::from_secs(4))
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_backoff_is_bounded_by_twice_the_holds_seen() {
     use super::{backoff_within, Holds};

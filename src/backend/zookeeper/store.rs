@@ -474,6 +474,11 @@ impl LockStore for ZkStore {
         }
     }
 
+    /// The store's session is made on the first request: make it now.
+    async fn ready(&self, key: &str) -> Result<()> {
+        self.client(key).await.map(drop)
+    }
+
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         let (path, line) = self.line(key, true).await?;
         if mode == ReleaseMode::Force {

@@ -82,7 +82,8 @@ impl Member {
                     }
                 });
             }
-            return Err(Failure::Down(Error::Unavailable(format!(
+            // Silent a moment ago, it may answer the next request: transient.
+            return Err(Failure::Down(Error::Transient(format!(
                 "{}: {what}: not answering (it timed out within the last {})",
                 self.shown,
                 humantime::format_duration(SUSPECT_FOR)
@@ -95,7 +96,7 @@ impl Member {
             }
             Err(_) => {
                 self.mark(false);
-                Err(Failure::Slow(Error::Unavailable(format!(
+                Err(Failure::Slow(Error::Transient(format!(
                     "{}: {what}: timed out after {} (server not answering)",
                     self.shown,
                     humantime::format_duration(limit)

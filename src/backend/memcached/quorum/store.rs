@@ -201,6 +201,30 @@ impl LockStore for MemcachedQuorum {
         outcome::done_on_majority(&what, &self.name, replies, self.quorum)
     }
 
+    /// Each server is connected on its first request: connect them now; a majority must
+    /// answer, as for any request.
+    async fn ready(&self, key: &str) -> Result<()> {
+        let replies = join_all(self.members.iter().map(|m| {
+            let k = key.to_string();
+            m.ask("cannot connect", OP_LIMIT, move |s| async move {
+                LockStore::ready(s.as_ref(), &k).await
+            })
+        }))
+        .await;
+        let n = replies.len();
+        let errors: Vec<Error> = replies.into_iter().filter_map(Result::err).collect();
+        if n - errors.len() >= self.quorum {
+            return Ok(());
+        }
+        let msg = format!(
+            "lock '{key}': {}: cannot reach a majority: {}: {}",
+            self.name,
+            votes::answered(n - errors.len(), n, self.quorum),
+            outcome::joined(&errors)
+        );
+        Err(outcome::short_of_majority(&errors, msg))
+    }
+
     async fn release(&self, key: &str, owner: &str, mode: ReleaseMode) -> Result<Released> {
         if mode != ReleaseMode::Force {
             self.modes.released(key, owner);
