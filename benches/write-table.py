@@ -2,12 +2,14 @@
 """Writes the benchmark tables of the manual and the README from the suite's JSON.
 
     cargo bench --bench suite                           # writes .../bench/results.json
-    python3 benches/write-table.py [RESULTS_JSON]
+    python3 benches/write-table.py [RESULTS_JSON ...]
 
-docs/benchmarks.md gets every table and line the run printed, section by section; the
-README gets one row per store (`dlock exec` beside the store's own tool, where it has one).
-Each replaces what lies between its page's markers, so both pages show one run: its machine,
-date, commit and command, and nothing older.
+docs/benchmarks.md gets every table and line the runs printed, section by section, each run
+under its own heading (machine, date, commit, command); the README gets one row per store
+(`dlock exec` beside the store's own tool, where it has one) from the last run that measured
+`exec`. Each replaces what lies between its page's markers, so the pages show the runs given
+and nothing older. Several runs (say `--only exec` and `--only contention,handoff`) are
+written together; a section is taken from the last run that has it.
 """
 import json
 import pathlib
@@ -84,14 +86,20 @@ def heading(results):
             f"`cargo bench --bench suite{flags}`, {options.get('runs', '?')} runs per command.")
 
 
-def page(results):
-    lines = [heading(results) + " Figures on a busy machine are noisy: compare the ratios.", ""]
-    for name, blocks in results.get("printed", {}).items():
-        lines += [f"### `{name}`", ""]
-        for block in blocks:
-            lines += [cell(block["line"]), ""] if "line" in block else markdown(block)
-    if results.get("targets"):
-        lines += ["### Targets", ""] + target_rows(results["targets"])
+def page(runs):
+    lines = []
+    for i, results in enumerate(runs):
+        later = {n for r in runs[i + 1:] for n in r.get("printed", {})}
+        printed = {n: b for n, b in results.get("printed", {}).items() if n not in later}
+        if not printed:
+            continue
+        lines += [heading(results) + " Figures on a busy machine are noisy: compare the ratios.", ""]
+        for name, blocks in printed.items():
+            lines += [f"### `{name}`", ""]
+            for block in blocks:
+                lines += [cell(block["line"]), ""] if "line" in block else markdown(block)
+        if results.get("targets"):
+            lines += ["### Targets", ""] + target_rows(results["targets"])
     return "\n".join(lines)
 
 
@@ -128,11 +136,12 @@ def write(path, text):
 
 
 def main():
-    path = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
-    results = json.loads(path.read_text())
-    write(PAGE, page(results))
-    if "exec" in results.get("sections", {}):
-        write(README, summary(results))
+    paths = [pathlib.Path(a) for a in sys.argv[1:]] or [DEFAULT]
+    runs = [json.loads(p.read_text()) for p in paths]
+    write(PAGE, page(runs))
+    with_exec = [r for r in runs if "exec" in r.get("sections", {})]
+    if with_exec:
+        write(README, summary(with_exec[-1]))
 
 
 if __name__ == "__main__":
