@@ -81,9 +81,11 @@
 //!     `lease.rs`; renew, release and status are `store.rs`'s) and lists and watches
 //!     locks in `listing.rs`.
 //!   - `postgres/` and `mysql/`: the run records share the status tables' reading, so
-//!     `status.rs` holds both; `schema.rs` holds every statement. PostgreSQL's
-//!     shared-holder branch is still `group.rs`; MySQL's waiters block on named locks in
-//!     `wake.rs` (its `wait.rs`). `postgres/advisory/` and `mysql/user_lock/`
+//!     `status.rs` holds both; `schema.rs` holds every statement. The steps of a
+//!     group's transaction are written once in [`backend::sql`]'s `shared.rs` (provided
+//!     trait methods); each store's `shared.rs` supplies only its statements and row.
+//!     PostgreSQL has no `wait.rs`: its waiters sleep on LISTEN/NOTIFY in `store.rs`;
+//!     MySQL's block on named locks in `wait.rs`. `postgres/advisory/` and `mysql/user_lock/`
 //!     (`?lock=advisory`, `?lock=get_lock`: the application's own locks, held by a
 //!     session of dlock's) have `backend.rs` (the value and the sessions it keeps),
 //!     `session.rs` (a session's statements), `store.rs`, and `status.rs`/`lock_id.rs`

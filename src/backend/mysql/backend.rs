@@ -18,7 +18,7 @@ pub struct MysqlStore {
     pub(super) watcher: Mutex<Watcher>,
 }
 
-/// What `dlock wait` keeps between its looks (see `wake.rs`).
+/// What `dlock wait` keeps between its looks (see `wait.rs`).
 #[derive(Default)]
 pub(super) struct Watcher {
     /// Its connection, blocked on a holder's named lock.
@@ -177,9 +177,4 @@ async fn found(
     let (tables, present) = row.unwrap_or_default();
     let present = present.unwrap_or_default();
     Ok((tables, present.split(',').map(str::to_string).collect()))
-}
-
-/// Milliseconds, as the statements take them.
-pub(super) fn ms(d: std::time::Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts};
 
-use super::backend::{ms, on_conn, MysqlStore};
+use super::backend::{on_conn, MysqlStore};
 use super::row::{
     given_way, holder_waking, lock_row, lock_row_named, read_queue, supersede, Current, Freed,
     MyResult, MyWaiter, Queue, Row, Wake,
@@ -26,7 +26,7 @@ use super::shared::{
     attempt_shared, first_member, linger_member, release_member, renew_member, Attempting, Decided,
 };
 use crate::backend::group::GROUP_OWNER;
-use crate::backend::sql::{self, holder_json, info, renewed, Outcome};
+use crate::backend::sql::{self, holder_json, info, ms, renewed, Outcome};
 use crate::backend::store::{Attempt, Busy};
 use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -316,7 +316,7 @@ fn busy(
 }
 
 /// A release's transaction: the row locked, checked, then one level less or freed; with
-/// the named lock of a holder that is gone (see `wake.rs`).
+/// the named lock of a holder that is gone (see `wait.rs`).
 async fn release_tx(
     conn: &mut Conn,
     sql: &Sql,

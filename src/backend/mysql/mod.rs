@@ -11,11 +11,12 @@
 //! * `backend.rs`: the store value and its request connection.
 //! * `lease.rs`: one attempt, renew, hold-at-least, release, leaving the queue.
 //! * `row.rs`: what `lease.rs` and `shared.rs` both read: the waiter, the key's row, the queue.
-//! * `shared.rs`: `--shared` and `--limit N`: a group of holders in the key's one row.
+//! * `shared.rs`: `--shared` and `--limit N`: a group of holders in the key's one row:
+//!   the statements of the steps `backend/sql/shared.rs` runs.
 //! * `status.rs`: `status` and the last-run record.
 //! * `user_lock/`: `?lock=get_lock`, the application's `GET_LOCK` locks held by a
 //!   session of dlock's ([`UserLockStore`]).
-//! * `wake.rs`: waiters and watchers blocked on named locks.
+//! * `wait.rs`: waiters and watchers blocked on named locks.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation and
 //!   its re-check schedule.
 
@@ -29,7 +30,7 @@ mod status;
 mod store;
 pub mod url;
 mod user_lock;
-mod wake;
+mod wait;
 
 pub use self::backend::MysqlStore;
 pub use self::connect::Tuning;

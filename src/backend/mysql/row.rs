@@ -6,11 +6,10 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Transaction;
 
-use super::backend::ms;
 use super::connect::Tuning;
 use super::schema::{wake_name, Sql};
 use crate::backend::group::{Queued, GROUP_OWNER};
-use crate::backend::sql::holder_json;
+use crate::backend::sql::{holder_json, ms};
 use crate::backend::store::Busy;
 use crate::backend::{Holder, Queueing, Released, Sharing};
 
@@ -25,7 +24,7 @@ pub struct MyWaiter {
     pub(super) seen: Option<u64>,
     /// How many looks in a row found that same lease.
     pub(super) same: u32,
-    /// The named lock to block on until the one ahead moves (see `wake.rs`), as the last
+    /// The named lock to block on until the one ahead moves (see `wait.rs`), as the last
     /// look found it held; `None`: look again on the schedule.
     pub(super) wake: Option<Wake>,
     /// The waiter's own connection for blocking on `wake` (opened at its first block).

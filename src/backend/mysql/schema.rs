@@ -41,7 +41,7 @@ pub fn wake_name(id: &str) -> String {
 
 /// What the blocking connection of a `--supersede` waiter holds (this prefix and its
 /// waiter id): `IS_USED_LOCK` of it names that connection, whose block the newer
-/// superseding waiter ends with `KILL QUERY` (see `wake.rs`).
+/// superseding waiter ends with `KILL QUERY` (see `wait.rs`).
 pub const BLOCKER_PREFIX: &str = "dlock-b:";
 
 /// The named lock of the blocking connection of the waiter whose id is `id`.
@@ -179,7 +179,7 @@ pub struct Sql {
     /// superseded_by (holder JSON), key, waiter: the waiter gives way, out of the line.
     pub give_way: String,
     /// key, waiter, name, name, secs, name: [`Sql::superseded`]'s answer, else a block on
-    /// the named lock `name` (see `wake.rs`): what a superseding waiter blocks with.
+    /// the named lock `name` (see `wait.rs`): what a superseding waiter blocks with.
     pub block_superseding: String,
     /// name, name, secs, name: blocks until the named lock `name` is free (taking it and
     /// letting it go at once), at most `secs`: 1 when it was released, 0 at the time

@@ -18,14 +18,14 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Transaction, TxOpts};
 
-use super::backend::ms;
 use super::row::{lock_row, read_queue, supersede, Current, Freed, MyResult, MyWaiter, Queue};
 use super::schema::Sql;
-use crate::backend::group::{Group, Member, Queued};
-use crate::backend::sharing::Admission;
-use crate::backend::sql::{holder_json, info, Outcome};
+use crate::backend::group::{Group, Queued};
+use crate::backend::sql::{
+    holder_json, info, ms, Change, Changed, Decision, GroupAttempt, GroupRow, MemberChange, Outcome,
+};
 use crate::backend::store::Busy;
-use crate::backend::{now_ms, AcquireRequest, Holder, Released, Sharing};
+use crate::backend::{now_ms, AcquireRequest, Holder, Sharing};
 
 /// What an attempt's transaction decided.
 // Returned once per attempt and consumed at once: boxing the large variant would only
@@ -50,6 +50,90 @@ pub(super) struct Attempting<'a> {
     pub(super) liveness: Duration,
 }
 
+/// The longest group JSON a new member may make: the `holder` column is a TEXT (64 KiB),
+/// which a server not in strict mode would truncate silently, and the margin leaves room
+/// for the members' later changes (depths, `--hold-at-least` marks).
+const ROW_ROOM: usize = 60_000;
+
+/// A group attempt's statements, in the attempt's transaction (the key's row locked).
+struct Joining<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    sql: &'a Sql,
+    how: &'a Attempting<'a>,
+    current: &'a Current,
+    /// The queue, once read.
+    queue: Option<Queue>,
+}
+
+impl Joining<'_, '_> {
+    /// Takes the caller out of the line when it has a row there (not known before the
+    /// queue is read: then it is taken out anyway).
+    async fn dequeue(&mut self, key: &str) -> MyResult<()> {
+        if self.queue.as_ref().is_none_or(|q| q.queued) {
+            let (sql, id) = (self.sql.dequeue.as_str(), &self.how.w.id);
+            self.tx.exec_drop(sql, (key, id)).await?;
+        }
+        Ok(())
+    }
+}
+
+impl GroupAttempt for Joining<'_, '_> {
+    type Error = mysql_async::Error;
+    type Refusal = Decided;
+
+    async fn ahead(&mut self, req: &AcquireRequest) -> MyResult<Vec<Sharing>> {
+        let queue = match req.fair {
+            true => read_queue(self.tx, self.sql, &req.key, self.how.w, true).await?,
+            false => Queue::default(),
+        };
+        let ahead = queue.ahead.clone();
+        self.queue = Some(queue);
+        Ok(ahead)
+    }
+
+    async fn put_member(
+        &mut self,
+        req: &AcquireRequest,
+        token: i64,
+        group: &Group,
+        _again: bool,
+    ) -> MyResult<i64> {
+        put_group(self.tx, self.sql, &req.key, token, group).await?;
+        self.dequeue(&req.key).await?;
+        Ok(token)
+    }
+
+    async fn grant_exclusive(&mut self, req: &AcquireRequest, row: &GroupRow) -> MyResult<Outcome> {
+        let json = holder_json(&req.holder);
+        let params = (&req.owner, ms(req.ttl), json, req.key.as_str());
+        self.tx.exec_drop(self.sql.grant.as_str(), params).await?;
+        self.dequeue(&req.key).await?;
+        Ok(Outcome::Granted {
+            owner: req.owner.clone(),
+            token: row.token + 1,
+            reentered: false,
+        })
+    }
+
+    async fn refuse(&mut self, _req: &AcquireRequest, row: &GroupRow) -> MyResult<Decided> {
+        let at = Refusal {
+            current: self.current,
+            group: row.group.as_ref(),
+            now: row.now_ms,
+        };
+        let queue = self.queue.get_or_insert_with(Queue::default);
+        refuse(self.tx, self.sql, self.how, &at, queue).await
+    }
+
+    async fn leave_line(&mut self, req: &AcquireRequest) -> MyResult<()> {
+        self.dequeue(&req.key).await
+    }
+
+    fn room(&self, group: &Group) -> bool {
+        group.encode().len() <= ROW_ROOM
+    }
+}
+
 /// The attempt of a shared or semaphore caller, or of an exclusive one that found a
 /// group: `tx` has locked the key's row, read as `current`.
 pub(super) async fn attempt_shared(
@@ -58,128 +142,22 @@ pub(super) async fn attempt_shared(
     how: &Attempting<'_>,
     current: Current,
 ) -> MyResult<Decided> {
-    let (req, key) = (how.req, how.req.key.as_str());
     let now = server_now(&mut tx, sql).await?;
-    let until = now + ms(req.ttl);
-    let mut group = live_group(&current, now);
-    if let Some(g) = group.as_mut() {
-        if let Some(granted) = hold_again(g, req, until) {
-            put_group(&mut tx, sql, key, current.token, g).await?;
-            tx.exec_drop(sql.dequeue.as_str(), (key, &how.w.id)).await?;
-            tx.commit().await?;
-            return Ok(Decided::Done(granted));
-        }
-    }
-    let (held, holders) = match &group {
-        Some(g) => (Some(g.sharing), g.members.len() as u32),
-        None if current.live() => (Some(Sharing::Exclusive), 1),
-        None => (None, 0),
+    let row = group_row(&current, now);
+    let mut joining = Joining {
+        tx: &mut tx,
+        sql,
+        how,
+        current: &current,
+        queue: None,
     };
-    let mut queue = match req.fair {
-        true => read_queue(&mut tx, sql, key, how.w, true).await?,
-        false => Queue::default(),
+    let decided = match joining.attempt(how.req, row).await? {
+        Decision::Granted(outcome) => Decided::Done(outcome),
+        Decision::Refused(waits) => waits,
+        Decision::Conflict(held) => Decided::Conflict(held),
     };
-    match req.sharing.admit(held, holders, &queue.ahead) {
-        Admission::Conflict(held) => {
-            if queue.queued {
-                tx.exec_drop(sql.dequeue.as_str(), (key, &how.w.id)).await?;
-            }
-            tx.commit().await?;
-            Ok(Decided::Conflict(held))
-        }
-        Admission::Admit => {
-            let admitted = admit(&mut tx, sql, how, &current, group.clone(), until).await?;
-            if let Some(granted) = admitted {
-                if queue.queued {
-                    tx.exec_drop(sql.dequeue.as_str(), (key, &how.w.id)).await?;
-                }
-                tx.commit().await?;
-                return Ok(Decided::Done(granted));
-            }
-            // The row has no room for one more member: wait for one to leave.
-            let at = Refusal {
-                current: &current,
-                group: group.as_ref(),
-                now,
-            };
-            let waits = refuse(&mut tx, sql, how, &at, &mut queue).await?;
-            tx.commit().await?;
-            Ok(waits)
-        }
-        Admission::Wait => {
-            let at = Refusal {
-                current: &current,
-                group: group.as_ref(),
-                now,
-            };
-            let waits = refuse(&mut tx, sql, how, &at, &mut queue).await?;
-            tx.commit().await?;
-            Ok(waits)
-        }
-    }
-}
-
-/// The longest group JSON a new member may make: the `holder` column is a TEXT (64 KiB),
-/// which a server not in strict mode would truncate silently, and the margin leaves room
-/// for the members' later changes (depths, `--hold-at-least` marks).
-const ROW_ROOM: usize = 60_000;
-
-/// The caller's own grant whose answer was lost (claimed again), or a re-entry of one of
-/// the owners it acts for: both extend the member's lease to `until`.
-fn hold_again(g: &mut Group, req: &AcquireRequest, until: i64) -> Option<Outcome> {
-    let (owner, token, reentered) = g.hold_again(&req.owner, &req.reenter, until)?;
-    Some(granted(&owner, token, reentered))
-}
-
-fn granted(owner: &str, token: u64, reentered: bool) -> Outcome {
-    Outcome::Granted {
-        owner: owner.to_string(),
-        token: token as i64,
-        reentered,
-    }
-}
-
-/// Grants the key to the caller: a new member with the next token, or, for an exclusive
-/// caller that found the group gone, an exclusive lease as usual. `None` when the row
-/// has no room for one more member.
-async fn admit(
-    tx: &mut Transaction<'_>,
-    sql: &Sql,
-    how: &Attempting<'_>,
-    current: &Current,
-    group: Option<Group>,
-    until: i64,
-) -> MyResult<Option<Outcome>> {
-    let (req, key) = (how.req, how.req.key.as_str());
-    let token = current.token + 1;
-    if req.sharing.is_exclusive() {
-        let json = holder_json(&req.holder);
-        tx.exec_drop(sql.grant.as_str(), (&req.owner, ms(req.ttl), json, key))
-            .await?;
-        return Ok(Some(granted(&req.owner, token as u64, false)));
-    }
-    let member = Member {
-        owner: req.owner.clone(),
-        token: token as u64,
-        depth: 1,
-        until_ms: until,
-        holder: Holder {
-            acquired_at_ms: now_ms(),
-            ..req.holder.clone()
-        },
-    };
-    let group = match group {
-        Some(mut g) => {
-            g.join(member);
-            g
-        }
-        None => Group::new(req.sharing, member),
-    };
-    if group.encode().len() > ROW_ROOM {
-        return Ok(None);
-    }
-    put_group(tx, sql, key, token, &group).await?;
-    Ok(Some(granted(&req.owner, token as u64, false)))
+    tx.commit().await?;
+    Ok(decided)
 }
 
 /// What a refused shared or semaphore attempt found: the key's row, its live group, the
@@ -272,6 +250,18 @@ fn live_group(current: &Current, now: i64) -> Option<Group> {
     group.filter(|_| current.live())?.alive(now)
 }
 
+/// `current`'s row as the shared steps read it: a live row that keeps no live group
+/// counts as an exclusive holder.
+fn group_row(current: &Current, now: i64) -> GroupRow {
+    let group = live_group(current, now);
+    GroupRow {
+        token: current.token,
+        now_ms: now,
+        exclusive: group.is_none() && current.live(),
+        group,
+    }
+}
+
 /// Writes `group` to the key's row (locked by `tx`), which expires with its last member.
 async fn put_group(
     tx: &mut Transaction<'_>,
@@ -284,25 +274,51 @@ async fn put_group(
     tx.exec_drop(sql.put_group.as_str(), params).await
 }
 
+/// A member's change's one write, in its transaction.
+struct Changing<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    sql: &'a Sql,
+}
+
+impl MemberChange for Changing<'_, '_> {
+    type Error = mysql_async::Error;
+
+    // MySQL tells no waiter: they look again on their schedule, or on the named lock of
+    // the one ahead (see `wait.rs`), so `freed` changes nothing here.
+    async fn put(
+        &mut self,
+        key: &str,
+        token: i64,
+        group: Option<&Group>,
+        _freed: bool,
+    ) -> MyResult<()> {
+        match group {
+            Some(group) => put_group(self.tx, self.sql, key, token, group).await,
+            None => self.tx.exec_drop(self.sql.free.as_str(), (key,)).await,
+        }
+    }
+}
+
 /// Runs `change` on the live group of `key` with the server's time, in a transaction
-/// that locks the row; writes the group back when `change` returns something.
-async fn change_group<T>(
+/// that locks the row; commits only what changed.
+async fn change_member(
     conn: &mut Conn,
     sql: &Sql,
     key: &str,
-    change: impl FnOnce(&mut Group, i64) -> Option<T>,
-) -> MyResult<Option<T>> {
+    owner: &str,
+    change: Change,
+) -> MyResult<Option<Changed>> {
     let mut tx = conn.start_transaction(TxOpts::default()).await?;
     let current = lock_row(&mut tx, sql, key).await?;
     let now = server_now(&mut tx, sql).await?;
-    let changed = live_group(&current, now).and_then(|mut g| Some((change(&mut g, now)?, g)));
-    let Some((done, group)) = changed else {
-        tx.rollback().await?;
-        return Ok(None);
-    };
-    put_group(&mut tx, sql, key, current.token, &group).await?;
-    tx.commit().await?;
-    Ok(Some(done))
+    let row = Some(group_row(&current, now));
+    let mut changing = Changing { tx: &mut tx, sql };
+    let changed = changing.change(key, row, owner, change).await?;
+    match changed {
+        None | Some(Changed::Gone) => tx.rollback().await?,
+        Some(_) => tx.commit().await?,
+    }
+    Ok(changed)
 }
 
 /// Extends `owner`'s membership of `key`'s group to `ttl` from now (never shortens it,
@@ -315,12 +331,10 @@ pub(super) async fn renew_member(
     owner: &str,
     ttl: Duration,
 ) -> MyResult<Option<(i64, i64)>> {
-    change_group(conn, sql, key, |g, now| {
-        let until = g.member(owner)?.until_ms.max(now + ms(ttl));
-        let token = g.renew(owner, until)?.token;
-        Some((token as i64, until - now))
-    })
-    .await
+    match change_member(conn, sql, key, owner, Change::Renew(ttl)).await? {
+        Some(Changed::Lease(token, left_ms)) => Ok(Some((token, left_ms))),
+        _ => Ok(None),
+    }
 }
 
 /// Leaves `owner`'s membership to end `left` from now, marked as a finished run's until
@@ -333,14 +347,9 @@ pub(super) async fn linger_member(
     left: Duration,
     until: i64,
 ) -> MyResult<u64> {
-    let done = change_group(conn, sql, key, |g, now| {
-        let m = g.members.iter_mut().find(|m| m.owner == owner)?;
-        m.until_ms = now + ms(left);
-        m.holder.held_until_ms = Some(until.max(0) as u64);
-        Some(())
-    })
-    .await?;
-    Ok(u64::from(done.is_some()))
+    let change = Change::Linger(left, until.max(0) as u64);
+    let done = change_member(conn, sql, key, owner, change).await?;
+    Ok(u64::from(matches!(done, Some(Changed::Lease(..)))))
 }
 
 /// Releases `owner`'s membership of the group `current` keeps (in `tx`, the row locked):
@@ -354,21 +363,15 @@ pub(super) async fn release_member(
     current: &Current,
 ) -> MyResult<Freed> {
     let now = server_now(tx, sql).await?;
-    let Some(mut group) = live_group(current, now) else {
-        return Ok(Freed::Refused(false));
-    };
-    let Some(depth) = group.release(owner, one_level) else {
-        return Ok(Freed::Refused(true));
-    };
-    if group.is_empty() {
-        tx.exec_drop(sql.free.as_str(), (key,)).await?;
-    } else {
-        put_group(tx, sql, key, current.token, &group).await?;
-    }
-    Ok(Freed::Done(Released {
-        previous_owner: Some(owner.to_string()),
-        still_held: depth > 0,
-    }))
+    let row = Some(group_row(current, now));
+    let mut changing = Changing { tx, sql };
+    let change = Change::Release(one_level);
+    Ok(match changing.change(key, row, owner, change).await? {
+        None => Freed::Refused(false),
+        Some(Changed::Released(released)) => Freed::Done(released),
+        // Not a member (a release changes no lease).
+        Some(Changed::Gone | Changed::Lease(..)) => Freed::Refused(true),
+    })
 }
 
 /// The first live member of the group `current` keeps (what `unlock --force` names).
@@ -397,31 +400,6 @@ mod tests {
         Current::read((Some(owner.into()), 5, 1, holder, left_ms))
     }
 
-    fn request(owner: &str, reenter: &[&str]) -> AcquireRequest {
-        AcquireRequest {
-            key: "k".into(),
-            owner: owner.into(),
-            reenter: reenter.iter().map(|o| o.to_string()).collect(),
-            ttl: Duration::from_secs(1),
-            holder: Holder::default(),
-            detached: false,
-            fair: true,
-            sharing: Sharing::Shared,
-            queue: Default::default(),
-        }
-    }
-
-    fn grant(o: Option<Outcome>) -> Option<(String, i64, bool)> {
-        match o? {
-            Outcome::Granted {
-                owner,
-                token,
-                reentered,
-            } => Some((owner, token, reentered)),
-            Outcome::Busy(_) => None,
-        }
-    }
-
     #[test]
     fn a_group_row_is_read_live_and_an_exclusive_one_never() {
         let json = Some(readers().encode());
@@ -433,20 +411,11 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_grant_is_claimed_and_a_nested_run_reenters() {
-        let mut g = readers();
-        let claimed = grant(hold_again(&mut g, &request("a", &[]), 1_500));
-        assert_eq!(claimed, Some(("a".into(), 4, false)));
-        assert_eq!(
-            g.member("a").map(|m| (m.depth, m.until_ms)),
-            Some((1, 1_500))
-        );
-        let nested = grant(hold_again(&mut g, &request("new", &["x", "b"]), 900));
-        assert_eq!(nested, Some(("b".into(), 5, true)));
-        assert_eq!(
-            g.member("b").map(|m| (m.depth, m.until_ms)),
-            Some((2, 2_000))
-        );
-        assert!(hold_again(&mut g, &request("new", &["x"]), 900).is_none());
+    fn a_live_row_whose_members_all_ended_counts_as_an_exclusive_holder() {
+        let json = Some(readers().encode());
+        let r = group_row(&row(GROUP_OWNER, json.clone(), 100), 1_500);
+        assert_eq!((r.group.is_some(), r.exclusive), (true, false));
+        let r = group_row(&row(GROUP_OWNER, json, 100), 2_000);
+        assert_eq!((r.group.is_some(), r.exclusive), (false, true));
     }
 }

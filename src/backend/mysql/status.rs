@@ -3,9 +3,9 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Value};
 
-use super::backend::{ms, on_conn, MysqlStore};
+use super::backend::{on_conn, MysqlStore};
 use super::schema::{placeholders, NEXT};
-use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
+use crate::backend::sql::{last_runs, ms, statuses, HeldRow, WaitingRow};
 use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
 

@@ -1,7 +1,7 @@
 //! MySQL as a [`LockStore`]: the waiting loop drives the primitives of the other parts.
 //!
 //! MySQL and MariaDB have nothing like PostgreSQL's LISTEN/NOTIFY: a waiter blocks on the
-//! named lock of the one ahead of it (see `wake.rs`). Where that one keeps none, the
+//! named lock of the one ahead of it (see `wait.rs`). Where that one keeps none, the
 //! waiter looks again on a schedule: the head of the queue,
 //! the only one that may take a freed key, soon after a new lease began (most holds are
 //! short) and then less often, up to every few tens of milliseconds; each waiter
@@ -59,7 +59,7 @@ impl LockStore for MysqlStore {
     }
 
     /// The queue is ordered by priority, then arrival (`NEXT` in `schema.rs`), and keeps
-    /// one pending superseding waiter (`supersede` in `row.rs`; woken as `wake.rs` says).
+    /// one pending superseding waiter (`supersede` in `row.rs`; woken as `wait.rs` says).
     fn queue_order(&self) -> Option<&'static str> {
         None
     }
@@ -79,7 +79,7 @@ impl LockStore for MysqlStore {
             .map_err(|e| self.server.naming(&req.key, e))
     }
 
-    /// Blocked on the named lock of the one ahead (see `wake.rs`), else on the schedule.
+    /// Blocked on the named lock of the one ahead (see `wait.rs`), else on the schedule.
     async fn sleep(
         &self,
         req: &AcquireRequest,
@@ -91,7 +91,7 @@ impl LockStore for MysqlStore {
         let same = w.saw(busy);
         if let Some(wake) = w.wake.take() {
             // A superseding waiter also looks at least every heartbeat: the newer one
-            // that ends its block may not be allowed to (see `wake.rs`).
+            // that ends its block may not be allowed to (see `wait.rs`).
             let most = match wake.head || w.queueing.supersede {
                 true => pause.min(self.server.tuning.heartbeat),
                 false => pause,

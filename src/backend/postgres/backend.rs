@@ -186,8 +186,3 @@ impl PostgresStore {
         self.server.tuning
     }
 }
-
-/// Milliseconds, as the statements take them.
-pub(super) fn ms(d: std::time::Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
-}

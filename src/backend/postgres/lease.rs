@@ -7,21 +7,21 @@
 //! left behind. The row lock is held until the attempt commits.
 //!
 //! Where shared or semaphore holders are involved (the caller asks for them, or the row
-//! keeps a group) the attempt is `group.rs`'s; a renew or release that matched no
-//! exclusive owner asks `group.rs` whether the owner is a group's member.
+//! keeps a group) the attempt is `shared.rs`'s; a renew or release that matched no
+//! exclusive owner asks `shared.rs` whether the owner is a group's member.
 
 use std::time::{Duration, Instant};
 
 use tokio_postgres::{Row, Transaction};
 
-use super::backend::{ms, Conn, PostgresStore};
-use super::group::{self, Change, Changed, Step};
+use super::backend::{Conn, PostgresStore};
 use super::row::{
     grant, leave_in, read_queue, refused, Ask, Blocked, Current, PgResult, PgWaiter, Queue,
 };
 use super::schema::{payload, Names};
+use super::shared::{self, Step};
 use crate::backend::group::GROUP_OWNER;
-use crate::backend::sql::{self, info, live_group, renewed, Outcome};
+use crate::backend::sql::{self, info, live_group, ms, renewed, Change, Changed, Outcome};
 use crate::backend::store::Attempt;
 use crate::backend::{now_ms, AcquireRequest, Lease, ReleaseMode, Released};
 use crate::error::{Error, Result};
@@ -198,7 +198,7 @@ impl PostgresStore {
         what: Change,
     ) -> Result<Option<Changed>> {
         let (st, channel) = (&c.st, &self.names.channel);
-        let request = group::change(&mut c.client, st, channel, key, owner, what);
+        let request = shared::change(&mut c.client, st, channel, key, owner, what);
         self.server
             .within("cannot change the holders", request)
             .await
@@ -302,7 +302,7 @@ async fn leave_tx(
 }
 
 /// The attempt's transaction: an exclusive one here, a shared or semaphore one (or an
-/// exclusive one on a key such holders hold) in `group.rs`.
+/// exclusive one on a key such holders hold) in `shared.rs`.
 async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgResult<Step> {
     let st = ask.st;
     let req = ask.req;
@@ -316,7 +316,7 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
         }
     }
     if !req.sharing.is_exclusive() {
-        let step = group::attempt(&tx, ask).await?;
+        let step = shared::attempt(&tx, ask).await?;
         tx.commit().await?;
         return Ok(step);
     }
@@ -327,7 +327,7 @@ async fn attempt_tx(client: &mut tokio_postgres::Client, ask: &Ask<'_>) -> PgRes
         if *owner == GROUP_OWNER {
             // Held shared or as a semaphore: waits beside readers, a conflict beside a
             // semaphore, or a nested run of a member.
-            let step = group::attempt(&tx, ask).await?;
+            let step = shared::attempt(&tx, ask).await?;
             tx.commit().await?;
             return Ok(step);
         }
@@ -422,7 +422,7 @@ async fn force_tx(conn: &mut Conn, names: &Names, key: &str) -> PgResult<Release
                 .as_deref()
                 .and_then(|o| live_group(o, current.holder.as_deref(), current.left_ms));
             match group {
-                Some((g, _)) => Some(group::members(&g)),
+                Some((g, _)) => Some(shared::members(&g)),
                 None => owner,
             }
         }

@@ -10,8 +10,9 @@
 //! * `schema.rs`: the tables and every statement.
 //! * `backend.rs`: the store value and its one connection (requests, and LISTEN).
 //! * `lease.rs`: one attempt, renew, release, leaving the queue.
-//! * `group.rs`: shared and semaphore holders, kept in the key's one row.
-//! * `row.rs`: what `lease.rs` and `group.rs` both read and write: the waiter, the key's
+//! * `shared.rs`: shared and semaphore holders, kept in the key's one row: the
+//!   statements of the steps `backend/sql/shared.rs` runs.
+//! * `row.rs`: what `lease.rs` and `shared.rs` both read and write: the waiter, the key's
 //!   row, the queue, and the grant, refusal and leave statements.
 //! * `status.rs`: `status` and the last-run record.
 //! * `store.rs`: the [`LockStore`](crate::backend::store::LockStore) implementation,
@@ -20,10 +21,10 @@
 mod advisory;
 mod backend;
 mod connect;
-mod group;
 mod lease;
 mod row;
 pub mod schema;
+mod shared;
 mod status;
 mod store;
 pub mod url;

@@ -1,17 +1,17 @@
-//! What an attempt and its shared-holder branch (`group.rs`) both read and write: the
+//! What an attempt and its shared-holder branch (`shared.rs`) both read and write: the
 //! waiter, the key's row as locked, the live queue, what blocks a refused attempt, and
 //! the grant, refusal and leave statements. Its own file so that `lease.rs` and
-//! `group.rs` both import it, and not each other both ways.
+//! `shared.rs` both import it, and not each other both ways.
 
 use std::sync::PoisonError;
 use std::time::Duration;
 
 use tokio_postgres::{Row, Transaction};
 
-use super::backend::{ms, Ended};
+use super::backend::Ended;
 use super::schema::{payload, Names, Prepared};
 use crate::backend::group::Queued;
-use crate::backend::sql::{holder_json, Outcome};
+use crate::backend::sql::{holder_json, ms, Outcome};
 use crate::backend::store::Busy;
 use crate::backend::{AcquireRequest, LockInfo};
 

@@ -383,7 +383,7 @@ fn reading(n: &Names) -> Vec<String> {
     ]
 }
 
-/// The statements of shared and semaphore holders (see `group.rs`): the group travels
+/// The statements of shared and semaphore holders (see `shared.rs`): the group travels
 /// in the row's `holder`, so the tables are the same.
 fn grouping(n: &Names) -> Vec<String> {
     let (l, w) = (&n.locks, &n.waiters);

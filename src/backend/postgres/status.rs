@@ -1,7 +1,7 @@
 //! `status` (live leases and their waiters) and the last-run record.
 
-use super::backend::{ms, PostgresStore};
-use crate::backend::sql::{last_runs, statuses, HeldRow, WaitingRow};
+use super::backend::PostgresStore;
+use crate::backend::sql::{last_runs, ms, statuses, HeldRow, WaitingRow};
 use crate::backend::{KeyStatus, LastRuns, RunRecord, RUN_RECORD_TTL};
 use crate::error::{Error, Result};
 

@@ -7,19 +7,19 @@
 //! exclusive attempt does, and reads the server's clock, on which the members' ends are
 //! kept. Renewing or releasing a member comes here only after the one-statement exclusive
 //! path matched no owner. Tokens come from the row's one counter, so they only grow,
-//! whoever holds the key.
-
-use std::time::Duration;
+//! whoever holds the key. The steps are `backend/sql/shared.rs`'s; this file supplies
+//! PostgreSQL's statements (one statement writes the group, dequeues and notifies).
 
 use tokio_postgres::{Client, Row, Transaction};
 
-use super::backend::ms;
 use super::row::{grant, leave_in, refused, Ask, Blocked, Current, PgResult, Queue};
 use super::schema::{payload, Prepared};
-use crate::backend::group::{Group, Member, Queued, GROUP_OWNER};
-use crate::backend::sharing::Admission;
-use crate::backend::sql::{holder_json, info, Outcome};
-use crate::backend::{Holder, Released, Sharing};
+use crate::backend::group::{Group, Queued, GROUP_OWNER};
+use crate::backend::sql::{
+    info, ms, Change, Changed, Decision, GroupAttempt, GroupRow, MemberChange, Outcome,
+};
+use crate::backend::store::Busy;
+use crate::backend::{AcquireRequest, Sharing};
 
 /// What an attempt decided: an outcome, or a key held in a way this caller must not join
 /// nor wait for (exit 2).
@@ -60,6 +60,16 @@ impl Locked {
     fn exclusive(&self) -> Option<&String> {
         let c = &self.current;
         c.owner.as_ref().filter(|o| c.live && *o != GROUP_OWNER)
+    }
+
+    /// The row as the shared steps read it.
+    fn row(&self) -> GroupRow {
+        GroupRow {
+            token: self.current.token,
+            now_ms: self.now_ms,
+            group: self.group.clone(),
+            exclusive: self.exclusive().is_some(),
+        }
     }
 }
 
@@ -103,6 +113,68 @@ async fn write(tx: &Transaction<'_>, st: &Prepared, channel: &str, w: Write<'_>)
     Ok(row.get(0))
 }
 
+/// A group attempt's statements, in the attempt's transaction.
+struct Attempting<'a> {
+    tx: &'a Transaction<'a>,
+    ask: &'a Ask<'a>,
+    locked: Locked,
+    queue: Queue,
+    /// The sharing of the waiters ahead of the caller.
+    ahead: Vec<Sharing>,
+    /// Whether others wait: an admission wakes the next (else only watchers are told).
+    others: bool,
+}
+
+impl GroupAttempt for Attempting<'_> {
+    type Error = tokio_postgres::Error;
+    type Refusal = Busy;
+
+    async fn ahead(&mut self, _req: &AcquireRequest) -> PgResult<Vec<Sharing>> {
+        // Read with the queue before the exclusive holder's re-entry was looked at.
+        Ok(std::mem::take(&mut self.ahead))
+    }
+
+    async fn put_member(
+        &mut self,
+        req: &AcquireRequest,
+        token: i64,
+        group: &Group,
+        again: bool,
+    ) -> PgResult<i64> {
+        let note = match (again, self.others) {
+            (true, _) => None,
+            (false, true) => Some('R'),
+            (false, false) => Some('T'),
+        };
+        let put = Write {
+            key: &req.key,
+            group: Some(group),
+            token,
+            waiter: Some(&self.ask.w.id),
+            note,
+        };
+        write(self.tx, self.ask.st, &self.ask.names.channel, put).await
+    }
+
+    async fn grant_exclusive(
+        &mut self,
+        _req: &AcquireRequest,
+        _row: &GroupRow,
+    ) -> PgResult<Outcome> {
+        grant(self.tx, self.ask).await
+    }
+
+    async fn refuse(&mut self, req: &AcquireRequest, _row: &GroupRow) -> PgResult<Busy> {
+        let blocked = blocked(&req.key, &self.locked, &self.queue);
+        refused(self.tx, self.ask, &self.queue, blocked).await
+    }
+
+    async fn leave_line(&mut self, req: &AcquireRequest) -> PgResult<()> {
+        let (st, names, w) = (self.ask.st, self.ask.names, self.ask.w);
+        leave_in(self.tx, st, names, &req.key, &w.id, &req.owner).await
+    }
+}
+
 /// One attempt of a shared or semaphore caller (or of an exclusive one on a key held by a
 /// group), in `tx`, which the caller commits.
 pub(super) async fn attempt(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<Step> {
@@ -140,27 +212,20 @@ pub(super) async fn attempt(tx: &Transaction<'_>, ask: &Ask<'_>) -> PgResult<Ste
             reentered: deeper,
         }));
     }
-    if let Some(step) = again(tx, ask, &locked).await? {
-        return Ok(Step::Done(step));
-    }
-    let admission = match (&locked.group, locked.exclusive()) {
-        (Some(g), _) => g.admit(req.sharing, &ahead),
-        (None, Some(_)) => req.sharing.admit(Some(Sharing::Exclusive), 1, &ahead),
-        (None, None) => req.sharing.admit(None, 0, &ahead),
+    let row = locked.row();
+    let mut attempting = Attempting {
+        tx,
+        ask,
+        locked,
+        queue,
+        ahead,
+        others,
     };
-    match admission {
-        Admission::Admit if req.sharing.is_exclusive() => Ok(Step::Done(grant(tx, ask).await?)),
-        Admission::Admit => Ok(Step::Done(join(tx, ask, locked, others).await?)),
-        Admission::Wait => {
-            let busy = refused(tx, ask, &queue, blocked(key, &locked, &queue)).await?;
-            Ok(Step::Done(Outcome::Busy(busy)))
-        }
-        Admission::Conflict(held) => {
-            // Never to be admitted: out of the line at once.
-            leave_in(tx, st, ask.names, key, &ask.w.id, &req.owner).await?;
-            Ok(Step::Conflict(held))
-        }
-    }
+    Ok(match attempting.attempt(req, row).await? {
+        Decision::Granted(outcome) => Step::Done(outcome),
+        Decision::Refused(busy) => Step::Done(Outcome::Busy(busy)),
+        Decision::Conflict(held) => Step::Conflict(held),
+    })
 }
 
 /// The sharing of the live waiters queued before `waiter` (all of them when it is not
@@ -172,73 +237,6 @@ fn ahead(ids: &[String], holders: &[String], waiter: &str) -> Vec<Sharing> {
         .take(before)
         .map(|h| Queued::read(h).sharing)
         .collect()
-}
-
-/// A member of the group claims its grant again (its answer was lost) or, for one of
-/// `reenter`, goes one level deeper.
-async fn again(tx: &Transaction<'_>, ask: &Ask<'_>, locked: &Locked) -> PgResult<Option<Outcome>> {
-    let Some(mut g) = locked.group.clone() else {
-        return Ok(None);
-    };
-    let req = ask.req;
-    let until = locked.now_ms + ms(req.ttl);
-    let Some((owner, token, reentered)) = g.hold_again(&req.owner, &req.reenter, until) else {
-        return Ok(None);
-    };
-    let put = Write {
-        key: &req.key,
-        group: Some(&g),
-        token: locked.current.token,
-        waiter: Some(&ask.w.id),
-        note: None,
-    };
-    write(tx, ask.st, &ask.names.channel, put).await?;
-    Ok(Some(Outcome::Granted {
-        owner,
-        token: token as i64,
-        reentered,
-    }))
-}
-
-/// Admits the caller: a new member with the row's next token, out of the line. The
-/// next waiter is woken (a semaphore may have room for it, a reader may join too); with
-/// none, only watchers are told.
-async fn join(
-    tx: &Transaction<'_>,
-    ask: &Ask<'_>,
-    locked: Locked,
-    others: bool,
-) -> PgResult<Outcome> {
-    let req = ask.req;
-    let token = locked.current.token + 1;
-    let holder: Holder = serde_json::from_str(&holder_json(&req.holder)).unwrap_or_default();
-    let member = Member {
-        owner: req.owner.clone(),
-        token: token as u64,
-        depth: 1,
-        until_ms: locked.now_ms + ms(req.ttl),
-        holder,
-    };
-    let group = match locked.group {
-        Some(mut g) => {
-            g.join(member);
-            g
-        }
-        None => Group::new(req.sharing, member),
-    };
-    let put = Write {
-        key: &req.key,
-        group: Some(&group),
-        token,
-        waiter: Some(&ask.w.id),
-        note: Some(if others { 'R' } else { 'T' }),
-    };
-    let token = write(tx, ask.st, &ask.names.channel, put).await?;
-    Ok(Outcome::Granted {
-        owner: req.owner.clone(),
-        token,
-        reentered: false,
-    })
 }
 
 /// What keeps a waiting caller out: the first member (or the exclusive holder), and the
@@ -274,22 +272,34 @@ fn blocked(key: &str, locked: &Locked, queue: &Queue) -> Blocked {
     }
 }
 
-/// What a member's renewal, hold or release does to its group.
-pub(super) enum Change {
-    /// The lease extended to `ttl` from now (never shortened).
-    Renew(Duration),
-    /// The lease left to end `left` from now, marked as held until `until_ms` (wall clock).
-    Linger(Duration, u64),
-    /// One level (true) or all of them.
-    Release(bool),
+/// A member's change's one write, in its transaction.
+struct Changing<'a> {
+    tx: &'a Transaction<'a>,
+    st: &'a Prepared,
+    channel: &'a str,
 }
 
-/// What a change did: the member's token and ms left (renew, linger), or the release.
-pub(super) enum Changed {
-    Lease(i64, i64),
-    Released(Released),
-    /// The key is held by a group `owner` is no member of (any more): its place is gone.
-    Gone,
+impl MemberChange for Changing<'_> {
+    type Error = tokio_postgres::Error;
+
+    async fn put(
+        &mut self,
+        key: &str,
+        token: i64,
+        group: Option<&Group>,
+        freed: bool,
+    ) -> PgResult<()> {
+        // A place freed: waiters look again (and the key is free when it was the last).
+        let note = freed.then_some('R');
+        let put = Write {
+            key,
+            group,
+            token,
+            waiter: None,
+            note,
+        };
+        write(self.tx, self.st, self.channel, put).await.map(drop)
+    }
 }
 
 /// Changes `owner`'s membership of `key`'s group in one transaction; `None` when the key
@@ -303,52 +313,18 @@ pub(super) async fn change(
     change: Change,
 ) -> PgResult<Option<Changed>> {
     let tx = client.transaction().await?;
-    let Some(locked) = lock(&tx, st, key, false).await? else {
-        return Ok(None);
+    let row = lock(&tx, st, key, false).await?.map(|l| l.row());
+    let mut changing = Changing {
+        tx: &tx,
+        st,
+        channel,
     };
-    let (Some(mut g), now) = (locked.group, locked.now_ms) else {
-        return Ok(None);
-    };
-    let Some(m) = g.member(owner).cloned() else {
-        return Ok(Some(Changed::Gone));
-    };
-    let mut note = None;
-    let changed = match change {
-        Change::Renew(ttl) => {
-            let until = m.until_ms.max(now + ms(ttl));
-            g.renew(owner, until);
-            Changed::Lease(m.token as i64, until - now)
-        }
-        Change::Linger(left, held_until) => {
-            let until = now + ms(left);
-            g.renew(owner, until);
-            if let Some(m) = g.members.iter_mut().find(|m| m.owner == owner) {
-                m.holder.held_until_ms = Some(held_until);
-            }
-            Changed::Lease(m.token as i64, until - now)
-        }
-        Change::Release(one) => {
-            let depth = g.release(owner, one).unwrap_or(0);
-            if depth == 0 {
-                // A place freed: waiters look again (and the key is free when it was the last).
-                note = Some('R');
-            }
-            Changed::Released(Released {
-                previous_owner: Some(owner.to_string()),
-                still_held: depth > 0,
-            })
-        }
-    };
-    let put = Write {
-        key,
-        group: (!g.is_empty()).then_some(&g),
-        token: locked.current.token,
-        waiter: None,
-        note,
-    };
-    write(&tx, st, channel, put).await?;
+    let changed = changing.change(key, row, owner, change).await?;
+    if matches!(changed, None | Some(Changed::Gone)) {
+        return Ok(changed);
+    }
     tx.commit().await?;
-    Ok(Some(changed))
+    Ok(changed)
 }
 
 /// The owners of a group's members, first granted first.
@@ -360,6 +336,7 @@ pub(super) fn members(group: &Group) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Holder;
 
     #[test]
     fn the_waiters_ahead_are_those_queued_before_us_or_all() {
