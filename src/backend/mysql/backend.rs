@@ -127,6 +127,9 @@ impl MysqlStore {
 /// the CREATE privilege on MySQL). Two first users racing on the same change collide
 /// (a column added twice); the loser looks again.
 async fn ensure_tables(conn: &mut Conn, n: &Names) -> std::result::Result<(), mysql_async::Error> {
+    if complete(conn, n).await? {
+        return Ok(());
+    }
     let mut last = None;
     for _ in 0..3 {
         let (tables, present) = found(conn, n).await?;
@@ -147,6 +150,23 @@ async fn ensure_tables(conn: &mut Conn, n: &Names) -> std::result::Result<(), my
     match last {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// True when both tables exist and the waiters table has every column of [`ADDED`]: one
+/// statement that names them and reads no row, so that an `exec` does not pay for a read of
+/// `information_schema` (slow on MariaDB) on every start. A missing table (1146) or column
+/// (1054) is `false`: [`found`] then says what to create.
+async fn complete(conn: &mut Conn, n: &Names) -> std::result::Result<bool, mysql_async::Error> {
+    let columns = ADDED.map(|(column, _)| column).join(", ");
+    let probe = format!(
+        "SELECT * FROM (SELECT 1 AS one FROM {} LIMIT 0) l, (SELECT {columns} FROM {} LIMIT 0) w",
+        n.locks, n.waiters
+    );
+    match conn.query_drop(probe).await {
+        Ok(()) => Ok(true),
+        Err(mysql_async::Error::Server(e)) if e.code == 1146 || e.code == 1054 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
