@@ -127,17 +127,12 @@ pub fn renewed(
 #[cfg(test)]
 mod tests {
     use super::{identifier, live_group};
-    use crate::backend::group::{Group, Member, GROUP_OWNER};
+    use crate::backend::group::{self, Group, Member, GROUP_OWNER};
     use crate::backend::Sharing;
 
+    /// Owner `a`, token 1, live until `until_ms`.
     fn member(until_ms: i64) -> Member {
-        Member {
-            owner: "a".into(),
-            token: 1,
-            depth: 1,
-            until_ms,
-            holder: Default::default(),
-        }
+        group::member("a", 1, until_ms)
     }
 
     #[test]
