@@ -52,8 +52,9 @@ impl EtcdStore {
         if i < n {
             return self.admitted(req, w, &entries[i], resp.succeeded).await;
         }
-        let held = entries[0].meta.sharing;
-        if let Admission::Conflict(h) = req.sharing.admit(Some(held), n as u32, &[]) {
+        // Not among the holders: refused for good when it can never hold beside them.
+        let ahead = line::sharings(&entries[..i]);
+        if let Admission::Conflict(h) = line::verdict(req.sharing, &ahead) {
             // Our key goes with our lease when the loop leaves; refused, never queued.
             return Err(req.sharing.conflict(&req.key, &self.name, h));
         }
