@@ -10,7 +10,7 @@ use crate::support::{self, text, wait_exit, wait_for, MysqlServer, Store};
 /// named lock of the one ahead of it (all of them in one process, on one connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order() {
-    use dlock::backend::{Backend, ReleaseMode};
+    use dlock::backend::Backend;
     let server = MysqlServer::start();
     let spec = dlock::backend::spec::BackendSpec::from_urls(&[server.url()]).unwrap();
     let b: std::sync::Arc<dyn Backend> = dlock::backend::spec::open(&spec).await.unwrap();
@@ -39,16 +39,7 @@ async fn waiters_are_served_in_arrival_order() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    b.release("line", "first", ReleaseMode::All).await.unwrap();
-    let mut order = Vec::new();
-    for _ in 0..6 {
-        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("the next waiter got the lock")
-            .unwrap();
-        order.push(i);
-        b.release("line", &owner, ReleaseMode::All).await.unwrap();
-    }
+    let order = support::served_order(&*b, "line", "first", &mut rx, 6).await;
     assert_eq!(order, (0..6).collect::<Vec<_>>());
     assert!(queued(0));
 }

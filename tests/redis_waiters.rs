@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::redis_backend::{
     blocked, connect, connect_fast, eventually, now_ms, queue_len, subscribed, take,
 };
-use crate::support::{forever, no_wait, refused, req, RedisServer};
+use crate::support::{forever, no_wait, refused, req, served_order, RedisServer};
 use dlock::backend::redis::{RedisBackend, Tuning};
 use dlock::backend::{AcquireRequest, Acquired, Backend, ReleaseMode, WaitInfo, WaitOptions};
 use dlock::error::Error;
@@ -91,16 +91,7 @@ async fn waiters_are_served_in_arrival_order() {
         .map(|w| w.holder.pid)
         .collect();
     assert_eq!(queued, vec![std::process::id(); 12]);
-    b.release("line", "first", ReleaseMode::All).await.unwrap();
-    let mut order = Vec::new();
-    for _ in 0..12 {
-        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("the next waiter got the lock")
-            .unwrap();
-        order.push(i);
-        b.release("line", &owner, ReleaseMode::All).await.unwrap();
-    }
+    let order = served_order(&*b, "line", "first", &mut rx, 12).await;
     assert_eq!(order, (0..12).collect::<Vec<_>>());
     assert_eq!(queue_len(&server, "line"), 0);
 }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use dlock::backend::{AcquireRequest, Acquired, Holder, WaitOptions};
+use dlock::backend::{AcquireRequest, Acquired, Backend, Holder, ReleaseMode, WaitOptions};
 use dlock::error::Error;
 
 /// Wait options that wait forever, and a receiver that fires once the waiter has been
@@ -84,4 +84,27 @@ pub fn refused(result: Result<Acquired, Error>) -> Error {
         Ok(got) => panic!("unexpectedly acquired: {:?}", got.lease),
         Err(e) => e,
     }
+}
+
+/// The order in which `n` waiters of `key` are served once `first` lets it go: each grant
+/// comes on `granted` as (the waiter's index, its owner), within 5 s of the one before, and
+/// is released at once so that the next may come.
+pub async fn served_order<B: Backend + ?Sized>(
+    b: &B,
+    key: &str,
+    first: &str,
+    granted: &mut tokio::sync::mpsc::UnboundedReceiver<(usize, String)>,
+    n: usize,
+) -> Vec<usize> {
+    b.release(key, first, ReleaseMode::All).await.unwrap();
+    let mut order = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (i, owner) = tokio::time::timeout(Duration::from_secs(5), granted.recv())
+            .await
+            .expect("the next waiter got the lock")
+            .unwrap();
+        order.push(i);
+        b.release(key, &owner, ReleaseMode::All).await.unwrap();
+    }
+    order
 }
